@@ -1,0 +1,51 @@
+#pragma once
+// Stage 3, compile: the interface a target backend implements, and the registry that lists them.
+// Adding a backend (a vendor SDK) means implementing Backend and registering it; the pipeline does
+// not change.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ctxgen/compiled.h"
+#include "ctxgen/model.h"
+#include "ctxgen/partition.h"
+#include "ctxgen/weights.h"
+
+namespace ctxgen {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  // Short name used on the command line (-e) and in file names (<stem>_<name>.bin).
+  virtual std::string name() const = 0;
+  // EP name: the EPContext `source` attribute and the name ONNX Runtime knows the plugin EP by.
+  virtual std::string ep_name() const = 0;
+  virtual std::string sdk_version() const = 0;
+  virtual std::string hardware_architecture() const = 0;
+  virtual std::string description() const = 0;
+
+  // May this node run on the backend? Called for main-graph nodes only, after shape inference.
+  virtual NodeSupport supports(const Model& model, const onnx::NodeProto& node) const = 0;
+  // Lowers a partition. Weight bytes (after transforms) are interned in `store`.
+  virtual CompiledGraph compile(const Model& model, const Partition& partition,
+                                const std::string& graph_name, WeightStore& store) const = 0;
+};
+
+class BackendRegistry {
+ public:
+  void add(std::unique_ptr<Backend> backend);
+  const Backend* find(const std::string& name) const;  // nullptr when unknown
+  std::vector<const Backend*> list() const;
+
+ private:
+  std::vector<std::unique_ptr<Backend>> backends_;
+};
+
+// A registry holding every backend built into ctxgen.
+BackendRegistry builtin_backends();
+
+std::unique_ptr<Backend> make_ref_backend();
+
+}  // namespace ctxgen

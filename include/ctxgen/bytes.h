@@ -1,0 +1,61 @@
+#pragma once
+// Byte-level building blocks shared by every stage: mapped files, 128-bit content hashes, and
+// blobs (bytes that are either a view of an input or owned).
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ctxgen {
+
+// A read-only mapping of a whole file. Views into it keep it alive through shared pointers.
+class MappedFile {
+ public:
+  // Throws Error(kInvalidModel) naming the file when it cannot be opened or mapped.
+  static std::shared_ptr<const MappedFile> open(const std::filesystem::path& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::filesystem::path& path() const { return path_; }
+  // Drops [offset, offset + size) from this process's resident set (the page cache keeps it), so
+  // reading a large model once does not keep it all resident.
+  void release(size_t offset, size_t size) const;
+
+ private:
+  MappedFile() = default;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+  std::filesystem::path path_;
+};
+
+struct Hash128 {
+  uint64_t low = 0, high = 0;
+  bool operator==(const Hash128&) const = default;
+  std::string hex() const;  // 32 lowercase hex digits, high word first
+};
+
+using Hasher = std::function<Hash128(const uint8_t* data, size_t size)>;
+Hash128 xxh3_128(const uint8_t* data, size_t size);
+
+// Bytes that are either a view into something kept alive by `owner` (a mapped input, a parsed
+// protobuf string) or an owned buffer produced by a transform.
+struct Blob {
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+  std::shared_ptr<const void> owner;
+  std::shared_ptr<const MappedFile> file;  // set when `data` points into a mapped file
+  size_t file_offset = 0;
+
+  static Blob owned(std::vector<uint8_t> bytes);
+  // Releases the pages behind a file-backed view after use (no-op otherwise).
+  void release() const;
+};
+
+}  // namespace ctxgen

@@ -1,0 +1,93 @@
+#pragma once
+// Stage 4, the context binary (<model>_<backend>.bin): a versioned container of compiled graphs
+// and deduplicated weight payloads, specified byte by byte in docs/context-binary-format.md.
+// The writer plans the whole layout before writing a byte and streams payloads in large
+// sequential writes; the reader maps the file and validates every field and bound.
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ctxgen/bytes.h"
+#include "ctxgen/compiled.h"
+
+namespace ctxgen {
+
+inline constexpr uint32_t kContextBinaryVersion = 1;
+inline constexpr uint64_t kPayloadAlignment = 64;
+
+// Who made the binary; a loader refuses a binary whose identity it does not match.
+struct BinaryIdentity {
+  std::string backend;  // EP name, e.g. the `source` attribute
+  std::string sdk_version;
+  std::string hardware_architecture;
+  bool operator==(const BinaryIdentity&) const = default;
+};
+
+struct WeightPayload {
+  Hash128 hash;  // XXH3-128 of the bytes
+  Blob blob;
+};
+
+// Receives the binary in order; the file sink writes to a descriptor, the memory sink to a
+// string (embed mode).
+using ByteSink = std::function<void(const uint8_t* data, size_t size)>;
+
+// Writes the binary through `sink`; returns the number of bytes written. Weight ids in the graphs
+// index `weights`. Throws Error(kIo) when the sink fails.
+uint64_t write_context_binary(const BinaryIdentity& identity, const std::vector<CompiledGraph>& graphs,
+                              const std::vector<WeightPayload>& weights, const ByteSink& sink);
+
+struct GraphRecord {
+  std::string name;
+  std::vector<IoSignature> inputs, outputs;
+  const uint8_t* program = nullptr;
+  uint64_t program_size = 0;
+  std::vector<uint32_t> weight_ids;
+};
+
+struct WeightRecord {
+  Hash128 hash;
+  uint64_t offset = 0;  // from the start of the file, a multiple of kPayloadAlignment
+  uint64_t size = 0;
+};
+
+class ContextBinary {
+ public:
+  // Maps and validates a file. Throws Error(kInvalidBinary) naming the file, the field, and the
+  // value found vs the value expected.
+  static std::shared_ptr<const ContextBinary> open(const std::filesystem::path& path);
+  // Validates bytes held in memory (embed mode); `owner` keeps them alive.
+  static std::shared_ptr<const ContextBinary> from_memory(const uint8_t* data, size_t size,
+                                                          std::shared_ptr<const void> owner,
+                                                          const std::string& label);
+
+  uint32_t format_version() const { return version_; }
+  const BinaryIdentity& identity() const { return identity_; }
+  const std::vector<GraphRecord>& graphs() const { return graphs_; }
+  const GraphRecord* find_graph(const std::string& name) const;  // nullptr when absent
+  const std::vector<WeightRecord>& weights() const { return weights_; }
+  const uint8_t* weight_data(uint32_t id) const;
+  uint64_t file_size() const { return size_; }
+  const std::string& label() const { return label_; }
+  // Re-hashes every weight payload and compares with the table; throws Error(kInvalidBinary)
+  // naming the first weight whose bytes changed.
+  void verify_payloads() const;
+
+ private:
+  ContextBinary() = default;
+  void parse();
+  std::shared_ptr<const void> owner_;
+  const uint8_t* data_ = nullptr;
+  uint64_t size_ = 0;
+  std::string label_;
+  uint32_t version_ = 0;
+  BinaryIdentity identity_;
+  std::vector<GraphRecord> graphs_;
+  std::vector<WeightRecord> weights_;
+};
+
+}  // namespace ctxgen

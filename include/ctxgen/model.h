@@ -1,0 +1,93 @@
+#pragma once
+// Stage 1, load: an ONNX model file becomes a Model, a protobuf graph plus views of its weight
+// bytes. Weight bytes are never copied: external data is memory-mapped, embedded raw_data is
+// moved out of the protobuf into shared buffers.
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <onnx/onnx_pb.h>
+
+#include "ctxgen/bytes.h"
+
+namespace ctxgen {
+
+// Bytes of one tensor: little-endian, row-major, as ONNX raw_data would hold them.
+struct TensorData {
+  int32_t dtype = 0;  // onnx::TensorProto_DataType
+  std::vector<int64_t> dims;
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+  std::shared_ptr<const void> owner;  // keeps `data` alive
+  std::shared_ptr<const MappedFile> file;  // set when the bytes come from external data
+  size_t file_offset = 0;
+
+  Blob blob() const { return Blob{data, size, owner, file, file_offset}; }
+
+  int64_t element_count() const;
+};
+
+// Where a weight was found; used in messages and reports.
+enum class WeightOrigin { kInitializer, kConstantNode, kSubgraphInitializer, kSubgraphConstantNode };
+
+struct Weight {
+  std::string name;
+  WeightOrigin origin = WeightOrigin::kInitializer;
+  std::string graph;               // "main", or "<node name>/<attribute>" for subgraphs
+  onnx::TensorProto* tensor = nullptr;  // inside Model::proto; its bytes are in `data`
+  bool external = false;           // came from external data
+  TensorData data;
+};
+
+// Static or partly symbolic type of a value after shape inference.
+struct ValueType {
+  int32_t elem_type = 0;                     // 0 = unknown
+  std::optional<std::vector<int64_t>> dims;  // nullopt = unknown rank; -1 = unknown dim
+  bool is_static() const;
+};
+
+struct LoadOptions {
+  std::map<std::string, int64_t> fix_dims;                  // --fix-dim NAME=VALUE
+  std::map<std::string, std::vector<int64_t>> input_shapes;  // --input-shape INPUT=1x3x224x224
+};
+
+struct Model {
+  std::filesystem::path path;
+  std::unique_ptr<onnx::ModelProto> proto;
+  // Every numeric tensor in the model, in a fixed order (main graph first, then subgraphs in
+  // node order). Constant nodes holding a tensor are hoisted into initializers of their graph at
+  // load time, so a weight always has a TensorProto in some graph's initializer list.
+  std::vector<Weight> weights;
+  // Main-graph constants by name -> index into `weights`. An initializer that is also a graph
+  // input (IR >= 4) can be overridden at run time and is therefore not a constant.
+  std::unordered_map<std::string, size_t> constants;
+  // Types of main-graph values (inputs, outputs, intermediates) after shape inference.
+  std::unordered_map<std::string, ValueType> value_types;
+  std::unordered_map<const onnx::TensorProto*, size_t> weight_index;
+
+  const onnx::GraphProto& graph() const { return proto->graph(); }
+  const Weight* constant(const std::string& name) const;
+  const ValueType* type_of(const std::string& name) const;
+};
+
+// Loads, validates (onnx checker), hoists constants, applies fixed dims/shapes and runs shape
+// inference. Throws Error(kInvalidModel) naming the file and the problem.
+Model load_model(const std::filesystem::path& path, const LoadOptions& options = {});
+
+// Names a node for messages: "'conv_3' (Conv)", or "#12 (Conv)" when it has no name.
+std::string describe_node(const onnx::NodeProto& node, size_t index);
+
+// Every value a node reads, including the outer-scope values its subgraphs read implicitly.
+std::vector<std::string> node_reads(const onnx::NodeProto& node);
+
+size_t element_size(int32_t dtype);  // 0 for types without a fixed size (string)
+std::string dtype_name(int32_t dtype);
+
+}  // namespace ctxgen

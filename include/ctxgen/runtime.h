@@ -1,0 +1,39 @@
+#pragma once
+// Executes `ref` programs on CPU (no ONNX or ONNX Runtime dependency): the runtime half of the
+// reference backend, used by the ONNX Runtime plugin EP and by tests.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ctxgen/format.h"
+#include "ctxgen/ref_program.h"
+
+namespace ctxgen::runtime {
+
+// One graph of a context binary, ready to run. Weights are used in place from the binary, which
+// the executable keeps alive. Immutable after construction: one instance may run from several
+// threads at once, each call with its own arena.
+class Executable {
+ public:
+  // Throws Error(kInvalidBinary) when the graph is missing or its program is malformed or uses
+  // an op or weight the runtime does not know.
+  Executable(std::shared_ptr<const ContextBinary> binary, const std::string& graph_name);
+
+  const GraphRecord& graph() const { return *graph_; }
+  const ref::Program& program() const { return program_; }
+
+  // inputs[i] / outputs[i] point at dense buffers of the sizes in the graph signature.
+  void run(const std::vector<const void*>& inputs, const std::vector<void*>& outputs) const;
+
+ private:
+  std::shared_ptr<const ContextBinary> binary_;
+  const GraphRecord* graph_ = nullptr;
+  ref::Program program_;
+};
+
+// Names of the ops the runtime can execute (the `ref` op set).
+std::vector<std::string> supported_ops();
+
+}  // namespace ctxgen::runtime

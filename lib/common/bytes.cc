@@ -1,0 +1,86 @@
+#include "ctxgen/bytes.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include <xxhash.h>
+
+#include "ctxgen/error.h"
+
+namespace ctxgen {
+
+std::shared_ptr<const MappedFile> MappedFile::open(const std::filesystem::path& path) {
+  auto fail = [&](const std::string& what) -> Error {
+    return Error(ErrorCode::kInvalidModel, path.string() + ": " + what);
+  };
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw fail(std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    throw fail(std::strerror(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw fail(S_ISDIR(st.st_mode) ? "is a directory, not a file" : "is not a regular file");
+  }
+  std::shared_ptr<MappedFile> file(new MappedFile());
+  file->path_ = path;
+  file->size_ = static_cast<size_t>(st.st_size);
+  if (file->size_ > 0) {
+    void* p = ::mmap(nullptr, file->size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      int err = errno;
+      ::close(fd);
+      throw fail(std::string("cannot map: ") + std::strerror(err));
+    }
+    file->data_ = static_cast<const uint8_t*>(p);
+  }
+  ::close(fd);
+  return file;
+}
+
+MappedFile::~MappedFile() {
+  if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+void MappedFile::release(size_t offset, size_t size) const {
+  static const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  if (data_ == nullptr || offset >= size_) return;
+  size = std::min(size, size_ - offset);
+  // Only whole pages inside the range: a neighbour's bytes may still be in use.
+  size_t begin = (offset + page - 1) / page * page;
+  size_t end = (offset + size) / page * page;
+  if (offset + size == size_) end = (size_ + page - 1) / page * page;
+  if (end > begin) ::madvise(const_cast<uint8_t*>(data_) + begin, end - begin, MADV_DONTNEED);
+}
+
+std::string Hash128::hex() const {
+  char buf[33];
+  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(high),
+                static_cast<unsigned long long>(low));
+  return buf;
+}
+
+Hash128 xxh3_128(const uint8_t* data, size_t size) {
+  XXH128_hash_t h = XXH3_128bits(data, size);
+  return Hash128{h.low64, h.high64};
+}
+
+Blob Blob::owned(std::vector<uint8_t> bytes) {
+  auto buffer = std::make_shared<std::vector<uint8_t>>(std::move(bytes));
+  return Blob{buffer->data(), buffer->size(), buffer, nullptr, 0};
+}
+
+void Blob::release() const {
+  if (file) file->release(file_offset, size);
+}
+
+}  // namespace ctxgen

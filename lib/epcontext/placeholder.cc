@@ -1,0 +1,1 @@
+// Placeholder until the stage's first source lands.
