@@ -3,6 +3,7 @@
 // reference backend, used by the ONNX Runtime plugin EP and by tests.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -11,6 +12,18 @@
 #include "ctxgen/ref_program.h"
 
 namespace ctxgen::runtime {
+
+// Weight bytes by weight id.
+using WeightLookup = std::function<const uint8_t*(uint32_t weight_id)>;
+
+// Checks that every op, attribute, value and id in `program` is one the runtime can execute and
+// that every buffer fits its dims. Throws Error(kInvalidBinary) saying which op or value is wrong.
+void validate(const ref::Program& program, size_t weight_count);
+
+// Runs a validated program. `arena` is resized to program.arena_bytes as needed.
+void execute(const ref::Program& program, const WeightLookup& weights,
+             const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
+             std::vector<uint8_t>& arena);
 
 // One graph of a context binary, ready to run. Weights are used in place from the binary, which
 // the executable keeps alive. Immutable after construction: one instance may run from several
