@@ -1,1 +1,161 @@
-int main() { return 0; }
+// ctxgen command line: parse flags, call the library, map errors to documented exit codes
+// (docs/cli.md).
+
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include <CLI/CLI.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
+
+#include "ctxgen/backend.h"
+#include "ctxgen/error.h"
+#include "ctxgen/log.h"
+#include "ctxgen/pipeline.h"
+#include "ctxgen/report.h"
+
+namespace fs = std::filesystem;
+using ctxgen::Error;
+using ctxgen::ErrorCode;
+
+namespace {
+
+std::pair<std::string, std::string> split_assignment(const std::string& text, const std::string& option) {
+  auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == text.size())
+    throw Error(ErrorCode::kUsage, option + " '" + text + "': expected NAME=VALUE");
+  return {text.substr(0, eq), text.substr(eq + 1)};
+}
+
+int64_t parse_dim(const std::string& text, const std::string& context) {
+  if (text.empty() || text.size() > 18 || text.find_first_not_of("0123456789") != std::string::npos)
+    throw Error(ErrorCode::kUsage, context + ": '" + text + "' is not a non-negative integer");
+  return std::stoll(text);
+}
+
+ctxgen::LoadOptions load_options(const std::vector<std::string>& fix_dims, const std::vector<std::string>& shapes) {
+  ctxgen::LoadOptions load;
+  for (const auto& item : fix_dims) {
+    auto [name, value] = split_assignment(item, "--fix-dim");
+    load.fix_dims[name] = parse_dim(value, "--fix-dim " + name);
+  }
+  for (const auto& item : shapes) {
+    auto [name, value] = split_assignment(item, "--input-shape");
+    std::vector<int64_t> dims;
+    std::stringstream parts(value);
+    for (std::string part; std::getline(parts, part, 'x');) dims.push_back(parse_dim(part, "--input-shape " + name));
+    if (value.back() == 'x') throw Error(ErrorCode::kUsage, "--input-shape " + name + ": '" + value + "' ends with 'x'");
+    load.input_shapes[name] = dims;
+  }
+  return load;
+}
+
+// "a.onnx,b.onnx" and separate arguments both name models. An argument that is an existing path is
+// taken whole, so a path containing a comma still works.
+std::vector<fs::path> model_list(const std::vector<std::string>& args) {
+  std::vector<fs::path> models;
+  for (const auto& arg : args) {
+    if (fs::exists(arg)) {
+      models.emplace_back(arg);
+      continue;
+    }
+    std::stringstream parts(arg);
+    for (std::string part; std::getline(parts, part, ',');)
+      if (!part.empty()) models.emplace_back(part);
+  }
+  return models;
+}
+
+void setup_logging(int verbosity, bool quiet) {
+  auto logger = spdlog::stderr_color_mt(ctxgen::kLoggerName);
+  logger->set_pattern("%^%l%$: %v");
+  logger->set_level(quiet ? spdlog::level::err : verbosity >= 2 ? spdlog::level::trace
+                                             : verbosity == 1  ? spdlog::level::debug
+                                                               : spdlog::level::info);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ctxgen: compile ONNX models into ONNX Runtime EPContext models and one context binary"};
+  app.require_subcommand(0, 1);
+  int verbosity = 0;
+  bool quiet = false, list_backends = false;
+  app.add_flag("-v,--verbose", verbosity, "More detail (-vv for trace); -v shows why each node stays on CPU");
+  app.add_flag("-q,--quiet", quiet, "Only errors");
+  app.add_flag("--list-backends", list_backends, "List the backends ctxgen can compile for");
+  app.set_version_flag("--version", "ctxgen 0.1.0");
+
+  ctxgen::CompileOptions options;
+  std::vector<std::string> model_args, fix_dims, input_shapes;
+  std::string report_path, output_file, output_dir;
+  auto add_compile_options = [&](CLI::App* cmd) {
+    cmd->add_option("-e,--backend", options.backend, "Target backend (see --list-backends)")->capture_default_str();
+    cmd->add_option("--output-dir", output_dir, "Folder for all outputs (default: the first model's folder)");
+    cmd->add_option("--node-name-prefix", options.node_name_prefix, "Prefix for EPContext node, partition and graph names");
+    cmd->add_option("--external-initializers-file", options.external_initializers_file,
+                    "Write the weights CPU nodes need to this file beside the outputs instead of embedding them");
+    cmd->add_flag("--force", options.force, "Overwrite existing outputs");
+    cmd->add_flag("--allow-empty", options.allow_empty, "Write a model even when none of its nodes compiled");
+    cmd->add_option("--fix-dim", fix_dims, "Freeze a symbolic dimension: NAME=VALUE (repeatable)");
+    cmd->add_option("--input-shape", input_shapes, "Fix an input's shape: INPUT=1x3x224x224 (repeatable)");
+    cmd->add_option("--report", report_path, "Write a JSON report of the run to this file");
+  };
+  auto* compile = app.add_subcommand("compile", "Compile one model: <stem>_ctx.onnx + <stem>_<backend>.bin");
+  compile->add_option("model", model_args, "The ONNX model")->required()->expected(1);
+  compile->add_option("-o,--output", output_file, "Path of the EPContext model (default <stem>_ctx.onnx)");
+  compile->add_flag("--embed", options.embed, "Put the context binary inside the model (embed_mode=1)");
+  add_compile_options(compile);
+  auto* share = app.add_subcommand("share", "Compile N models that share weights: N _ctx.onnx + one .bin");
+  share->add_option("models", model_args, "Models, as a comma-separated list and/or separate arguments")->required();
+  add_compile_options(share);
+  std::string inspect_path;
+  bool inspect_as_json = false;
+  auto* inspect = app.add_subcommand("inspect", "Show what a _ctx.onnx or a context binary holds");
+  inspect->add_option("file", inspect_path, "A _ctx.onnx model or a .bin context binary")->required();
+  inspect->add_flag("--json", inspect_as_json, "Print JSON");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? 0 : ctxgen::exit_code(ErrorCode::kUsage);
+  }
+  setup_logging(verbosity, quiet);
+
+  try {
+    ctxgen::BackendRegistry backends = ctxgen::builtin_backends();
+    if (list_backends) {
+      for (const auto* b : backends.list())
+        std::cout << b->name() << "\t" << b->ep_name() << "\t" << b->sdk_version() << "\t" << b->description() << "\n";
+      return 0;
+    }
+    if (*inspect) {
+      auto inspected = ctxgen::inspect_json(inspect_path);
+      std::cout << (inspect_as_json ? inspected.dump(2) + "\n" : ctxgen::inspect_text(inspected));
+      return 0;
+    }
+    if (!*compile && !*share) {
+      std::cout << app.help();
+      return ctxgen::exit_code(ErrorCode::kUsage);
+    }
+    options.load = load_options(fix_dims, input_shapes);
+    options.output_file = output_file;
+    options.output_dir = output_dir;
+    auto models = model_list(model_args);
+    auto summary = ctxgen::compile_models(models, options, backends);
+    if (!report_path.empty()) {
+      std::ofstream report(report_path);
+      report << ctxgen::report_json(summary).dump(2) << "\n";
+      if (!report) throw Error(ErrorCode::kIo, report_path + ": cannot write the report");
+    }
+    if (!quiet) std::cout << ctxgen::report_text(summary);
+    return 0;
+  } catch (const Error& e) {
+    ctxgen::log().error("{}", e.what());
+    return ctxgen::exit_code(e.code());
+  } catch (const std::exception& e) {
+    ctxgen::log().error("internal error: {}", e.what());
+    return ctxgen::exit_code(ErrorCode::kInternal);
+  }
+}

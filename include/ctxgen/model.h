@@ -37,11 +37,16 @@ struct TensorData {
 // Where a weight was found; used in messages and reports.
 enum class WeightOrigin { kInitializer, kConstantNode, kSubgraphInitializer, kSubgraphConstantNode };
 
+// After loading, a weight's TensorProto holds no bytes: its data_location is EXTERNAL with the single
+// entry {kWeightRefKey: index into Model::weights}. Copies of the graph keep that reference; the
+// writer replaces it with embedded bytes or a real external-data location.
+inline constexpr const char* kWeightRefKey = "ctxgen_weight";
+
 struct Weight {
   std::string name;
   WeightOrigin origin = WeightOrigin::kInitializer;
   std::string graph;               // "main", or "<node name>/<attribute>" for subgraphs
-  onnx::TensorProto* tensor = nullptr;  // inside Model::proto; its bytes are in `data`
+  onnx::TensorProto* tensor = nullptr;  // inside Model::proto; holds a kWeightRefKey reference
   bool external = false;           // came from external data
   TensorData data;
 };
@@ -70,7 +75,6 @@ struct Model {
   std::unordered_map<std::string, size_t> constants;
   // Types of main-graph values (inputs, outputs, intermediates) after shape inference.
   std::unordered_map<std::string, ValueType> value_types;
-  std::unordered_map<const onnx::TensorProto*, size_t> weight_index;
 
   const onnx::GraphProto& graph() const { return proto->graph(); }
   const Weight* constant(const std::string& name) const;
@@ -81,6 +85,8 @@ struct Model {
 // inference. Throws Error(kInvalidModel) naming the file and the problem.
 Model load_model(const std::filesystem::path& path, const LoadOptions& options = {});
 
+// A node's name, or "#<index>" when it has none.
+std::string node_label(const onnx::NodeProto& node, size_t index);
 // Names a node for messages: "'conv_3' (Conv)", or "#12 (Conv)" when it has no name.
 std::string describe_node(const onnx::NodeProto& node, size_t index);
 
@@ -89,5 +95,8 @@ std::vector<std::string> node_reads(const onnx::NodeProto& node);
 
 size_t element_size(int32_t dtype);  // 0 for types without a fixed size (string)
 std::string dtype_name(int32_t dtype);
+
+// The Model::weights index a tensor refers to, or -1 when it holds its own bytes.
+int64_t weight_ref(const onnx::TensorProto& tensor);
 
 }  // namespace ctxgen

@@ -1,0 +1,79 @@
+#pragma once
+// Runs the stages for N models: load -> partition -> compile (one shared weight store) -> write
+// N EPContext models and one context binary. `compile` is this with N = 1.
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ctxgen/backend.h"
+#include "ctxgen/bytes.h"
+#include "ctxgen/model.h"
+#include "ctxgen/weights.h"
+
+namespace ctxgen {
+
+struct CompileOptions {
+  std::string backend = "ref";
+  LoadOptions load;
+  std::filesystem::path output_file;  // -o: the EPContext model path (one input model only)
+  std::filesystem::path output_dir;   // default: the first model's folder
+  std::string node_name_prefix;
+  bool embed = false;
+  std::string external_initializers_file;  // file name beside the outputs; empty = embed them
+  bool force = false;                       // overwrite existing outputs
+  bool allow_empty = false;                 // write models in which nothing compiled
+};
+
+struct PartitionSummary {
+  std::string name;
+  size_t nodes = 0;
+  size_t inputs = 0, outputs = 0;
+  size_t weights = 0;
+  uint64_t program_bytes = 0;
+};
+
+struct CpuNodeSummary {
+  std::string node;  // name or #index
+  std::string op_type;
+  std::string reason;
+};
+
+struct WeightSummary {
+  uint64_t tensors = 0, bytes = 0;          // weights the compiled partitions of this model use
+  uint64_t new_tensors = 0, new_bytes = 0;  // of those, not already stored for an earlier model
+};
+
+struct ModelSummary {
+  std::filesystem::path input, output;
+  size_t node_count = 0, compiled_nodes = 0;
+  std::vector<PartitionSummary> partitions;
+  std::vector<CpuNodeSummary> cpu_nodes;
+  WeightSummary weights;
+};
+
+struct OutputSummary {
+  std::filesystem::path path;
+  uint64_t size = 0;
+  Hash128 hash;  // XXH3-128 of the file's bytes
+};
+
+struct RunSummary {
+  std::string backend;
+  std::vector<ModelSummary> models;
+  std::vector<OutputSummary> outputs;  // every file written, in the order written
+  WeightStoreStats weights;            // the context binary's store
+  WeightStoreStats external_weights;   // the external initializers file's store, if any
+  std::vector<std::pair<std::string, double>> timings_ms;  // stage -> milliseconds
+};
+
+// Throws Error; on any failure no output file exists (outputs appear together at the end).
+RunSummary compile_models(const std::vector<std::filesystem::path>& inputs, const CompileOptions& options,
+                          const BackendRegistry& backends);
+
+// "<folder>/<stem>_ctx.onnx" naming: the stem is the file name without its last extension.
+std::string file_stem(const std::filesystem::path& path);
+
+}  // namespace ctxgen

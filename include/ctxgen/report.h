@@ -1,0 +1,27 @@
+#pragma once
+// Machine- and human-readable accounts of a run and of ctxgen's output files.
+
+#include <filesystem>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "ctxgen/pipeline.h"
+
+namespace ctxgen {
+
+// Metadata key under which an EPContext model records why each node stayed on CPU (JSON list).
+inline constexpr const char* kFallbackMetadataKey = "ctxgen.cpu_nodes";
+
+nlohmann::json report_json(const RunSummary& summary);
+// A few lines for the terminal: per model what went where, then the files written.
+std::string report_text(const RunSummary& summary);
+
+// Describes a _ctx.onnx (EPContext nodes and attributes, CPU nodes and why) or a context binary
+// (identity, graphs, weights). Throws Error(kInvalidModel / kInvalidBinary).
+nlohmann::json inspect_json(const std::filesystem::path& path);
+std::string inspect_text(const nlohmann::json& inspected);
+
+std::string human_bytes(uint64_t bytes);
+
+}  // namespace ctxgen

@@ -1,0 +1,413 @@
+#include "lower.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <unordered_map>
+
+#include "ctxgen/error.h"
+#include "memory_plan.h"
+#include "node_view.h"
+#include "normalise.h"
+
+namespace ctxgen::refc {
+namespace {
+
+using ref::ValueKind;
+
+Error internal(const std::string& what) { return Error(ErrorCode::kInternal, "ref compiler: " + what); }
+
+std::vector<float> floats_of(const Blob& blob) {
+  std::vector<float> values(blob.size / sizeof(float));
+  std::memcpy(values.data(), blob.data, values.size() * sizeof(float));
+  return values;
+}
+
+Blob blob_of(const std::vector<float>& values) {
+  std::vector<uint8_t> bytes(values.size() * sizeof(float));
+  std::memcpy(bytes.data(), values.data(), bytes.size());
+  return Blob::owned(std::move(bytes));
+}
+
+// The program while it is being built and transformed. Weight values keep their bytes here until
+// they are interned; values no op uses any more are dropped when the program is finished.
+struct Draft {
+  ref::Program program;
+  std::vector<std::string> names;          // per value, for messages
+  std::vector<std::optional<Blob>> bytes;  // per value, set for weights
+
+  int32_t add(std::string name, ref::DType dtype, std::vector<int64_t> dims, ValueKind kind, uint64_t index = 0) {
+    ref::Value v;
+    v.dtype = dtype;
+    v.dims = std::move(dims);
+    v.kind = kind;
+    v.index = index;
+    program.values.push_back(std::move(v));
+    names.push_back(std::move(name));
+    bytes.emplace_back();
+    return static_cast<int32_t>(program.values.size() - 1);
+  }
+  int32_t add_weight(std::string name, ref::DType dtype, std::vector<int64_t> dims, Blob blob) {
+    int32_t id = add(std::move(name), dtype, std::move(dims), ValueKind::kWeight);
+    bytes.back() = std::move(blob);
+    return id;
+  }
+  ref::Value& value(int32_t id) { return program.values[static_cast<size_t>(id)]; }
+  bool is_weight(int32_t id) const { return id >= 0 && bytes[static_cast<size_t>(id)].has_value(); }
+  const Blob& weight(int32_t id) const { return *bytes[static_cast<size_t>(id)]; }
+};
+
+// ---- building from ONNX ------------------------------------------------------------------------
+
+class Lowerer {
+ public:
+  Lowerer(const Model& model, const Partition& partition) : model_(model), partition_(partition) {
+    for (size_t i = 0; i < partition.outputs.size(); ++i) output_position_[partition.outputs[i]] = i;
+  }
+
+  Draft run() {
+    for (size_t i = 0; i < partition_.inputs.size(); ++i) add_input(i);
+    for (size_t index : partition_.nodes) {
+      if (index >= static_cast<size_t>(model_.graph().node_size()))
+        throw internal("partition node index " + std::to_string(index) + " is outside the graph");
+      lower_node(model_.graph().node(static_cast<int>(index)), index);
+    }
+    for (size_t i = 0; i < partition_.outputs.size(); ++i) add_output(i);
+    return std::move(draft_);
+  }
+
+ private:
+  void add_input(size_t position) {
+    const std::string& name = partition_.inputs[position];
+    const ValueType* type = model_.type_of(name);
+    if (!type || !type->is_static())
+      throw internal("partition input '" + name + "' has no static type");
+    int32_t id = draft_.add(name, dtype_of(type->elem_type, "partition input '" + name + "'"), *type->dims,
+                            ValueKind::kInput, position);
+    draft_.program.inputs.push_back(id);
+    by_name_[name] = id;
+  }
+
+  static ref::DType dtype_of(int32_t onnx_type, const std::string& what) {
+    if (onnx_type == onnx::TensorProto::FLOAT) return ref::DType::kFloat32;
+    if (onnx_type == onnx::TensorProto::INT64) return ref::DType::kInt64;
+    throw internal(what + " has element type " + dtype_name(onnx_type) + ", which ref cannot hold");
+  }
+
+  int32_t add_constant(const std::string& name, const Weight& w) {
+    const TensorData& t = w.data;
+    if (t.dtype != onnx::TensorProto::INT32)
+      return draft_.add_weight(name, dtype_of(t.dtype, "constant '" + name + "'"), t.dims, t.blob());
+    // Gather accepts int32 constant indices; the runtime reads int64 only.
+    std::vector<uint8_t> wide(static_cast<size_t>(t.element_count()) * sizeof(int64_t));
+    for (size_t k = 0; k < wide.size() / sizeof(int64_t); ++k) {
+      int32_t narrow;
+      std::memcpy(&narrow, t.data + k * sizeof(int32_t), sizeof(int32_t));
+      int64_t v = narrow;
+      std::memcpy(wide.data() + k * sizeof(int64_t), &v, sizeof(int64_t));
+    }
+    return draft_.add_weight(name, ref::DType::kInt64, t.dims, Blob::owned(std::move(wide)));
+  }
+
+  int32_t read(const std::string& name) {
+    if (auto it = by_name_.find(name); it != by_name_.end()) return it->second;
+    if (const Weight* w = model_.constant(name)) return by_name_[name] = add_constant(name, *w);
+    throw internal("value '" + name + "' is read before any partition node produces it, and is neither a partition input nor a constant");
+  }
+
+  int32_t write(const std::string& name, std::vector<int64_t> dims) {
+    if (by_name_.count(name)) throw internal("value '" + name + "' is produced twice");
+    auto out = output_position_.find(name);
+    int32_t id = out == output_position_.end()
+                     ? draft_.add(name, ref::DType::kFloat32, std::move(dims), ValueKind::kArena)
+                     : draft_.add(name, ref::DType::kFloat32, std::move(dims), ValueKind::kOutput, out->second);
+    by_name_[name] = id;
+    return id;
+  }
+
+  void lower_node(const onnx::NodeProto& node, size_t index) {
+    NormalisedNode n;
+    try {
+      n = normalise(model_, node);
+    } catch (const Refusal& r) {
+      throw internal("node " + describe_node(node, index) + " is not supported by ref: " + r.reason);
+    }
+    ref::Op op;
+    op.type = n.type;
+    op.attrs = std::move(n.attrs);
+    for (const auto& in : n.inputs) op.inputs.push_back(in.empty() ? -1 : read(in));
+    op.outputs.push_back(write(n.output, n.output_dims));
+    draft_.program.ops.push_back(std::move(op));
+  }
+
+  // An output no partition node produces (a constant or a partition input passed through) gets a
+  // copy, because program outputs are buffers the caller owns.
+  void add_output(size_t position) {
+    const std::string& name = partition_.outputs[position];
+    int32_t source = read(name);
+    if (draft_.value(source).kind != ValueKind::kOutput) {
+      const ref::Value& src = draft_.value(source);
+      int32_t out = draft_.add(name, src.dtype, src.dims, ValueKind::kOutput, position);
+      ref::Op copy;
+      copy.type = "Reshape";
+      copy.inputs = {source};
+      copy.outputs = {out};
+      draft_.program.ops.push_back(std::move(copy));
+      source = out;
+    }
+    draft_.program.outputs.push_back(source);
+  }
+
+  const Model& model_;
+  const Partition& partition_;
+  std::unordered_map<std::string, size_t> output_position_;
+  std::unordered_map<std::string, int32_t> by_name_;
+  Draft draft_;
+};
+
+// ---- graph passes ------------------------------------------------------------------------------
+
+std::vector<int32_t> producers(const Draft& d) {
+  std::vector<int32_t> producer(d.program.values.size(), -1);
+  for (size_t i = 0; i < d.program.ops.size(); ++i)
+    for (int32_t v : d.program.ops[i].outputs) producer[static_cast<size_t>(v)] = static_cast<int32_t>(i);
+  return producer;
+}
+
+std::vector<std::vector<size_t>> readers(const Draft& d) {
+  std::vector<std::vector<size_t>> reads(d.program.values.size());
+  for (size_t i = 0; i < d.program.ops.size(); ++i)
+    for (int32_t v : d.program.ops[i].inputs) {
+      if (v < 0) continue;
+      auto& r = reads[static_cast<size_t>(v)];
+      if (r.empty() || r.back() != i) r.push_back(i);
+    }
+  return reads;
+}
+
+// May the op producing `v` absorb op `reader`? Only when nothing else sees `v`: no other op reads
+// it and it is not a partition output.
+bool only_read_by(Draft& d, const std::vector<std::vector<size_t>>& reads, int32_t v, size_t reader) {
+  return d.value(v).kind == ValueKind::kArena && reads[static_cast<size_t>(v)] == std::vector<size_t>{reader};
+}
+
+void set_attr(ref::Op& op, ref::Attr attr) {
+  for (auto& a : op.attrs)
+    if (a.name == attr.name) {
+      a = std::move(attr);
+      return;
+    }
+  op.attrs.push_back(std::move(attr));
+}
+
+void drop_ops(Draft& d, const std::vector<bool>& removed) {
+  std::vector<ref::Op> kept;
+  for (size_t i = 0; i < d.program.ops.size(); ++i)
+    if (!removed[i]) kept.push_back(std::move(d.program.ops[i]));
+  d.program.ops = std::move(kept);
+}
+
+// W'[m] = W[m] * s[m], B'[m] = (B[m] - mean[m]) * s[m] + beta[m] with s = scale / sqrt(var + eps),
+// computed in double so folding adds no error beyond the final rounding.
+void fold_into_conv(Draft& d, ref::Op& conv, const ref::Op& bn) {
+  auto w = floats_of(d.weight(conv.inputs[1]));
+  auto scale = floats_of(d.weight(bn.inputs[1]));
+  auto beta = floats_of(d.weight(bn.inputs[2]));
+  auto mean = floats_of(d.weight(bn.inputs[3]));
+  auto var = floats_of(d.weight(bn.inputs[4]));
+  size_t channels = scale.size();
+  std::vector<float> bias = conv.inputs[2] >= 0 ? floats_of(d.weight(conv.inputs[2])) : std::vector<float>(channels, 0.0f);
+  double eps = bn.get_float("epsilon", 1e-5f);
+  size_t per_channel = w.size() / channels;
+  for (size_t m = 0; m < channels; ++m) {
+    double s = scale[m] / std::sqrt(static_cast<double>(var[m]) + eps);
+    for (size_t k = 0; k < per_channel; ++k) w[m * per_channel + k] = static_cast<float>(w[m * per_channel + k] * s);
+    bias[m] = static_cast<float>((static_cast<double>(bias[m]) - mean[m]) * s + beta[m]);
+  }
+  const auto w_dims = d.value(conv.inputs[1]).dims;
+  std::string name = d.names[static_cast<size_t>(bn.outputs[0])];
+  conv.inputs[1] = d.add_weight(name + "/folded_weight", ref::DType::kFloat32, w_dims, blob_of(w));
+  conv.inputs[2] = d.add_weight(name + "/folded_bias", ref::DType::kFloat32, {static_cast<int64_t>(channels)}, blob_of(bias));
+}
+
+void fold_batch_norms(Draft& d) {
+  auto producer = producers(d);
+  auto reads = readers(d);
+  auto& ops = d.program.ops;
+  std::vector<bool> removed(ops.size(), false);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const ref::Op& bn = ops[i];
+    if (bn.type != "BatchNormalization") continue;
+    int32_t p = producer[static_cast<size_t>(bn.inputs[0])];
+    if (p < 0 || ops[static_cast<size_t>(p)].type != "Conv" || !only_read_by(d, reads, bn.inputs[0], i)) continue;
+    ref::Op& conv = ops[static_cast<size_t>(p)];
+    bool constant = d.is_weight(conv.inputs[1]) && (conv.inputs[2] < 0 || d.is_weight(conv.inputs[2])) &&
+                    std::all_of(bn.inputs.begin() + 1, bn.inputs.end(), [&](int32_t v) { return d.is_weight(v); });
+    if (!constant) continue;
+    fold_into_conv(d, conv, bn);
+    conv.outputs[0] = bn.outputs[0];
+    removed[i] = true;
+  }
+  drop_ops(d, removed);
+}
+
+void fuse_activations(Draft& d) {
+  auto producer = producers(d);
+  auto reads = readers(d);
+  auto& ops = d.program.ops;
+  std::vector<bool> removed(ops.size(), false);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const ref::Op& act = ops[i];
+    ref::Activation kind = activation_of(act.type);
+    if (kind == ref::Activation::kNone) continue;
+    int32_t p = producer[static_cast<size_t>(act.inputs[0])];
+    if (p < 0 || !only_read_by(d, reads, act.inputs[0], i)) continue;
+    ref::Op& target = ops[static_cast<size_t>(p)];
+    bool fusable = target.type == "Conv" || target.type == "Gemm" || target.type == "MatMul";
+    if (!fusable || target.get_int("act", 0) != 0) continue;
+    // The normalised activations list their float parameters in act_alpha, act_beta order:
+    // LeakyRelu alpha; HardSigmoid alpha, beta; Clip min, max.
+    std::vector<float> params;
+    for (const auto& a : act.attrs)
+      if (a.kind == ref::Attr::Kind::kFloat) params.push_back(a.f);
+    params.resize(2, 0.0f);
+    set_attr(target, int_attr("act", static_cast<int64_t>(kind)));
+    set_attr(target, float_attr("act_alpha", params[0]));
+    set_attr(target, float_attr("act_beta", params[1]));
+    target.outputs[0] = act.outputs[0];
+    producer[static_cast<size_t>(act.outputs[0])] = p;
+    removed[i] = true;
+  }
+  drop_ops(d, removed);
+}
+
+// Gemm with a constant B and transB = 1 reads B column-wise; packing it to [K, N] once at compile
+// time gives the kernel contiguous rows, as an NPU compiler lays out weights for its MAC arrays.
+void pack_gemm_weights(Draft& d) {
+  std::map<int32_t, int32_t> packed;  // original weight -> packed weight, shared by all readers
+  for (auto& op : d.program.ops) {
+    if (op.type != "Gemm" || op.get_int("transB", 0) != 1 || !d.is_weight(op.inputs[1])) continue;
+    int32_t b = op.inputs[1];
+    auto it = packed.find(b);
+    if (it == packed.end()) {
+      auto dims = d.value(b).dims;  // [N, K]
+      auto n = static_cast<size_t>(dims[0]), k = static_cast<size_t>(dims[1]);
+      auto src = floats_of(d.weight(b));
+      std::vector<float> dst(src.size());
+      for (size_t r = 0; r < n; ++r)
+        for (size_t c = 0; c < k; ++c) dst[c * n + r] = src[r * k + c];
+      it = packed.emplace(b, d.add_weight(d.names[static_cast<size_t>(b)] + "/packed_kn", ref::DType::kFloat32,
+                                          {dims[1], dims[0]}, blob_of(dst)))
+               .first;
+    }
+    op.inputs[1] = it->second;
+    set_attr(op, int_attr("transB", 0));
+  }
+}
+
+// The runtime's MatMul takes operands of rank >= 2: a 1-D operand becomes [1, K] (A) or [K, 1]
+// (B), and a Reshape after the op drops the added dim again, as numpy matmul does.
+void promote_matmul_vectors(Draft& d) {
+  std::vector<ref::Op> ops;
+  auto reshaped = [&](int32_t v, std::vector<int64_t> dims) {
+    std::string name = d.names[static_cast<size_t>(v)] + "/as_matrix";
+    if (d.is_weight(v)) return d.add_weight(name, ref::DType::kFloat32, std::move(dims), d.weight(v));
+    int32_t out = d.add(name, ref::DType::kFloat32, std::move(dims), ValueKind::kArena);
+    ref::Op copy;
+    copy.type = "Reshape";
+    copy.inputs = {v};
+    copy.outputs = {out};
+    ops.push_back(std::move(copy));
+    return out;
+  };
+  for (auto& op : d.program.ops) {
+    if (op.type != "MatMul" || (d.value(op.inputs[0]).dims.size() > 1 && d.value(op.inputs[1]).dims.size() > 1)) {
+      ops.push_back(std::move(op));
+      continue;
+    }
+    auto a = d.value(op.inputs[0]).dims, b = d.value(op.inputs[1]).dims;
+    if (a.size() == 1) op.inputs[0] = reshaped(op.inputs[0], a = {1, a[0]});
+    if (b.size() == 1) op.inputs[1] = reshaped(op.inputs[1], b = {b[0], 1});
+    auto dims = broadcast_dims({a.begin(), a.end() - 2}, {b.begin(), b.end() - 2});
+    dims.push_back(a[a.size() - 2]);
+    dims.push_back(b.back());
+    int32_t final_out = op.outputs[0];
+    op.outputs[0] = d.add(d.names[static_cast<size_t>(final_out)] + "/as_matrix", ref::DType::kFloat32, dims, ValueKind::kArena);
+    ref::Op copy;
+    copy.type = "Reshape";
+    copy.inputs = {op.outputs[0]};
+    copy.outputs = {final_out};
+    ops.push_back(std::move(op));
+    ops.push_back(std::move(copy));
+  }
+  d.program.ops = std::move(ops);
+}
+
+// ---- finishing ---------------------------------------------------------------------------------
+
+// Keeps only values the program uses, numbered inputs first and then in order of first use, so
+// the numbering depends on nothing but the program.
+Draft compact(Draft& d) {
+  Draft out;
+  std::vector<int32_t> renumber(d.program.values.size(), -1);
+  auto keep = [&](int32_t& v) {
+    if (v < 0) return;
+    auto& slot = renumber[static_cast<size_t>(v)];
+    if (slot < 0) {
+      const ref::Value& src = d.value(v);
+      slot = out.add(d.names[static_cast<size_t>(v)], src.dtype, src.dims, src.kind, src.index);
+      out.bytes.back() = d.bytes[static_cast<size_t>(v)];
+    }
+    v = slot;
+  };
+  for (auto& v : d.program.inputs) keep(v);
+  for (auto& op : d.program.ops) {
+    for (auto& v : op.inputs) keep(v);
+    for (auto& v : op.outputs) keep(v);
+  }
+  for (auto& v : d.program.outputs) keep(v);
+  out.program.ops = std::move(d.program.ops);
+  out.program.inputs = std::move(d.program.inputs);
+  out.program.outputs = std::move(d.program.outputs);
+  return out;
+}
+
+std::vector<IoSignature> signatures(const Draft& d, const std::vector<int32_t>& ids,
+                                    const std::vector<std::string>& names) {
+  std::vector<IoSignature> sigs;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const ref::Value& v = d.program.values[static_cast<size_t>(ids[i])];
+    sigs.push_back({names[i], static_cast<int32_t>(v.dtype), v.dims});
+  }
+  return sigs;
+}
+
+}  // namespace
+
+LoweredPartition lower_partition(const Model& model, const Partition& partition, WeightStore& store) {
+  Draft draft = Lowerer(model, partition).run();
+  fold_batch_norms(draft);
+  fuse_activations(draft);
+  pack_gemm_weights(draft);
+  promote_matmul_vectors(draft);
+  Draft done = compact(draft);
+
+  LoweredPartition lowered;
+  for (size_t v = 0; v < done.program.values.size(); ++v) {
+    if (!done.bytes[v]) continue;
+    uint32_t id = store.intern(*done.bytes[v]);
+    done.program.values[v].index = id;
+    lowered.weight_ids.push_back(id);
+  }
+  std::sort(lowered.weight_ids.begin(), lowered.weight_ids.end());
+  lowered.weight_ids.erase(std::unique(lowered.weight_ids.begin(), lowered.weight_ids.end()), lowered.weight_ids.end());
+  plan_memory(done.program);
+  lowered.inputs = signatures(done, done.program.inputs, partition.inputs);
+  lowered.outputs = signatures(done, done.program.outputs, partition.outputs);
+  lowered.program = std::move(done.program);
+  return lowered;
+}
+
+}  // namespace ctxgen::refc

@@ -1,0 +1,27 @@
+#pragma once
+// Lowers one partition to a ref program: per-node normalisation, graph passes (BatchNormalization
+// folding, activation fusion, Gemm weight packing, 1-D MatMul promotion), weight interning and the
+// static memory plan. Exposed here so tests can inspect the program before serialisation.
+
+#include <cstdint>
+#include <vector>
+
+#include "ctxgen/compiled.h"
+#include "ctxgen/model.h"
+#include "ctxgen/partition.h"
+#include "ctxgen/ref_program.h"
+#include "ctxgen/weights.h"
+
+namespace ctxgen::refc {
+
+struct LoweredPartition {
+  ref::Program program;
+  std::vector<IoSignature> inputs, outputs;
+  std::vector<uint32_t> weight_ids;  // ascending, unique
+};
+
+// Throws Error(kInternal) when the partition holds a node supports() refuses or is inconsistent
+// with the graph (a value read before it is produced, an output nothing produces).
+LoweredPartition lower_partition(const Model& model, const Partition& partition, WeightStore& store);
+
+}  // namespace ctxgen::refc

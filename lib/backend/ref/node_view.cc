@@ -1,0 +1,204 @@
+#include "node_view.h"
+
+#include <cstring>
+
+namespace ctxgen::refc {
+
+void refuse(std::string reason) { throw Refusal{std::move(reason)}; }
+
+std::string dims_text(const std::vector<int64_t>& dims) {
+  std::string text = "[";
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (i) text += ",";
+    text += dims[i] < 0 ? "?" : std::to_string(dims[i]);
+  }
+  return text + "]";
+}
+
+int64_t default_opset(const onnx::ModelProto& model) {
+  for (const auto& op : model.opset_import())
+    if (op.domain().empty() || op.domain() == "ai.onnx") return op.version();
+  return 0;
+}
+
+int64_t element_count(const std::vector<int64_t>& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims)
+    if (d < 0 || __builtin_mul_overflow(n, d, &n) || n > kMaxElements)
+      refuse("dims " + dims_text(dims) + " are negative or hold more than 2^48 elements");
+  return n;
+}
+
+std::vector<int64_t> broadcast_dims(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  size_t rank = std::max(a.size(), b.size());
+  std::vector<int64_t> out(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
+    int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
+    if (da != db && da != 1 && db != 1)
+      refuse("shapes " + dims_text(a) + " and " + dims_text(b) + " do not broadcast");
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+int64_t normalise_axis(int64_t axis, int64_t rank, const std::string& what) {
+  if (axis < -rank || axis >= rank)
+    refuse(what + " " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
+  return axis < 0 ? axis + rank : axis;
+}
+
+NodeView::NodeView(const Model& model, const onnx::NodeProto& node)
+    : model_(model), node_(node), opset_(default_opset(*model.proto)) {}
+
+const onnx::AttributeProto* NodeView::find_attr(const std::string& name) const {
+  for (const auto& a : node_.attribute())
+    if (a.name() == name) return &a;
+  return nullptr;
+}
+
+bool NodeView::has_attr(const std::string& name) const { return find_attr(name) != nullptr; }
+
+int64_t NodeView::int_attr(const std::string& name, int64_t fallback) const {
+  const auto* a = find_attr(name);
+  if (!a) return fallback;
+  if (a->type() != onnx::AttributeProto::INT) refuse("attribute " + name + " is not an int");
+  return a->i();
+}
+
+float NodeView::float_attr(const std::string& name, float fallback) const {
+  const auto* a = find_attr(name);
+  if (!a) return fallback;
+  if (a->type() != onnx::AttributeProto::FLOAT) refuse("attribute " + name + " is not a float");
+  return a->f();
+}
+
+std::string NodeView::string_attr(const std::string& name, const std::string& fallback) const {
+  const auto* a = find_attr(name);
+  if (!a) return fallback;
+  if (a->type() != onnx::AttributeProto::STRING) refuse("attribute " + name + " is not a string");
+  return a->s();
+}
+
+std::vector<int64_t> NodeView::ints_attr(const std::string& name, std::vector<int64_t> fallback) const {
+  const auto* a = find_attr(name);
+  if (!a) return fallback;
+  if (a->type() != onnx::AttributeProto::INTS) refuse("attribute " + name + " is not a list of ints");
+  return {a->ints().begin(), a->ints().end()};
+}
+
+size_t NodeView::input_count() const {
+  size_t n = static_cast<size_t>(node_.input_size());
+  while (n > 0 && node_.input(static_cast<int>(n - 1)).empty()) --n;
+  return n;
+}
+
+bool NodeView::has_input(size_t i) const { return i < input_count() && !input(i).empty(); }
+
+const std::string& NodeView::input(size_t i) const {
+  if (i >= input_count()) refuse("missing input " + std::to_string(i));
+  return node_.input(static_cast<int>(i));
+}
+
+std::string NodeView::input_label(size_t i) const { return "input " + std::to_string(i) + " '" + input(i) + "'"; }
+
+std::vector<int64_t> NodeView::static_dims(const std::string& label, const std::string& name,
+                                           bool must_be_nonempty) const {
+  std::vector<int64_t> dims;
+  if (const auto* type = model_.type_of(name)) {
+    if (type->elem_type == 0 || !type->dims) refuse("unknown shape on " + label);
+    dims = *type->dims;
+    if (!type->is_static()) refuse("dynamic shape on " + label + " (dims " + dims_text(dims) + ")");
+  } else if (const auto* w = model_.constant(name)) {
+    dims = w->data.dims;
+  } else {
+    refuse("unknown shape on " + label);
+  }
+  if (must_be_nonempty && element_count(dims) == 0)
+    refuse("zero-sized tensor on " + label + " (dims " + dims_text(dims) + ")");
+  return dims;
+}
+
+std::vector<int64_t> NodeView::input_dims(size_t i) const { return static_dims(input_label(i), input(i), true); }
+
+int32_t NodeView::input_elem_type(size_t i) const {
+  if (const auto* type = model_.type_of(input(i)); type && type->elem_type != 0) return type->elem_type;
+  if (const auto* w = model_.constant(input(i))) return w->data.dtype;
+  refuse("unknown type on " + input_label(i));
+}
+
+std::vector<int64_t> NodeView::float_input(size_t i) const {
+  if (!has_input(i)) refuse("missing input " + std::to_string(i));
+  int32_t type = input_elem_type(i);
+  if (type != onnx::TensorProto::FLOAT)
+    refuse("element type " + dtype_name(type) + " on " + input_label(i) + " (ref supports float32)");
+  return input_dims(i);
+}
+
+const Weight* NodeView::constant(size_t i) const { return has_input(i) ? model_.constant(input(i)) : nullptr; }
+
+std::vector<int64_t> NodeView::const_ints(size_t i) const {
+  const Weight* w = constant(i);
+  if (!w) refuse(input_label(i) + " is not a constant");
+  const TensorData& t = w->data;
+  std::vector<int64_t> values(static_cast<size_t>(t.element_count()));
+  if (t.dtype == onnx::TensorProto::INT64 && t.size == values.size() * 8) {
+    std::memcpy(values.data(), t.data, t.size);
+  } else if (t.dtype == onnx::TensorProto::INT32 && t.size == values.size() * 4) {
+    for (size_t k = 0; k < values.size(); ++k) {
+      int32_t v;
+      std::memcpy(&v, t.data + 4 * k, 4);
+      values[k] = v;
+    }
+  } else {
+    refuse("element type " + dtype_name(t.dtype) + " on " + input_label(i) + " (expected int64 or int32)");
+  }
+  return values;
+}
+
+float NodeView::const_float(size_t i) const {
+  const Weight* w = constant(i);
+  if (!w) refuse(input_label(i) + " is not a constant");
+  const TensorData& t = w->data;
+  if (t.dtype != onnx::TensorProto::FLOAT)
+    refuse("element type " + dtype_name(t.dtype) + " on " + input_label(i) + " (ref supports float32)");
+  if (t.element_count() != 1 || t.size != 4)
+    refuse(input_label(i) + " has dims " + dims_text(t.dims) + ", expected a scalar");
+  float v;
+  std::memcpy(&v, t.data, 4);
+  return v;
+}
+
+const std::string& NodeView::single_output(const std::string& extra_output_reason) const {
+  if (node_.output_size() < 1 || node_.output(0).empty()) refuse("output 0 is absent");
+  for (int i = 1; i < node_.output_size(); ++i)
+    if (!node_.output(i).empty()) refuse(extra_output_reason);
+  const std::string& name = node_.output(0);
+  const std::string label = "output 0 '" + name + "'";
+  const auto* type = model_.type_of(name);
+  if (type && type->elem_type != 0 && type->elem_type != onnx::TensorProto::FLOAT)
+    refuse("element type " + dtype_name(type->elem_type) + " on " + label + " (ref supports float32)");
+  static_dims(label, name, true);
+  return name;
+}
+
+std::vector<int64_t> NodeView::output_dims() const {
+  return static_dims("output 0 '" + node_.output(0) + "'", node_.output(0), true);
+}
+
+void NodeView::expect_output_dims(const std::vector<int64_t>& computed) const {
+  auto inferred = output_dims();
+  if (inferred != computed)
+    refuse("inferred dims " + dims_text(inferred) + " of output 0 '" + node_.output(0) + "' differ from " +
+           dims_text(computed) + " computed by ref");
+}
+
+void NodeView::expect_same_element_count(size_t i) const {
+  auto in = input_dims(i);
+  auto out = output_dims();
+  if (element_count(in) != element_count(out))
+    refuse("output 0 dims " + dims_text(out) + " hold a different number of elements than input " +
+           std::to_string(i) + " dims " + dims_text(in));
+}
+
+}  // namespace ctxgen::refc

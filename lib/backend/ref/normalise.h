@@ -1,0 +1,38 @@
+#pragma once
+// One ONNX node in the normalised form of include/ctxgen/ref_program.h. A single function both
+// decides support and produces the form, so every node supports() accepts is one compile() lowers.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <onnx/onnx_pb.h>
+
+#include "ctxgen/model.h"
+#include "ctxgen/ref_program.h"
+
+namespace ctxgen::refc {
+
+struct NormalisedNode {
+  std::string type;             // ref op type
+  std::vector<ref::Attr> attrs; // every attribute explicit
+  std::vector<std::string> inputs;  // ONNX values the op reads at run time; "" = absent optional
+  std::string output;           // the one output
+  std::vector<int64_t> output_dims;
+};
+
+// The normalised form, or throws Refusal saying why the node cannot run on ref.
+NormalisedNode normalise(const Model& model, const onnx::NodeProto& node);
+
+// The ONNX op types normalise() may accept, sorted.
+std::vector<std::string> supported_op_types();
+
+// Attribute constructors, shared with the graph passes.
+ref::Attr int_attr(const std::string& name, int64_t value);
+ref::Attr float_attr(const std::string& name, float value);
+ref::Attr ints_attr(const std::string& name, std::vector<int64_t> values);
+
+// Op types an activation may be fused from, and its Activation code (kNone when it is none).
+ref::Activation activation_of(const std::string& op_type);
+
+}  // namespace ctxgen::refc

@@ -1,0 +1,56 @@
+// The `ref` backend: a CPU reference that behaves like an NPU toolchain (static shapes, float32,
+// a fixed op set, weight transforms and a static memory plan at compile time).
+
+#include "ctxgen/backend.h"
+#include "ctxgen/error.h"
+#include "ctxgen/ref_identity.h"
+#include "lower.h"
+#include "node_view.h"
+#include "normalise.h"
+
+namespace ctxgen {
+namespace {
+
+class RefBackend final : public Backend {
+ public:
+  std::string name() const override { return ref::kBackendName; }
+  std::string ep_name() const override { return ref::kEpName; }
+  std::string sdk_version() const override { return ref::kSdkVersion; }
+  std::string hardware_architecture() const override { return ref::kHardwareArchitecture; }
+  std::string description() const override {
+    return "CPU reference NPU: float32 ops on static shapes, BatchNorm folding, activation fusion, "
+           "static memory plan (docs/ops.md)";
+  }
+
+  NodeSupport supports(const Model& model, const onnx::NodeProto& node) const override {
+    try {
+      refc::normalise(model, node);
+      return NodeSupport::yes();
+    } catch (const refc::Refusal& r) {
+      return NodeSupport::no(r.reason);
+    }
+  }
+
+  CompiledGraph compile(const Model& model, const Partition& partition, const std::string& graph_name,
+                        WeightStore& store) const override {
+    try {
+      auto lowered = refc::lower_partition(model, partition, store);
+      CompiledGraph graph;
+      graph.name = graph_name;
+      graph.inputs = std::move(lowered.inputs);
+      graph.outputs = std::move(lowered.outputs);
+      graph.program = ref::serialize(lowered.program);
+      graph.weight_ids = std::move(lowered.weight_ids);
+      graph.node_count = partition.nodes.size();
+      return graph;
+    } catch (const Error& e) {
+      throw e.within("partition '" + graph_name + "'");
+    }
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_ref_backend() { return std::make_unique<RefBackend>(); }
+
+}  // namespace ctxgen

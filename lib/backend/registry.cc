@@ -1,0 +1,31 @@
+#include "ctxgen/backend.h"
+#include "ctxgen/error.h"
+
+namespace ctxgen {
+
+void BackendRegistry::add(std::unique_ptr<Backend> backend) {
+  if (!backend) throw Error(ErrorCode::kInternal, "backend registry: null backend");
+  if (find(backend->name()))
+    throw Error(ErrorCode::kInternal, "backend registry: a backend named '" + backend->name() + "' is already registered");
+  backends_.push_back(std::move(backend));
+}
+
+const Backend* BackendRegistry::find(const std::string& name) const {
+  for (const auto& b : backends_)
+    if (b->name() == name) return b.get();
+  return nullptr;
+}
+
+std::vector<const Backend*> BackendRegistry::list() const {
+  std::vector<const Backend*> all;
+  for (const auto& b : backends_) all.push_back(b.get());
+  return all;
+}
+
+BackendRegistry builtin_backends() {
+  BackendRegistry registry;
+  registry.add(make_ref_backend());
+  return registry;
+}
+
+}  // namespace ctxgen

@@ -1,0 +1,392 @@
+// Reads a context binary: every field is checked against the bytes actually present before it
+// is used, so a damaged file is rejected with the field, the value found and the value expected.
+
+#include <algorithm>
+#include <cstdio>
+#include <set>
+#include <string_view>
+
+#include "ctxgen/error.h"
+#include "ctxgen/format.h"
+#include "ctxgen/log.h"
+#include "wire.h"
+
+namespace ctxgen {
+namespace {
+
+using format::get_le;
+using format::hex64;
+
+std::string num(uint64_t value) { return std::to_string(value); }
+
+std::string range(uint64_t offset, uint64_t size) {
+  return "(offset " + num(offset) + ", size " + num(size) + ")";
+}
+
+std::string hex_bytes(const uint8_t* data, size_t size) {
+  std::string out;
+  for (size_t i = 0; i < size; ++i) {
+    char buf[4];
+    std::snprintf(buf, sizeof buf, i == 0 ? "%02x" : " %02x", data[i]);
+    out += buf;
+  }
+  return out;
+}
+
+class Failer {
+ public:
+  explicit Failer(const std::string& label) : label_(label) {}
+  [[noreturn]] void operator()(const std::string& message) const {
+    throw Error(ErrorCode::kInvalidBinary, label_ + ": " + message);
+  }
+
+ private:
+  const std::string& label_;
+};
+
+// Reads consecutive fields of one section; never reads past the section's end.
+class Cursor {
+ public:
+  Cursor(const uint8_t* file, uint64_t offset, uint64_t size, std::string section, const Failer& fail)
+      : file_(file), pos_(offset), end_(offset + size), section_(std::move(section)), fail_(fail) {}
+
+  // Prefixes later messages, e.g. "graph 2 ('decode')".
+  void set_where(std::string where) { where_ = std::move(where); }
+
+  uint64_t fixed(size_t width, std::string_view field) {
+    need(width, field);
+    uint64_t value = get_le(file_ + pos_, width);
+    pos_ += width;
+    return value;
+  }
+  uint32_t u32(std::string_view field) { return static_cast<uint32_t>(fixed(4, field)); }
+  uint64_t u64(std::string_view field) { return fixed(8, field); }
+
+  std::string str(std::string_view field) {
+    uint64_t length = fixed(format::kStringPrefixSize, std::string(field) + " length");
+    if (length > remaining())
+      fail_(prefix() + std::string(field) + " length is " + num(length) + ", but only " + num(remaining()) +
+            " bytes remain in the " + section_ + " (at offset " + num(pos_) + ")");
+    std::string value(reinterpret_cast<const char*>(file_ + pos_), length);
+    pos_ += length;
+    return value;
+  }
+
+  // A count of records that each take at least `min_each` bytes: a corrupt count is rejected
+  // here, before anything is allocated for it.
+  uint32_t count(std::string_view field, uint64_t min_each) {
+    uint32_t value = u32(field);
+    if (value > remaining() / min_each)
+      fail_(prefix() + std::string(field) + " is " + num(value) + ", but only " + num(remaining()) +
+            " bytes remain in the " + section_ + " and each entry takes at least " + num(min_each));
+    return value;
+  }
+
+  void expect_end() const {
+    if (pos_ != end_)
+      fail_(section_ + " has " + num(end_ - pos_) + " bytes left after its last entry (at offset " + num(pos_) +
+            "), expected none");
+  }
+
+  uint64_t remaining() const { return end_ - pos_; }
+  std::string prefix() const { return section_ + ": " + (where_.empty() ? "" : where_ + ": "); }
+
+ private:
+  void need(uint64_t width, std::string_view field) const {
+    if (width > remaining())
+      fail_(prefix() + std::string(field) + " needs " + num(width) + " bytes at offset " + num(pos_) +
+            ", but only " + num(remaining()) + " remain in the " + section_);
+  }
+
+  const uint8_t* file_;
+  uint64_t pos_, end_;
+  std::string section_;
+  std::string where_;
+  const Failer& fail_;
+};
+
+struct Section {
+  uint64_t offset = 0, size = 0;
+};
+
+// A payload (program or weight) as found in the tables, for the bounds and overlap checks.
+struct PayloadRef {
+  uint64_t offset, size;
+  std::string what;
+};
+
+class Parser {
+ public:
+  Parser(const uint8_t* data, uint64_t size, const std::string& label) : data_(data), size_(size), fail_(label) {}
+
+  BinaryIdentity identity;
+  std::vector<GraphRecord> graphs;
+  std::vector<WeightRecord> weights;
+
+  void parse() {
+    check_header();
+    const uint32_t graph_count = static_cast<uint32_t>(header(format::field::kGraphCount, 4));
+    weight_count_ = static_cast<uint32_t>(header(format::field::kWeightCount, 4));
+    const Section identity_section = section("identity section", format::field::kIdentityOffset,
+                                             format::kHeaderSize, "header");
+    const Section graph_table = section("graph table", format::field::kGraphTableOffset,
+                                        identity_section.offset + identity_section.size, "identity section");
+    const Section weight_table = section("weight table", format::field::kWeightTableOffset,
+                                         graph_table.offset + graph_table.size, "graph table");
+    metadata_size_ = weight_table.offset + weight_table.size;
+    check_table_sizes(graph_count, graph_table, weight_table);
+    check_metadata_checksum();
+    parse_identity(identity_section);
+    parse_graphs(graph_count, graph_table);
+    parse_weights(weight_table);
+    check_payloads();
+  }
+
+ private:
+  uint64_t header(size_t offset, size_t width) const { return get_le(data_ + offset, width); }
+
+  [[noreturn]] void fail_header_truncated() const {
+    fail_("truncated: file is " + num(size_) + " bytes, the header alone is " + num(format::kHeaderSize));
+  }
+
+  void check_header() const {
+    if (size_ == 0) fail_("file is empty (0 bytes), expected a ctxgen context binary");
+    const size_t magic_size = format::kMagic.size();
+    if (size_ < magic_size)
+      fail_("file is " + num(size_) + " bytes, too small for a ctxgen context binary (the header alone is " +
+            num(format::kHeaderSize) + " bytes)");
+    if (!std::equal(format::kMagic.begin(), format::kMagic.end(), data_ + format::field::kMagic))
+      fail_("not a ctxgen context binary: magic is '" + hex_bytes(data_, magic_size) + "' (hex), expected '" +
+            hex_bytes(format::kMagic.data(), magic_size) + "' (\"CTXGENCB\")");
+    if (size_ < format::field::kVersion + 4) fail_header_truncated();
+    const uint64_t version_found = header(format::field::kVersion, 4);
+    if (version_found != kContextBinaryVersion)
+      fail_("format version " + num(version_found) + ", this build reads version " + num(kContextBinaryVersion) +
+            (version_found > kContextBinaryVersion ? " (written by a newer ctxgen: upgrade, or recompile the model)"
+                                                   : ""));
+    if (size_ < format::kHeaderSize) fail_header_truncated();
+    const uint64_t header_size = header(format::field::kHeaderSize, 4);
+    if (header_size != format::kHeaderSize)
+      fail_("header size is " + num(header_size) + " bytes, expected " + num(format::kHeaderSize) +
+            " for format version " + num(kContextBinaryVersion));
+    const uint64_t declared = header(format::field::kFileSize, 8);
+    if (declared > size_) fail_("truncated: file is " + num(size_) + " bytes, the header says " + num(declared));
+    if (declared < size_)
+      fail_("file is " + num(size_) + " bytes, the header says " + num(declared) +
+            " (unexpected bytes after the end of the binary)");
+  }
+
+  // The sections are contiguous and in a fixed order, so each offset has exactly one valid value.
+  Section section(const std::string& name, size_t offset_field, uint64_t expected_offset,
+                  const std::string& previous) const {
+    Section s{header(offset_field, 8), header(offset_field + 8, 8)};
+    if (s.offset != expected_offset)
+      fail_(name + " offset is " + num(s.offset) + ", expected " + num(expected_offset) + " (right after the " +
+            previous + ")");
+    if (s.size > size_ || s.offset > size_ - s.size)
+      fail_(name + " " + range(s.offset, s.size) + " extends past the end of the file (" + num(size_) +
+            " bytes)");
+    return s;
+  }
+
+  void check_table_sizes(uint32_t graph_count, const Section& graph_table, const Section& weight_table) const {
+    if (weight_table.size != uint64_t{weight_count_} * format::kWeightEntrySize)
+      fail_("weight table size is " + num(weight_table.size) + " bytes, expected " +
+            num(uint64_t{weight_count_} * format::kWeightEntrySize) + " (" + num(weight_count_) + " weights x " +
+            num(format::kWeightEntrySize) + " bytes)");
+    if (graph_count > graph_table.size / format::kGraphRecordFixedSize)
+      fail_("graph count is " + num(graph_count) + ", but the graph table is only " + num(graph_table.size) +
+            " bytes and each graph takes at least " + num(format::kGraphRecordFixedSize));
+  }
+
+  void check_metadata_checksum() const {
+    const uint64_t stored = header(format::field::kMetadataChecksum, 8);
+    const uint64_t computed = format::metadata_checksum(data_, metadata_size_);
+    if (stored != computed)
+      fail_("metadata checksum mismatch (header or tables damaged): computed " + hex64(computed) +
+            " over bytes [0, " + num(metadata_size_) + "), the header says " + hex64(stored));
+  }
+
+  void parse_identity(const Section& s) {
+    Cursor in(data_, s.offset, s.size, "identity section", fail_);
+    identity.backend = in.str("backend name");
+    identity.sdk_version = in.str("SDK version");
+    identity.hardware_architecture = in.str("hardware architecture");
+    in.expect_end();
+  }
+
+  static std::vector<IoSignature> parse_ios(Cursor& in, const char* kind) {
+    std::vector<IoSignature> ios(in.count(std::string(kind) + " count", format::kIoRecordFixedSize));
+    for (size_t i = 0; i < ios.size(); ++i) {
+      const std::string field = std::string(kind) + " " + num(i);
+      ios[i].name = in.str(field + " name");
+      ios[i].elem_type = static_cast<int32_t>(in.u32(field + " element type"));
+      ios[i].dims.resize(in.count(field + " rank", format::kDimSize));
+      for (int64_t& dim : ios[i].dims) dim = static_cast<int64_t>(in.u64(field + " dim"));
+    }
+    return ios;
+  }
+
+  void parse_graphs(uint32_t count, const Section& s) {
+    Cursor in(data_, s.offset, s.size, "graph table", fail_);
+    graphs.resize(count);
+    program_checksums_.resize(count);
+    std::set<std::string_view> names;
+    for (uint32_t i = 0; i < count; ++i) {
+      GraphRecord& graph = graphs[i];
+      in.set_where("graph " + num(i));
+      graph.name = in.str("name");
+      if (graph.name.empty()) fail_(in.prefix() + "name is empty");
+      in.set_where("graph " + num(i) + " ('" + graph.name + "')");
+      graph.inputs = parse_ios(in, "input");
+      graph.outputs = parse_ios(in, "output");
+      const uint64_t offset = in.u64("program offset");
+      graph.program_size = in.u64("program size");
+      program_checksums_[i] = in.u64("program checksum");
+      graph.weight_ids.resize(in.count("weight id count", format::kWeightIdSize));
+      for (uint32_t& id : graph.weight_ids) id = in.u32("weight id");
+      check_weight_ids(in, graph);
+      payloads_.push_back({offset, graph.program_size, "graph '" + graph.name + "' program"});
+      // Bounds are checked with every other payload below; the pointer is not used before that.
+      program_offsets_.push_back(offset);
+    }
+    in.expect_end();
+    for (const auto& graph : graphs) {
+      if (!names.insert(graph.name).second) fail_("graph table: graph name '" + graph.name + "' appears twice");
+    }
+  }
+
+  void check_weight_ids(const Cursor& in, const GraphRecord& graph) const {
+    for (uint32_t id : graph.weight_ids) {
+      if (id >= weight_count_)
+        fail_(in.prefix() + "weight id " + num(id) + " is out of range, the weight table has " + num(weight_count_) +
+              " weights");
+    }
+  }
+
+  void parse_weights(const Section& s) {
+    Cursor in(data_, s.offset, s.size, "weight table", fail_);
+    weights.resize(weight_count_);
+    for (uint32_t id = 0; id < weight_count_; ++id) {
+      WeightRecord& weight = weights[id];
+      weight.hash.low = in.u64("hash low");
+      weight.hash.high = in.u64("hash high");
+      weight.offset = in.u64("offset");
+      weight.size = in.u64("size");
+      payloads_.push_back({weight.offset, weight.size, "weight " + num(id)});
+    }
+    in.expect_end();
+  }
+
+  void check_payloads() {
+    for (const PayloadRef& p : payloads_) {
+      if (p.offset % kPayloadAlignment != 0)
+        fail_(p.what + " offset " + num(p.offset) + " is not a multiple of " + num(kPayloadAlignment));
+      if (p.offset < metadata_size_)
+        fail_(p.what + " offset " + num(p.offset) + " is inside the header and tables, which end at " +
+              num(metadata_size_));
+      if (p.size > size_ || p.offset > size_ - p.size)
+        fail_(p.what + " " + range(p.offset, p.size) + " extends past the end of the file (" + num(size_) +
+              " bytes)");
+    }
+    check_overlaps();
+    for (size_t i = 0; i < graphs.size(); ++i) {
+      graphs[i].program = data_ + program_offsets_[i];
+      const uint64_t computed = format::program_checksum(graphs[i].program, graphs[i].program_size);
+      if (computed != program_checksums_[i])
+        fail_("graph '" + graphs[i].name + "' program checksum mismatch (program damaged): computed " +
+              hex64(computed) + ", the graph table says " + hex64(program_checksums_[i]));
+    }
+  }
+
+  void check_overlaps() const {
+    std::vector<const PayloadRef*> sorted;
+    for (const PayloadRef& p : payloads_) {
+      if (p.size > 0) sorted.push_back(&p);  // an empty payload occupies no bytes
+    }
+    std::sort(sorted.begin(), sorted.end(), [](const PayloadRef* a, const PayloadRef* b) {
+      return a->offset != b->offset ? a->offset < b->offset : a->size < b->size;
+    });
+    // In offset order every payload must start after the previous one ends: that suffices, since
+    // any payload overlapping a later one also overlaps its immediate successor.
+    for (size_t i = 1; i < sorted.size(); ++i) {
+      const PayloadRef& prev = *sorted[i - 1];
+      const PayloadRef& next = *sorted[i];
+      if (next.offset < prev.offset + prev.size)
+        fail_(next.what + " " + range(next.offset, next.size) + " overlaps " + prev.what + " " +
+              range(prev.offset, prev.size));
+    }
+  }
+
+  const uint8_t* data_;
+  uint64_t size_;
+  Failer fail_;
+  uint64_t metadata_size_ = 0;
+  uint32_t weight_count_ = 0;
+  std::vector<uint64_t> program_checksums_;
+  std::vector<uint64_t> program_offsets_;
+  std::vector<PayloadRef> payloads_;
+};
+
+}  // namespace
+
+std::shared_ptr<const ContextBinary> ContextBinary::open(const std::filesystem::path& path) {
+  std::shared_ptr<const MappedFile> file;
+  try {
+    file = MappedFile::open(path);
+  } catch (const Error& e) {
+    // MappedFile names the path already; only the code changes, to the one for binaries.
+    throw Error(ErrorCode::kInvalidBinary, std::string("cannot open context binary: ") + e.what());
+  }
+  return from_memory(file->data(), file->size(), file, path.string());
+}
+
+std::shared_ptr<const ContextBinary> ContextBinary::from_memory(const uint8_t* data, size_t size,
+                                                                std::shared_ptr<const void> owner,
+                                                                const std::string& label) {
+  std::shared_ptr<ContextBinary> binary(new ContextBinary());
+  binary->owner_ = std::move(owner);
+  binary->data_ = data;
+  binary->size_ = size;
+  binary->label_ = label;
+  binary->parse();
+  log().debug("{}: context binary version {} from '{}': {} graphs, {} weights, {} bytes", label,
+              binary->version_, binary->identity_.backend, binary->graphs_.size(), binary->weights_.size(),
+              binary->size_);
+  return binary;
+}
+
+void ContextBinary::parse() {
+  Parser parser(data_, size_, label_);
+  parser.parse();
+  version_ = kContextBinaryVersion;
+  identity_ = std::move(parser.identity);
+  graphs_ = std::move(parser.graphs);
+  weights_ = std::move(parser.weights);
+}
+
+const GraphRecord* ContextBinary::find_graph(const std::string& name) const {
+  auto it = std::find_if(graphs_.begin(), graphs_.end(), [&](const GraphRecord& g) { return g.name == name; });
+  return it == graphs_.end() ? nullptr : &*it;
+}
+
+const uint8_t* ContextBinary::weight_data(uint32_t id) const {
+  if (id >= weights_.size())
+    throw Error(ErrorCode::kInvalidBinary, label_ + ": weight id " + std::to_string(id) +
+                                               " is out of range, the binary has " +
+                                               std::to_string(weights_.size()) + " weights");
+  return data_ + weights_[id].offset;
+}
+
+void ContextBinary::verify_payloads() const {
+  for (size_t id = 0; id < weights_.size(); ++id) {
+    const WeightRecord& w = weights_[id];
+    const Hash128 computed = xxh3_128(data_ + w.offset, w.size);
+    if (computed != w.hash)
+      throw Error(ErrorCode::kInvalidBinary, label_ + ": weight " + std::to_string(id) + " " +
+                                                 range(w.offset, w.size) + " is damaged: its XXH3-128 is " +
+                                                 computed.hex() + ", the weight table says " + w.hash.hex());
+  }
+}
+
+}  // namespace ctxgen

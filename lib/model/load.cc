@@ -1,0 +1,461 @@
+// load_model: parse, validate, normalise (IR < 4 weight inputs, Constant nodes), fix dims, infer
+// shapes, then take every weight's bytes out of the protobuf as views.
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <set>
+
+#include <google/protobuf/io/coded_stream.h>
+#include <onnx/checker.h>
+#include <onnx/shape_inference/implementation.h>
+
+#include "ctxgen/error.h"
+#include "ctxgen/log.h"
+#include "ctxgen/model.h"
+#include "internal.h"
+
+namespace fs = std::filesystem;
+
+namespace ctxgen {
+namespace {
+
+using model_detail::expected_bytes;
+
+Error invalid(const fs::path& path, const std::string& what) {
+  return Error(ErrorCode::kInvalidModel, path.string() + ": " + what);
+}
+
+std::unique_ptr<onnx::ModelProto> parse(const fs::path& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) throw invalid(path, "no such file");
+  if (fs::is_directory(path, ec)) throw invalid(path, "is a directory, not an ONNX model file");
+  auto file = MappedFile::open(path);
+  if (file->size() == 0) throw invalid(path, "file is empty");
+  google::protobuf::io::CodedInputStream input(file->data(), static_cast<int>(std::min<size_t>(file->size(), INT32_MAX)));
+  input.SetTotalBytesLimit(INT32_MAX);
+  auto proto = std::make_unique<onnx::ModelProto>();
+  if (file->size() > INT32_MAX)
+    throw invalid(path, "file is larger than 2 GiB; protobuf cannot hold it, store weights as external data");
+  if (!proto->ParseFromCodedStream(&input) || !input.ConsumedEntireMessage())
+    throw invalid(path, "not a valid ONNX model (protobuf parse failed: truncated or not an ONNX file)");
+  if (!proto->has_graph() || proto->ir_version() <= 0)
+    throw invalid(path, "not an ONNX model (no graph or IR version)");
+  file->release(0, file->size());
+  return proto;
+}
+
+// Subgraphs of a node: (attribute name, graph) pairs.
+template <typename Node, typename F>
+void for_each_subgraph(Node& node, F&& f) {
+  for (auto& attr : *const_cast<std::remove_const_t<Node>&>(node).mutable_attribute()) {
+    if (attr.has_g()) f(attr.name(), *attr.mutable_g());
+    for (auto& g : *attr.mutable_graphs()) f(attr.name(), g);
+  }
+}
+
+void reject_compiled(const fs::path& path, const onnx::GraphProto& graph) {
+  for (int i = 0; i < graph.node_size(); ++i) {
+    const auto& node = graph.node(i);
+    if (node.op_type() == "EPContext")
+      throw invalid(path, "already compiled: node " + describe_node(node, i) +
+                              " is an EPContext node; compile the original model instead");
+  }
+}
+
+// IR < 4 lists every initializer as a graph input too; those inputs are not real inputs.
+void drop_initializer_inputs(onnx::ModelProto& model) {
+  if (model.ir_version() >= 4) return;
+  auto* graph = model.mutable_graph();
+  std::set<std::string> init;
+  for (const auto& t : graph->initializer()) init.insert(t.name());
+  auto* inputs = graph->mutable_input();
+  inputs->erase(std::remove_if(inputs->begin(), inputs->end(),
+                               [&](const onnx::ValueInfoProto& v) { return init.count(v.name()) > 0; }),
+                inputs->end());
+  model.set_ir_version(4);
+}
+
+// A Constant node with a numeric tensor value becomes an initializer of its graph, so every weight
+// has one representation the later stages handle.
+bool constant_tensor(const onnx::NodeProto& node, onnx::TensorProto& out) {
+  if (node.op_type() != "Constant" || !(node.domain().empty() || node.domain() == "ai.onnx") ||
+      node.output_size() != 1)
+    return false;
+  for (const auto& a : node.attribute()) {
+    if (a.name() == "value" && a.has_t()) {
+      out = a.t();
+    } else if (a.name() == "value_float") {
+      out.set_data_type(onnx::TensorProto::FLOAT);
+      out.add_float_data(a.f());
+    } else if (a.name() == "value_floats") {
+      out.set_data_type(onnx::TensorProto::FLOAT);
+      out.add_dims(a.floats_size());
+      for (float f : a.floats()) out.add_float_data(f);
+    } else if (a.name() == "value_int") {
+      out.set_data_type(onnx::TensorProto::INT64);
+      out.add_int64_data(a.i());
+    } else if (a.name() == "value_ints") {
+      out.set_data_type(onnx::TensorProto::INT64);
+      out.add_dims(a.ints_size());
+      for (int64_t v : a.ints()) out.add_int64_data(v);
+    } else {
+      return false;
+    }
+  }
+  if (out.data_type() == onnx::TensorProto::STRING || out.data_type() == 0) return false;
+  out.set_name(node.output(0));
+  return true;
+}
+
+void hoist_constants(onnx::GraphProto& graph) {
+  auto* nodes = graph.mutable_node();
+  int kept = 0;
+  for (int i = 0; i < nodes->size(); ++i) {
+    onnx::TensorProto tensor;
+    if (constant_tensor(nodes->Get(i), tensor)) {
+      *graph.add_initializer() = std::move(tensor);
+      continue;
+    }
+    for_each_subgraph(*nodes->Mutable(i), [](const std::string&, onnx::GraphProto& g) { hoist_constants(g); });
+    if (kept != i) nodes->SwapElements(kept, i);
+    ++kept;
+  }
+  while (nodes->size() > kept) nodes->RemoveLast();
+}
+
+void fix_shape(onnx::TypeProto& type, const LoadOptions& options, std::set<std::string>& used) {
+  if (!type.has_tensor_type() || !type.tensor_type().has_shape()) return;
+  for (auto& dim : *type.mutable_tensor_type()->mutable_shape()->mutable_dim()) {
+    if (!dim.has_dim_param()) continue;
+    auto it = options.fix_dims.find(dim.dim_param());
+    if (it == options.fix_dims.end()) continue;
+    used.insert(it->first);
+    dim.set_dim_value(it->second);
+  }
+}
+
+void apply_shapes(const fs::path& path, onnx::GraphProto& graph, const LoadOptions& options) {
+  std::set<std::string> used_dims;
+  for (auto& v : *graph.mutable_input()) fix_shape(*v.mutable_type(), options, used_dims);
+  for (auto& v : *graph.mutable_output()) fix_shape(*v.mutable_type(), options, used_dims);
+  for (auto& v : *graph.mutable_value_info()) fix_shape(*v.mutable_type(), options, used_dims);
+  for (const auto& [name, value] : options.fix_dims)
+    if (!used_dims.count(name)) throw Error(ErrorCode::kUsage, path.string() + ": --fix-dim " + name + ": no dimension of that name in the model");
+
+  for (const auto& [name, dims] : options.input_shapes) {
+    auto it = std::find_if(graph.mutable_input()->begin(), graph.mutable_input()->end(),
+                           [&](const onnx::ValueInfoProto& v) { return v.name() == name; });
+    if (it == graph.mutable_input()->end())
+      throw Error(ErrorCode::kUsage, path.string() + ": --input-shape " + name + ": the model has no input of that name");
+    auto* tensor = it->mutable_type()->mutable_tensor_type();
+    if (tensor->has_shape() && tensor->shape().dim_size() != static_cast<int>(dims.size()))
+      throw Error(ErrorCode::kUsage, path.string() + ": --input-shape " + name + ": the input has rank " +
+                                         std::to_string(tensor->shape().dim_size()) + ", the shape given has rank " +
+                                         std::to_string(dims.size()));
+    for (size_t i = 0; tensor->has_shape() && i < dims.size(); ++i) {
+      const auto& d = tensor->shape().dim(static_cast<int>(i));
+      if (d.has_dim_value() && d.dim_value() != dims[i])
+        throw Error(ErrorCode::kUsage, path.string() + ": --input-shape " + name + ": dimension " + std::to_string(i) +
+                                           " is fixed to " + std::to_string(d.dim_value()) + " in the model");
+    }
+    tensor->clear_shape();
+    for (int64_t d : dims) tensor->mutable_shape()->add_dim()->set_dim_value(d);
+  }
+}
+
+void infer_shapes(const fs::path& path, onnx::ModelProto& model) {
+  try {
+    onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(),
+                                       onnx::ShapeInferenceOptions(false, 0, true));
+  } catch (const std::exception& e) {
+    throw invalid(path, std::string("shape inference failed: ") + e.what());
+  }
+}
+
+// The onnx checker would look for external data relative to the working directory, and weight
+// bytes are no longer in the protobuf; so it checks a copy whose weights are scalars of their
+// type (the real bytes were validated against dims and type when they were taken out).
+void strip_weight_refs(onnx::GraphProto& graph) {
+  for (auto& t : *graph.mutable_initializer()) {
+    if (weight_ref(t) < 0) continue;
+    t.clear_external_data();
+    t.clear_data_location();
+    t.clear_dims();
+    t.set_raw_data(std::string(element_size(t.data_type()), '\0'));
+  }
+  for (auto& node : *graph.mutable_node())
+    for_each_subgraph(node, [](const std::string&, onnx::GraphProto& g) { strip_weight_refs(g); });
+}
+
+void check(const fs::path& path, const onnx::ModelProto& proto) {
+  onnx::ModelProto copy = proto;
+  strip_weight_refs(*copy.mutable_graph());
+  try {
+    onnx::checker::check_model(copy);
+  } catch (const std::exception& e) {
+    std::string msg = e.what();
+    while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+    throw invalid(path, "invalid ONNX model: " + msg);
+  }
+}
+
+ValueType type_of(const onnx::TypeProto& type) {
+  ValueType vt;
+  if (!type.has_tensor_type()) return vt;
+  vt.elem_type = type.tensor_type().elem_type();
+  if (type.tensor_type().has_shape()) {
+    std::vector<int64_t> dims;
+    for (const auto& d : type.tensor_type().shape().dim()) dims.push_back(d.has_dim_value() ? d.dim_value() : -1);
+    vt.dims = std::move(dims);
+  }
+  return vt;
+}
+
+// Resolves external-data locations inside the model's folder and maps each file once.
+class ExternalFiles {
+ public:
+  explicit ExternalFiles(const fs::path& model_path)
+      : model_path_(model_path), folder_(fs::weakly_canonical(fs::absolute(model_path).parent_path())) {}
+
+  TensorData resolve(const onnx::TensorProto& t, const std::string& what) {
+    std::string location;
+    uint64_t offset = 0;
+    std::optional<uint64_t> length;
+    for (const auto& kv : t.external_data()) {
+      if (kv.key() == "location") location = kv.value();
+      else if (kv.key() == "offset") offset = parse_number(kv.value(), what + ": external data offset");
+      else if (kv.key() == "length") length = parse_number(kv.value(), what + ": external data length");
+    }
+    fs::path file = checked_path(location, what);
+    auto mapped = map(file, what);
+    uint64_t need = expected_bytes(t, what);
+    if (length && *length != need)
+      throw invalid(model_path_, what + ": external data length " + std::to_string(*length) + " but dims and type need " +
+                                     std::to_string(need) + " bytes");
+    if (offset > mapped->size() || mapped->size() - offset < need)
+      throw invalid(model_path_, what + ": external data '" + location + "' is " + std::to_string(mapped->size()) +
+                                     " bytes, the tensor needs bytes [" + std::to_string(offset) + ", " +
+                                     std::to_string(offset + need) + ")");
+    TensorData data;
+    data.data = mapped->data() + offset;
+    data.size = need;
+    data.owner = mapped;
+    data.file = mapped;
+    data.file_offset = offset;
+    return data;
+  }
+
+ private:
+  uint64_t parse_number(const std::string& text, const std::string& what) {
+    if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos || text.size() > 19)
+      throw invalid(model_path_, what + " '" + text + "' is not a non-negative integer");
+    return std::stoull(text);
+  }
+
+  fs::path checked_path(const std::string& location, const std::string& what) {
+    auto bad = [&](const std::string& why) {
+      return invalid(model_path_, what + ": external data location '" + location + "' " + why);
+    };
+    if (location.empty()) throw bad("is empty");
+    fs::path rel(location);
+    if (rel.is_absolute()) throw bad("is absolute; it must be relative to the model's folder");
+    for (const auto& part : rel)
+      if (part == "..") throw bad("contains '..'; it must stay inside the model's folder");
+    fs::path full = folder_ / rel;
+    std::error_code ec;
+    fs::path real = fs::weakly_canonical(full, ec);
+    if (ec) throw bad("cannot be resolved: " + ec.message());
+    auto [f, r] = std::mismatch(folder_.begin(), folder_.end(), real.begin(), real.end());
+    if (f != folder_.end()) throw bad("resolves to " + real.string() + ", outside the model's folder " + folder_.string());
+    if (!fs::exists(real, ec)) throw bad("does not exist (looked for " + full.string() + ")");
+    if (!fs::is_regular_file(real, ec)) throw bad("is not a regular file");
+    return real;
+  }
+
+  std::shared_ptr<const MappedFile> map(const fs::path& file, const std::string& what) {
+    auto it = files_.find(file);
+    if (it != files_.end()) return it->second;
+    try {
+      return files_[file] = MappedFile::open(file);
+    } catch (const Error& e) {
+      throw invalid(model_path_, what + ": " + e.what());
+    }
+  }
+
+  fs::path model_path_;
+  fs::path folder_;
+  std::map<fs::path, std::shared_ptr<const MappedFile>> files_;
+};
+
+// Takes the bytes of a tensor out of the protobuf: external data stays mapped, raw_data moves into
+// a shared string, typed fields are packed once.
+TensorData take_bytes(onnx::TensorProto& t, const std::string& what, ExternalFiles& external, const fs::path& path) {
+  TensorData data;
+  if (t.data_location() == onnx::TensorProto::EXTERNAL) {
+    data = external.resolve(t, what);
+  } else {
+    uint64_t need = expected_bytes(t, what);
+    std::shared_ptr<const void> owner;
+    const uint8_t* bytes = nullptr;
+    size_t size = 0;
+    if (t.has_raw_data()) {
+      auto raw = std::make_shared<std::string>(std::move(*t.mutable_raw_data()));
+      t.clear_raw_data();
+      bytes = reinterpret_cast<const uint8_t*>(raw->data());
+      size = raw->size();
+      owner = raw;
+    } else {
+      auto packed = std::make_shared<std::vector<uint8_t>>(model_detail::typed_field_bytes(t));
+      model_detail::clear_typed_fields(t);
+      bytes = packed->data();
+      size = packed->size();
+      owner = packed;
+    }
+    if (size != need)
+      throw invalid(path, what + ": holds " + std::to_string(size) + " bytes, dims and type need " + std::to_string(need));
+    data.data = bytes;
+    data.size = size;
+    data.owner = std::move(owner);
+  }
+  data.dtype = t.data_type();
+  data.dims.assign(t.dims().begin(), t.dims().end());
+  return data;
+}
+
+void collect_weights(Model& model, onnx::GraphProto& graph, const std::string& graph_label, bool main,
+                     ExternalFiles& external) {
+  for (auto& t : *graph.mutable_initializer()) {
+    if (t.data_type() == onnx::TensorProto::STRING) continue;
+    std::string what = "initializer '" + t.name() + "'" +
+                       (main ? "" : " in subgraph " + graph_label);
+    Weight w;
+    w.name = t.name();
+    w.origin = main ? WeightOrigin::kInitializer : WeightOrigin::kSubgraphInitializer;
+    w.graph = graph_label;
+    w.tensor = &t;
+    w.external = t.data_location() == onnx::TensorProto::EXTERNAL;
+    w.data = take_bytes(t, what, external, model.path);
+    t.clear_external_data();
+    t.set_data_location(onnx::TensorProto::EXTERNAL);
+    auto* ref = t.add_external_data();
+    ref->set_key(kWeightRefKey);
+    ref->set_value(std::to_string(model.weights.size()));
+    model.weights.push_back(std::move(w));
+  }
+  for (int i = 0; i < graph.node_size(); ++i) {
+    auto& node = *graph.mutable_node(i);
+    std::string label = node_label(node, static_cast<size_t>(i));
+    for_each_subgraph(node, [&](const std::string& attr, onnx::GraphProto& g) {
+      collect_weights(model, g, (main ? "" : graph_label + "/") + label + "/" + attr, false, external);
+    });
+  }
+}
+
+}  // namespace
+
+Model load_model(const fs::path& path, const LoadOptions& options) {
+  Model model;
+  model.path = path;
+  model.proto = parse(path);
+  auto& proto = *model.proto;
+  reject_compiled(path, proto.graph());
+  drop_initializer_inputs(proto);
+  hoist_constants(*proto.mutable_graph());
+  apply_shapes(path, *proto.mutable_graph(), options);
+  // Shape inference still sees small constant tensors (Reshape shapes) with their data.
+  infer_shapes(path, proto);
+  ExternalFiles external(path);
+  collect_weights(model, *proto.mutable_graph(), "main", true, external);
+  check(path, proto);
+
+  const auto& graph = proto.graph();
+  std::set<std::string> overridable;
+  for (const auto& v : graph.input()) overridable.insert(v.name());
+  for (const auto& t : graph.initializer()) {
+    int64_t ref = weight_ref(t);
+    if (ref >= 0 && !overridable.count(t.name())) model.constants[t.name()] = static_cast<size_t>(ref);
+    ValueType vt;
+    vt.elem_type = t.data_type();
+    vt.dims = std::vector<int64_t>(t.dims().begin(), t.dims().end());
+    model.value_types[t.name()] = vt;
+  }
+  for (const auto* list : {&graph.input(), &graph.value_info(), &graph.output()})
+    for (const auto& v : *list) model.value_types[v.name()] = type_of(v.type());
+  log().debug("{}: {} nodes, {} weights, {} constants", path.string(), graph.node_size(), model.weights.size(),
+              model.constants.size());
+  return model;
+}
+
+const Weight* Model::constant(const std::string& name) const {
+  auto it = constants.find(name);
+  return it == constants.end() ? nullptr : &weights[it->second];
+}
+
+const ValueType* Model::type_of(const std::string& name) const {
+  auto it = value_types.find(name);
+  return it == value_types.end() ? nullptr : &it->second;
+}
+
+bool ValueType::is_static() const {
+  return elem_type != 0 && dims && std::all_of(dims->begin(), dims->end(), [](int64_t d) { return d >= 0; });
+}
+
+int64_t weight_ref(const onnx::TensorProto& tensor) {
+  if (tensor.data_location() != onnx::TensorProto::EXTERNAL || tensor.external_data_size() != 1 ||
+      tensor.external_data(0).key() != kWeightRefKey)
+    return -1;
+  return std::stoll(tensor.external_data(0).value());
+}
+
+std::string node_label(const onnx::NodeProto& node, size_t index) {
+  return node.name().empty() ? "#" + std::to_string(index) : node.name();
+}
+
+std::string describe_node(const onnx::NodeProto& node, size_t index) {
+  return (node.name().empty() ? node_label(node, index) : "'" + node.name() + "'") + " (" + node.op_type() + ")";
+}
+
+namespace {
+void collect_outer_reads(const onnx::GraphProto& g, std::set<std::string>& defined, std::vector<std::string>& out,
+                         std::set<std::string>& seen) {
+  for (const auto& v : g.input()) defined.insert(v.name());
+  for (const auto& t : g.initializer()) defined.insert(t.name());
+  for (const auto& n : g.node()) {
+    for (const auto& in : n.input())
+      if (!in.empty() && !defined.count(in) && seen.insert(in).second) out.push_back(in);
+    for (const auto& a : n.attribute()) {
+      auto sub = [&](const onnx::GraphProto& sg) {
+        std::set<std::string> inner = defined;
+        collect_outer_reads(sg, inner, out, seen);
+      };
+      if (a.has_g()) sub(a.g());
+      for (const auto& sg : a.graphs()) sub(sg);
+    }
+    for (const auto& o : n.output()) defined.insert(o);
+  }
+}
+}  // namespace
+
+std::vector<std::string> node_reads(const onnx::NodeProto& node) {
+  std::vector<std::string> reads;
+  std::set<std::string> seen;
+  for (const auto& in : node.input())
+    if (!in.empty() && seen.insert(in).second) reads.push_back(in);
+  for (const auto& a : node.attribute()) {
+    auto sub = [&](const onnx::GraphProto& g) {
+      std::set<std::string> defined;
+      collect_outer_reads(g, defined, reads, seen);
+    };
+    if (a.has_g()) sub(a.g());
+    for (const auto& g : a.graphs()) sub(g);
+  }
+  return reads;
+}
+
+}  // namespace ctxgen

@@ -1,0 +1,60 @@
+#include "binary_registry.h"
+
+#include <atomic>
+
+namespace ctxgen::ort_ep {
+namespace {
+
+std::atomic<uint64_t> g_opened{0};
+std::atomic<uint64_t> g_live{0};
+
+// Rides along with a binary so the live count drops exactly when its last user lets go.
+struct CountedBinary {
+  explicit CountedBinary(std::shared_ptr<const ContextBinary> b) : binary(std::move(b)) { ++g_live; }
+  ~CountedBinary() { --g_live; }
+  CountedBinary(const CountedBinary&) = delete;
+  CountedBinary& operator=(const CountedBinary&) = delete;
+  std::shared_ptr<const ContextBinary> binary;
+};
+
+}  // namespace
+
+BinaryRegistry& BinaryRegistry::instance() {
+  static BinaryRegistry registry;
+  return registry;
+}
+
+std::shared_ptr<const ContextBinary> BinaryRegistry::open_counted(const std::filesystem::path& path) {
+  auto counted = std::make_shared<CountedBinary>(ContextBinary::open(path));
+  ++g_opened;
+  const ContextBinary* binary = counted->binary.get();
+  return std::shared_ptr<const ContextBinary>(std::move(counted), binary);
+}
+
+std::shared_ptr<const ContextBinary> BinaryRegistry::open(const std::filesystem::path& canonical_path,
+                                                          bool shared) {
+  if (!shared) return open_counted(canonical_path);
+  // Opening under the lock keeps two sessions created at once from mapping the file twice.
+  std::lock_guard lock(mutex_);
+  std::erase_if(shared_, [](const auto& entry) { return entry.second.expired(); });
+  if (auto it = shared_.find(canonical_path); it != shared_.end()) {
+    if (auto binary = it->second.lock()) return binary;
+  }
+  auto binary = open_counted(canonical_path);
+  shared_[canonical_path] = binary;
+  return binary;
+}
+
+std::vector<SharedGraph> BinaryRegistry::find_shared_graph(const std::string& name) {
+  std::lock_guard lock(mutex_);
+  std::vector<SharedGraph> found;
+  for (const auto& [path, weak] : shared_) {
+    auto binary = weak.lock();
+    if (binary && binary->find_graph(name) != nullptr) found.push_back({path, std::move(binary)});
+  }
+  return found;
+}
+
+BinaryStats BinaryRegistry::stats() const { return {g_opened.load(), g_live.load()}; }
+
+}  // namespace ctxgen::ort_ep

@@ -1,0 +1,133 @@
+#include "compiled_node.h"
+
+#include "ctxgen/error.h"
+#include "ep_context.h"
+#include "ort_api.h"
+
+namespace ctxgen::ort_ep {
+namespace {
+
+size_t element_size(int32_t elem_type) {
+  switch (elem_type) {
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8:
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8:
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL: return 1;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16: return 2;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT:
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32: return 4;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64:
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE: return 8;
+    default:
+      throw Error(ErrorCode::kInvalidBinary, "graph value of unsupported element type " + elem_type_name(elem_type));
+  }
+}
+
+size_t byte_size(const IoSignature& signature) {
+  size_t count = 1;
+  for (int64_t d : signature.dims) count *= static_cast<size_t>(d);
+  return count * element_size(signature.elem_type);
+}
+
+struct ActualTensor {
+  int32_t elem_type = 0;
+  std::vector<int64_t> dims;
+};
+
+ActualTensor actual_tensor(const OrtValue* value) {
+  OrtTensorTypeAndShapeInfo* info = nullptr;
+  check(api().ort->GetTensorTypeAndShape(value, &info), "GetTensorTypeAndShape");
+  std::unique_ptr<OrtTensorTypeAndShapeInfo, void (*)(OrtTensorTypeAndShapeInfo*)> owner(
+      info, api().ort->ReleaseTensorTypeAndShapeInfo);
+  ONNXTensorElementDataType elem = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+  check(api().ort->GetTensorElementType(info, &elem), "GetTensorElementType");
+  size_t rank = 0;
+  check(api().ort->GetDimensionsCount(info, &rank), "GetDimensionsCount");
+  ActualTensor tensor{static_cast<int32_t>(elem), std::vector<int64_t>(rank)};
+  if (rank > 0) check(api().ort->GetDimensions(info, tensor.dims.data(), rank), "GetDimensions");
+  return tensor;
+}
+
+}  // namespace
+
+CompiledNode::CompiledNode(std::string node_name, std::shared_ptr<const runtime::Executable> executable,
+                           std::vector<size_t> input_slots, std::vector<std::optional<size_t>> output_slots)
+    : OrtNodeComputeInfo{},
+      node_name_(std::move(node_name)),
+      executable_(std::move(executable)),
+      input_slots_(std::move(input_slots)),
+      output_slots_(std::move(output_slots)) {
+  ort_version_supported = ORT_API_VERSION;
+  CreateState = CreateStateImpl;
+  Compute = ComputeImpl;
+  ReleaseState = ReleaseStateImpl;
+}
+
+void CompiledNode::compute(OrtKernelContext* context) const {
+  const GraphRecord& graph = executable_->graph();
+  std::vector<const void*> inputs(graph.inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const OrtValue* value = nullptr;
+    check(api().ort->KernelContext_GetInput(context, input_slots_[i], &value), "KernelContext_GetInput");
+    const IoSignature& expected = graph.inputs[i];
+    // The model may declare symbolic dims; the program was compiled for exactly these.
+    const ActualTensor actual = actual_tensor(value);
+    if (actual.elem_type != expected.elem_type || actual.dims != expected.dims) {
+      throw Error(ErrorCode::kMismatch, "EPContext node '" + node_name_ + "': input " + std::to_string(i) + " '" +
+                                            expected.name + "' is " + elem_type_name(actual.elem_type) + " " +
+                                            dims_string(actual.dims) + " but graph '" + graph.name +
+                                            "' was compiled for " + elem_type_name(expected.elem_type) + " " +
+                                            dims_string(expected.dims));
+    }
+    check(api().ort->GetTensorData(value, &inputs[i]), "GetTensorData");
+  }
+
+  std::vector<void*> outputs(graph.outputs.size());
+  // Outputs ORT does not read still need somewhere to go.
+  std::vector<std::vector<uint8_t>> unread;
+  unread.reserve(outputs.size());
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const IoSignature& signature = graph.outputs[i];
+    if (!output_slots_[i]) {
+      outputs[i] = unread.emplace_back(byte_size(signature)).data();
+      continue;
+    }
+    OrtValue* value = nullptr;
+    check(api().ort->KernelContext_GetOutput(context, *output_slots_[i], signature.dims.data(),
+                                             signature.dims.size(), &value),
+          "KernelContext_GetOutput");
+    check(api().ort->GetTensorMutableData(value, &outputs[i]), "GetTensorMutableData");
+  }
+  executable_->run(inputs, outputs);
+}
+
+OrtStatus* ORT_API_CALL CompiledNode::CreateStateImpl(OrtNodeComputeInfo* self, OrtNodeComputeContext*,
+                                                      void** state) noexcept {
+  // The executable is immutable and every run brings its own arena, so no per-kernel state.
+  *state = self;
+  return nullptr;
+}
+
+OrtStatus* ORT_API_CALL CompiledNode::ComputeImpl(OrtNodeComputeInfo* self, void*,
+                                                  OrtKernelContext* context) noexcept {
+  return guarded(ORT_EP_FAIL, [&] { static_cast<const CompiledNode*>(self)->compute(context); });
+}
+
+void ORT_API_CALL CompiledNode::ReleaseStateImpl(OrtNodeComputeInfo*, void*) noexcept {}
+
+std::vector<std::optional<size_t>> match_by_name(const std::string& node, const char* direction,
+                                                 const std::vector<std::string>& wanted,
+                                                 const std::vector<std::string>& available, bool required) {
+  std::vector<std::optional<size_t>> slots(wanted.size());
+  for (size_t i = 0; i < wanted.size(); ++i) {
+    for (size_t j = 0; j < available.size() && !slots[i]; ++j) {
+      if (available[j] == wanted[i]) slots[i] = j;
+    }
+    if (required && !slots[i]) {
+      throw Error(ErrorCode::kInternal, "EPContext node '" + node + "': " + direction + " '" + wanted[i] +
+                                            "' is not among the fused node's " + direction + "s");
+    }
+  }
+  return slots;
+}
+
+}  // namespace ctxgen::ort_ep

@@ -1,0 +1,46 @@
+#pragma once
+// One compiled EPContext node as ORT sees it: an OrtNodeComputeInfo whose Compute feeds the
+// kernel context's tensors to a ctxgen executable.
+
+#include <onnxruntime_c_api.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ctxgen/runtime.h"
+
+namespace ctxgen::ort_ep {
+
+class CompiledNode : public OrtNodeComputeInfo {
+ public:
+  // The fused node ORT made for the EPContext node may order or drop values differently (it
+  // dedups repeated inputs and omits outputs nobody reads), so values are matched by name:
+  // `input_slots[i]` is the kernel input feeding graph input i, `output_slots[i]` the kernel
+  // output for graph output i, or nullopt when ORT does not want it.
+  CompiledNode(std::string node_name, std::shared_ptr<const runtime::Executable> executable,
+               std::vector<size_t> input_slots, std::vector<std::optional<size_t>> output_slots);
+
+ private:
+  void compute(OrtKernelContext* context) const;
+
+  static OrtStatus* ORT_API_CALL CreateStateImpl(OrtNodeComputeInfo* self, OrtNodeComputeContext* context,
+                                                 void** state) noexcept;
+  static OrtStatus* ORT_API_CALL ComputeImpl(OrtNodeComputeInfo* self, void* state,
+                                             OrtKernelContext* context) noexcept;
+  static void ORT_API_CALL ReleaseStateImpl(OrtNodeComputeInfo* self, void* state) noexcept;
+
+  std::string node_name_;
+  std::shared_ptr<const runtime::Executable> executable_;
+  std::vector<size_t> input_slots_;
+  std::vector<std::optional<size_t>> output_slots_;
+};
+
+// Slot of each of `wanted` among `available` by value name, for the mapping above. Throws
+// Error(kInternal) naming `node` when a wanted value is not available and `required`.
+std::vector<std::optional<size_t>> match_by_name(const std::string& node, const char* direction,
+                                                 const std::vector<std::string>& wanted,
+                                                 const std::vector<std::string>& available, bool required);
+
+}  // namespace ctxgen::ort_ep

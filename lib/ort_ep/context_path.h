@@ -1,0 +1,25 @@
+#pragma once
+// Where an EPContext node's context binary lives. The rules follow ONNX's checks for external
+// data: the path must be relative, stay inside the model folder (also after following symlinks),
+// and name a non-empty regular file.
+
+#include <filesystem>
+#include <optional>
+#include <string>
+
+namespace ctxgen::ort_ep {
+
+// The folder ep_cache_context paths are relative to: the model's folder, or for a model loaded
+// from memory (empty `model_path`) the folder of the ep.context_file_path session option.
+// Throws Error(kInvalidModel) naming `node` when neither is known.
+std::filesystem::path context_folder(const std::string& model_path,
+                                     const std::optional<std::string>& context_file_path,
+                                     const std::string& node, const std::string& cache_context);
+
+// The canonical path of the file `relative` names inside `folder`. Throws Error(kInvalidModel)
+// naming `node` and the path when `relative` is empty, absolute, contains "..", resolves outside
+// `folder`, or does not name a non-empty regular file.
+std::filesystem::path resolve_context_path(const std::filesystem::path& folder, const std::string& relative,
+                                           const std::string& node);
+
+}  // namespace ctxgen::ort_ep

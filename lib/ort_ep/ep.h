@@ -1,0 +1,61 @@
+#pragma once
+// The OrtEp of one session: claims this EP's EPContext nodes and compiles each into a runnable
+// graph of a context binary.
+
+#include <onnxruntime_c_api.h>
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ctxgen/format.h"
+#include "ep_context.h"
+
+namespace ctxgen::ort_ep {
+
+// The session options the EP reads in CreateEp (it may not keep the options themselves).
+struct SessionConfig {
+  std::optional<std::string> context_file_path;  // ep.context_file_path
+  bool share_contexts = false;                   // ep.share_ep_contexts=1
+
+  static SessionConfig read(const OrtSessionOptions* options);
+};
+
+class CtxgenEp : public OrtEp {
+ public:
+  CtxgenEp(SessionConfig config, const OrtLogger* logger);
+
+ private:
+  // A context binary loaded by one of this session's main_context=1 nodes.
+  struct LoadedBinary {
+    std::string label;  // canonical path, or "embedded in EPContext node 'N'"
+    std::shared_ptr<const ContextBinary> binary;
+  };
+
+  void claim(const OrtGraph* graph, OrtEpGraphSupportInfo* support) const;
+  void compile(const OrtGraph** graphs, const OrtNode** fused_nodes, size_t count,
+               OrtNodeComputeInfo** infos);
+  const LoadedBinary& load_main_context(const EpContextNode& node, const std::string& model_path);
+  const LoadedBinary& keep(LoadedBinary loaded);
+  LoadedBinary find_graph(const EpContextNode& node, const LoadedBinary* own) const;
+  void log(OrtLoggingLevel level, const std::string& message) const;
+
+  static const char* ORT_API_CALL GetNameImpl(const OrtEp* self) noexcept;
+  static OrtStatus* ORT_API_CALL GetCapabilityImpl(OrtEp* self, const OrtGraph* graph,
+                                                   OrtEpGraphSupportInfo* support) noexcept;
+  static OrtStatus* ORT_API_CALL CompileImpl(OrtEp* self, const OrtGraph** graphs, const OrtNode** fused_nodes,
+                                             size_t count, OrtNodeComputeInfo** infos,
+                                             OrtNode** ep_context_nodes) noexcept;
+  static void ORT_API_CALL ReleaseNodeComputeInfosImpl(OrtEp* self, OrtNodeComputeInfo** infos,
+                                                       size_t count) noexcept;
+  static const char* ORT_API_CALL GetCompiledModelCompatibilityInfoImpl(OrtEp* self,
+                                                                        const OrtGraph* graph) noexcept;
+
+  SessionConfig config_;
+  const OrtLogger* logger_;
+  std::vector<LoadedBinary> loaded_;
+};
+
+}  // namespace ctxgen::ort_ep

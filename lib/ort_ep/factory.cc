@@ -1,0 +1,161 @@
+#include "factory.h"
+
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#include "ctxgen/ref_identity.h"
+#include "ep.h"
+#include "ep_context.h"
+#include "ort_api.h"
+
+namespace ctxgen::ort_ep {
+namespace {
+
+constexpr const char* kVendor = "ctxgen";
+// No PCI vendor stands behind a software EP.
+constexpr uint32_t kVendorId = 0;
+constexpr const char* kVersion = "0.1.0";
+
+bool candidate_supported(const OrtKeyValuePairs* candidate) {
+  const char* count_text = api().ort->GetKeyValue(candidate, "num_models");
+  if (count_text == nullptr) return false;
+  const long count = std::strtol(count_text, nullptr, 10);
+  if (count < 1) return false;
+  for (long i = 0; i < count; ++i) {
+    const std::string key = std::to_string(i) + ".ep_compatibility_info";
+    if (judge_compatibility(api().ort->GetKeyValue(candidate, key.c_str())) !=
+        OrtCompiledModelCompatibility_EP_SUPPORTED_OPTIMAL) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+OrtCompiledModelCompatibility judge_compatibility(const char* info) {
+  if (info == nullptr || *info == '\0') return OrtCompiledModelCompatibility_EP_NOT_APPLICABLE;
+  // Any other format version or identity is refused on load, so it is unsupported, not merely
+  // worth recompiling.
+  return compatibility_info() == info ? OrtCompiledModelCompatibility_EP_SUPPORTED_OPTIMAL
+                                      : OrtCompiledModelCompatibility_EP_UNSUPPORTED;
+}
+
+CtxgenEpFactory::CtxgenEpFactory() : OrtEpFactory{} {
+  ort_version_supported = ORT_API_VERSION;
+  GetName = GetNameImpl;
+  GetVendor = GetVendorImpl;
+  GetSupportedDevices = GetSupportedDevicesImpl;
+  CreateEp = CreateEpImpl;
+  ReleaseEp = ReleaseEpImpl;
+  GetVendorId = GetVendorIdImpl;
+  GetVersion = GetVersionImpl;
+  ValidateCompiledModelCompatibilityInfo = ValidateCompiledModelCompatibilityInfoImpl;
+  CreateAllocator = CreateAllocatorImpl;
+  ReleaseAllocator = ReleaseAllocatorImpl;
+  CreateDataTransfer = CreateDataTransferImpl;
+  IsStreamAware = IsStreamAwareImpl;
+  CreateSyncStreamForDevice = CreateSyncStreamForDeviceImpl;
+  GetNumCustomOpDomains = GetNumCustomOpDomainsImpl;
+  GetCustomOpDomains = GetCustomOpDomainsImpl;
+  SelectBestModelCandidate = SelectBestModelCandidateImpl;
+  // Optional members this EP has no use for stay null, as the header allows:
+  // GetHardwareDeviceIncompatibilityDetails, CreateExternalResourceImporterForDevice,
+  // InitGraphicsInterop, DeinitGraphicsInterop.
+}
+
+const char* ORT_API_CALL CtxgenEpFactory::GetNameImpl(const OrtEpFactory*) noexcept { return ref::kEpName; }
+
+const char* ORT_API_CALL CtxgenEpFactory::GetVendorImpl(const OrtEpFactory*) noexcept { return kVendor; }
+
+uint32_t ORT_API_CALL CtxgenEpFactory::GetVendorIdImpl(const OrtEpFactory*) noexcept { return kVendorId; }
+
+const char* ORT_API_CALL CtxgenEpFactory::GetVersionImpl(const OrtEpFactory*) noexcept { return kVersion; }
+
+OrtStatus* ORT_API_CALL CtxgenEpFactory::GetSupportedDevicesImpl(OrtEpFactory* self,
+                                                                 const OrtHardwareDevice* const* devices,
+                                                                 size_t num_devices, OrtEpDevice** ep_devices,
+                                                                 size_t max_ep_devices,
+                                                                 size_t* num_ep_devices) noexcept {
+  *num_ep_devices = 0;
+  // The ref backend's programs run on the host CPU.
+  for (size_t i = 0; i < num_devices && *num_ep_devices < max_ep_devices; ++i) {
+    if (api().ort->HardwareDevice_Type(devices[i]) != OrtHardwareDeviceType_CPU) continue;
+    OrtEpDevice* device = nullptr;
+    if (OrtStatus* status = api().ep->CreateEpDevice(self, devices[i], nullptr, nullptr, &device)) return status;
+    ep_devices[(*num_ep_devices)++] = device;
+  }
+  return nullptr;
+}
+
+OrtStatus* ORT_API_CALL CtxgenEpFactory::CreateEpImpl(OrtEpFactory*, const OrtHardwareDevice* const*,
+                                                      const OrtKeyValuePairs* const*, size_t,
+                                                      const OrtSessionOptions* options, const OrtLogger* logger,
+                                                      OrtEp** ep) noexcept {
+  *ep = nullptr;
+  return guarded(ORT_EP_FAIL, [&] { *ep = new CtxgenEp(SessionConfig::read(options), logger); });
+}
+
+void ORT_API_CALL CtxgenEpFactory::ReleaseEpImpl(OrtEpFactory*, OrtEp* ep) noexcept {
+  delete static_cast<CtxgenEp*>(ep);
+}
+
+OrtStatus* ORT_API_CALL CtxgenEpFactory::ValidateCompiledModelCompatibilityInfoImpl(
+    OrtEpFactory*, const OrtHardwareDevice* const*, size_t, const char* info,
+    OrtCompiledModelCompatibility* compatibility) noexcept {
+  *compatibility = judge_compatibility(info);
+  return nullptr;
+}
+
+OrtStatus* ORT_API_CALL CtxgenEpFactory::CreateAllocatorImpl(OrtEpFactory*, const OrtMemoryInfo*,
+                                                             const OrtKeyValuePairs*,
+                                                             OrtAllocator** allocator) noexcept {
+  *allocator = nullptr;  // ORT's default CPU allocator serves this EP
+  return nullptr;
+}
+
+void ORT_API_CALL CtxgenEpFactory::ReleaseAllocatorImpl(OrtEpFactory*, OrtAllocator*) noexcept {}
+
+OrtStatus* ORT_API_CALL CtxgenEpFactory::CreateDataTransferImpl(OrtEpFactory*,
+                                                                OrtDataTransferImpl** data_transfer) noexcept {
+  *data_transfer = nullptr;  // all data stays in CPU memory
+  return nullptr;
+}
+
+bool ORT_API_CALL CtxgenEpFactory::IsStreamAwareImpl(const OrtEpFactory*) noexcept { return false; }
+
+OrtStatus* ORT_API_CALL CtxgenEpFactory::CreateSyncStreamForDeviceImpl(OrtEpFactory*, const OrtMemoryDevice*,
+                                                                       const OrtKeyValuePairs*,
+                                                                       OrtSyncStreamImpl** stream) noexcept {
+  *stream = nullptr;
+  return nullptr;
+}
+
+OrtStatus* ORT_API_CALL CtxgenEpFactory::GetNumCustomOpDomainsImpl(OrtEpFactory*, size_t* num_domains) noexcept {
+  // EPContext is an ORT contrib op; no schema of ours is needed.
+  *num_domains = 0;
+  return nullptr;
+}
+
+OrtStatus* ORT_API_CALL CtxgenEpFactory::GetCustomOpDomainsImpl(OrtEpFactory*, OrtCustomOpDomain**,
+                                                                size_t) noexcept {
+  return nullptr;
+}
+
+OrtStatus* ORT_API_CALL CtxgenEpFactory::SelectBestModelCandidateImpl(OrtEpFactory*, const OrtHardwareDevice*,
+                                                                      const OrtKeyValuePairs* const* candidates,
+                                                                      size_t num_candidates,
+                                                                      const OrtSessionOptions*,
+                                                                      size_t* selected_index) noexcept {
+  *selected_index = SIZE_MAX;
+  for (size_t i = 0; i < num_candidates; ++i) {
+    if (candidate_supported(candidates[i])) {
+      *selected_index = i;
+      break;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace ctxgen::ort_ep

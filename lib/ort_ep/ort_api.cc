@@ -1,0 +1,210 @@
+#include "ort_api.h"
+
+#include <exception>
+
+#include "ctxgen/error.h"
+
+namespace ctxgen::ort_ep {
+namespace {
+
+Api g_api;
+
+// Owns an OrtStatus we received and only inspect.
+struct StatusHolder {
+  OrtStatus* status;
+  ~StatusHolder() {
+    if (status != nullptr) api().ort->ReleaseStatus(status);
+  }
+};
+
+}  // namespace
+
+void init_api(const OrtApi* ort) {
+  g_api.ort = ort;
+  g_api.ep = ort->GetEpApi();
+}
+
+const Api& api() { return g_api; }
+
+void check(OrtStatus* status, const char* what) {
+  if (status == nullptr) return;
+  StatusHolder holder{status};
+  throw Error(ErrorCode::kRuntime, std::string(what) + ": " + api().ort->GetErrorMessage(status));
+}
+
+OrtStatus* make_status(OrtErrorCode code, const std::string& message) noexcept {
+  return api().ort->CreateStatus(code, message.c_str());
+}
+
+OrtStatus* status_from_exception(OrtErrorCode fallback) noexcept {
+  try {
+    throw;
+  } catch (const Error& e) {
+    switch (e.code()) {
+      case ErrorCode::kInvalidModel:
+      case ErrorCode::kInvalidBinary:
+      case ErrorCode::kMismatch:
+        return make_status(ORT_INVALID_GRAPH, e.what());
+      case ErrorCode::kUsage:
+        return make_status(ORT_INVALID_ARGUMENT, e.what());
+      default:
+        return make_status(fallback, e.what());
+    }
+  } catch (const std::exception& e) {
+    return make_status(fallback, std::string("ctxgen plugin EP: ") + e.what());
+  } catch (...) {
+    return make_status(fallback, "ctxgen plugin EP: unknown exception");
+  }
+}
+
+std::vector<const OrtNode*> graph_nodes(const OrtGraph* graph) {
+  size_t count = 0;
+  check(api().ort->Graph_GetNumNodes(graph, &count), "Graph_GetNumNodes");
+  std::vector<const OrtNode*> nodes(count);
+  if (count > 0) check(api().ort->Graph_GetNodes(graph, nodes.data(), count), "Graph_GetNodes");
+  return nodes;
+}
+
+std::string graph_model_path(const OrtGraph* graph) {
+  const ORTCHAR_T* path = nullptr;
+  check(api().ort->Graph_GetModelPath(graph, &path), "Graph_GetModelPath");
+  return path == nullptr ? std::string() : std::string(path);
+}
+
+std::string node_name(const OrtNode* node) {
+  const char* name = nullptr;
+  check(api().ort->Node_GetName(node, &name), "Node_GetName");
+  return name == nullptr ? std::string() : std::string(name);
+}
+
+std::string node_op_type(const OrtNode* node) {
+  const char* type = nullptr;
+  check(api().ort->Node_GetOperatorType(node, &type), "Node_GetOperatorType");
+  return type == nullptr ? std::string() : std::string(type);
+}
+
+std::string node_domain(const OrtNode* node) {
+  const char* domain = nullptr;
+  check(api().ort->Node_GetDomain(node, &domain), "Node_GetDomain");
+  return domain == nullptr ? std::string() : std::string(domain);
+}
+
+std::vector<const OrtValueInfo*> node_inputs(const OrtNode* node) {
+  size_t count = 0;
+  check(api().ort->Node_GetNumInputs(node, &count), "Node_GetNumInputs");
+  std::vector<const OrtValueInfo*> values(count);
+  if (count > 0) check(api().ort->Node_GetInputs(node, values.data(), count), "Node_GetInputs");
+  return values;
+}
+
+std::vector<const OrtValueInfo*> node_outputs(const OrtNode* node) {
+  size_t count = 0;
+  check(api().ort->Node_GetNumOutputs(node, &count), "Node_GetNumOutputs");
+  std::vector<const OrtValueInfo*> values(count);
+  if (count > 0) check(api().ort->Node_GetOutputs(node, values.data(), count), "Node_GetOutputs");
+  return values;
+}
+
+namespace {
+
+// An attribute the schema knows but the node does not set comes back as nullptr; a name the
+// schema does not know is an error status, which for our purposes means the same.
+const OrtOpAttr* find_attribute(const OrtNode* node, const char* name) {
+  const OrtOpAttr* attr = nullptr;
+  StatusHolder holder{api().ort->Node_GetAttributeByName(node, name, &attr)};
+  return holder.status == nullptr ? attr : nullptr;
+}
+
+const char* attribute_type_name(OrtOpAttrType type) {
+  switch (type) {
+    case ORT_OP_ATTR_INT: return "int";
+    case ORT_OP_ATTR_INTS: return "ints";
+    case ORT_OP_ATTR_FLOAT: return "float";
+    case ORT_OP_ATTR_FLOATS: return "floats";
+    case ORT_OP_ATTR_STRING: return "string";
+    case ORT_OP_ATTR_STRINGS: return "strings";
+    case ORT_OP_ATTR_GRAPH: return "graph";
+    case ORT_OP_ATTR_TENSOR: return "tensor";
+    default: return "undefined";
+  }
+}
+
+void expect_attribute_type(const OrtNode* node, const OrtOpAttr* attr, const char* name,
+                           OrtOpAttrType expected) {
+  OrtOpAttrType type = ORT_OP_ATTR_UNDEFINED;
+  check(api().ort->OpAttr_GetType(attr, &type), "OpAttr_GetType");
+  if (type != expected) {
+    throw Error(ErrorCode::kInvalidModel, "node '" + node_name(node) + "': attribute '" + name +
+                                              "' is of type " + attribute_type_name(type) +
+                                              ", expected " + attribute_type_name(expected));
+  }
+}
+
+}  // namespace
+
+std::optional<std::string> string_attribute(const OrtNode* node, const char* name) {
+  const OrtOpAttr* attr = find_attribute(node, name);
+  if (attr == nullptr) return std::nullopt;
+  expect_attribute_type(node, attr, name, ORT_OP_ATTR_STRING);
+  // The first call only reports the size; it fails because the buffer is too small.
+  size_t size = 0;
+  StatusHolder sizing{api().ort->ReadOpAttr(attr, ORT_OP_ATTR_STRING, nullptr, 0, &size)};
+  std::string value(size, '\0');
+  if (size > 0) {
+    check(api().ort->ReadOpAttr(attr, ORT_OP_ATTR_STRING, value.data(), size, &size), "ReadOpAttr");
+    value.resize(size);
+  }
+  return value;
+}
+
+std::optional<int64_t> int_attribute(const OrtNode* node, const char* name) {
+  const OrtOpAttr* attr = find_attribute(node, name);
+  if (attr == nullptr) return std::nullopt;
+  expect_attribute_type(node, attr, name, ORT_OP_ATTR_INT);
+  int64_t value = 0;
+  size_t size = 0;
+  check(api().ort->ReadOpAttr(attr, ORT_OP_ATTR_INT, &value, sizeof(value), &size), "ReadOpAttr");
+  return value;
+}
+
+std::string value_name(const OrtValueInfo* value) {
+  const char* name = nullptr;
+  check(api().ort->GetValueInfoName(value, &name), "GetValueInfoName");
+  return name == nullptr ? std::string() : std::string(name);
+}
+
+DeclaredTensor value_type(const OrtValueInfo* value) {
+  DeclaredTensor result;
+  const OrtTypeInfo* type = nullptr;
+  check(api().ort->GetValueInfoTypeInfo(value, &type), "GetValueInfoTypeInfo");
+  const OrtTensorTypeAndShapeInfo* tensor = nullptr;
+  if (type == nullptr) return result;
+  check(api().ort->CastTypeInfoToTensorInfo(type, &tensor), "CastTypeInfoToTensorInfo");
+  if (tensor == nullptr) return result;
+  ONNXTensorElementDataType elem = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+  check(api().ort->GetTensorElementType(tensor, &elem), "GetTensorElementType");
+  result.elem_type = static_cast<int32_t>(elem);
+  if (api().ort->TensorTypeAndShape_HasShape(tensor)) {
+    size_t rank = 0;
+    check(api().ort->GetDimensionsCount(tensor, &rank), "GetDimensionsCount");
+    std::vector<int64_t> dims(rank);
+    if (rank > 0) check(api().ort->GetDimensions(tensor, dims.data(), rank), "GetDimensions");
+    result.dims = std::move(dims);
+  }
+  return result;
+}
+
+std::optional<std::string> session_config(const OrtSessionOptions* options, const char* key) {
+  int present = 0;
+  check(api().ort->HasSessionConfigEntry(options, key, &present), "HasSessionConfigEntry");
+  if (present == 0) return std::nullopt;
+  size_t size = 0;
+  check(api().ort->GetSessionConfigEntry(options, key, nullptr, &size), "GetSessionConfigEntry");
+  std::string value(size, '\0');
+  check(api().ort->GetSessionConfigEntry(options, key, value.data(), &size), "GetSessionConfigEntry");
+  // The reported size counts the terminating NUL.
+  if (!value.empty() && value.back() == '\0') value.pop_back();
+  return value;
+}
+
+}  // namespace ctxgen::ort_ep

@@ -1,0 +1,70 @@
+#pragma once
+// Access to the ONNX Runtime C API tables from inside the plugin, and the two directions of error
+// translation: ORT status -> C++ exception (so our code reads straight through) and C++ exception ->
+// ORT status at every entry point ORT calls (so nothing ever throws across the C boundary).
+
+#include <onnxruntime_c_api.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ctxgen::ort_ep {
+
+struct Api {
+  const OrtApi* ort = nullptr;
+  const OrtEpApi* ep = nullptr;
+};
+
+// Set once in CreateEpFactories, before ORT can call anything else in the library.
+void init_api(const OrtApi* ort);
+const Api& api();
+
+// Throws Error(kRuntime) with ORT's message, prefixed by `what`, when `status` is an error.
+void check(OrtStatus* status, const char* what);
+
+OrtStatus* make_status(OrtErrorCode code, const std::string& message) noexcept;
+
+// Maps the exception in flight to a status: problems with the model or its context binary are
+// ORT_INVALID_GRAPH (what the EPContext design asks of EPs), anything else `fallback`.
+OrtStatus* status_from_exception(OrtErrorCode fallback) noexcept;
+
+// Runs `body` and turns any exception into a status; for the bodies of ORT callbacks.
+template <typename Body>
+OrtStatus* guarded(OrtErrorCode fallback, Body&& body) noexcept {
+  try {
+    body();
+    return nullptr;
+  } catch (...) {
+    return status_from_exception(fallback);
+  }
+}
+
+// Graph access: thin, throwing wrappers over the OrtApi graph functions.
+std::vector<const OrtNode*> graph_nodes(const OrtGraph* graph);
+std::string graph_model_path(const OrtGraph* graph);  // empty for a model loaded from memory
+std::string node_name(const OrtNode* node);
+std::string node_op_type(const OrtNode* node);
+std::string node_domain(const OrtNode* node);
+// Missing optional values come back as nullptr.
+std::vector<const OrtValueInfo*> node_inputs(const OrtNode* node);
+std::vector<const OrtValueInfo*> node_outputs(const OrtNode* node);
+// nullopt when the node has no such attribute. A string attribute may hold binary bytes
+// (the embedded context payload), so the result is a byte string, not a C string.
+std::optional<std::string> string_attribute(const OrtNode* node, const char* name);
+std::optional<int64_t> int_attribute(const OrtNode* node, const char* name);
+
+std::string value_name(const OrtValueInfo* value);
+// Element type and shape as the model declares them; dims are absent when the rank is unknown
+// and a symbolic dim reads as -1.
+struct DeclaredTensor {
+  int32_t elem_type = 0;  // ONNXTensorElementDataType; 0 when the value is not a tensor
+  std::optional<std::vector<int64_t>> dims;
+};
+DeclaredTensor value_type(const OrtValueInfo* value);
+
+// nullopt when the session has no such config entry.
+std::optional<std::string> session_config(const OrtSessionOptions* options, const char* key);
+
+}  // namespace ctxgen::ort_ep

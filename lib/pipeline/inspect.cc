@@ -1,0 +1,127 @@
+// `ctxgen inspect`: what went where in an EPContext model, and what a context binary holds.
+
+#include <sstream>
+
+#include "ctxgen/error.h"
+#include "ctxgen/format.h"
+#include "ctxgen/model.h"
+#include "ctxgen/report.h"
+
+namespace fs = std::filesystem;
+
+namespace ctxgen {
+namespace {
+
+nlohmann::json signature_json(const std::vector<IoSignature>& sigs) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& s : sigs) list.push_back({{"name", s.name}, {"type", dtype_name(s.elem_type)}, {"dims", s.dims}});
+  return list;
+}
+
+nlohmann::json inspect_binary(const fs::path& path) {
+  auto binary = ContextBinary::open(path);
+  uint64_t weight_bytes = 0;
+  for (const auto& w : binary->weights()) weight_bytes += w.size;
+  nlohmann::json graphs = nlohmann::json::array();
+  for (const auto& g : binary->graphs())
+    graphs.push_back({{"name", g.name}, {"inputs", signature_json(g.inputs)}, {"outputs", signature_json(g.outputs)},
+                      {"program_bytes", g.program_size}, {"weights", g.weight_ids.size()}});
+  const auto& id = binary->identity();
+  return {{"kind", "context_binary"},
+          {"path", path.string()},
+          {"size", binary->file_size()},
+          {"format_version", binary->format_version()},
+          {"backend", id.backend},
+          {"sdk_version", id.sdk_version},
+          {"hardware_architecture", id.hardware_architecture},
+          {"graphs", graphs},
+          {"weights", {{"count", binary->weights().size()}, {"bytes", weight_bytes}}}};
+}
+
+nlohmann::json attribute_json(const onnx::AttributeProto& a) {
+  switch (a.type()) {
+    case onnx::AttributeProto::INT: return a.i();
+    case onnx::AttributeProto::FLOAT: return a.f();
+    case onnx::AttributeProto::STRING:
+      // An embedded context is binary and large; show its size instead.
+      if (a.name() == "ep_cache_context" && (a.s().size() > 256 || a.s().find('\0') != std::string::npos))
+        return "<embedded context, " + std::to_string(a.s().size()) + " bytes>";
+      return a.s();
+    default: return "<" + onnx::AttributeProto_AttributeType_Name(a.type()) + ">";
+  }
+}
+
+nlohmann::json inspect_model(const fs::path& path) {
+  auto file = MappedFile::open(path);
+  onnx::ModelProto proto;
+  if (file->size() > INT32_MAX || !proto.ParseFromArray(file->data(), static_cast<int>(file->size())) || !proto.has_graph())
+    throw Error(ErrorCode::kInvalidModel, path.string() + ": not a valid ONNX model");
+  const auto& graph = proto.graph();
+  nlohmann::json contexts = nlohmann::json::array();
+  std::map<std::string, size_t> ops;
+  for (const auto& node : graph.node()) {
+    if (node.op_type() != "EPContext") {
+      ++ops[node.op_type()];
+      continue;
+    }
+    nlohmann::json attrs = nlohmann::json::object();
+    for (const auto& a : node.attribute()) attrs[a.name()] = attribute_json(a);
+    contexts.push_back({{"name", node.name()}, {"inputs", node.input()}, {"outputs", node.output()}, {"attributes", attrs}});
+  }
+  nlohmann::json fallback = nlohmann::json::array();
+  for (const auto& kv : proto.metadata_props())
+    if (kv.key() == kFallbackMetadataKey) fallback = nlohmann::json::parse(kv.value(), nullptr, false);
+  uint64_t init_bytes = 0;
+  bool external = false;
+  for (const auto& t : graph.initializer()) {
+    init_bytes += t.raw_data().size();
+    external = external || t.data_location() == onnx::TensorProto::EXTERNAL;
+  }
+  return {{"kind", "epcontext_model"},
+          {"path", path.string()},
+          {"producer", proto.producer_name() + " " + proto.producer_version()},
+          {"graph", graph.name()},
+          {"epcontext_nodes", contexts},
+          {"cpu_node_ops", ops},
+          {"cpu_nodes", fallback},
+          {"initializers", {{"count", graph.initializer_size()}, {"embedded_bytes", init_bytes}, {"external", external}}}};
+}
+
+}  // namespace
+
+nlohmann::json inspect_json(const fs::path& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) throw Error(ErrorCode::kInvalidModel, path.string() + ": no such file");
+  return path.extension() == ".bin" ? inspect_binary(path) : inspect_model(path);
+}
+
+std::string inspect_text(const nlohmann::json& j) {
+  std::ostringstream out;
+  out << j["path"].get<std::string>() << "\n";
+  if (j["kind"] == "context_binary") {
+    out << "  context binary v" << j["format_version"] << ", " << human_bytes(j["size"]) << ", backend "
+        << j["backend"].get<std::string>() << " (" << j["sdk_version"].get<std::string>() << ", "
+        << j["hardware_architecture"].get<std::string>() << ")\n";
+    out << "  weights: " << j["weights"]["count"] << ", " << human_bytes(j["weights"]["bytes"]) << "\n";
+    for (const auto& g : j["graphs"])
+      out << "  graph " << g["name"].get<std::string>() << ": " << g["inputs"].size() << " input(s), "
+          << g["outputs"].size() << " output(s), " << g["weights"] << " weight(s), program "
+          << human_bytes(g["program_bytes"]) << "\n";
+    return out.str();
+  }
+  out << "  producer: " << j["producer"].get<std::string>() << "\n";
+  for (const auto& c : j["epcontext_nodes"]) {
+    out << "  EPContext " << c["name"].get<std::string>() << ": " << c["inputs"].size() << " input(s), "
+        << c["outputs"].size() << " output(s)\n";
+    for (const auto& [key, value] : c["attributes"].items()) out << "    " << key << " = " << value.dump() << "\n";
+  }
+  size_t cpu = 0;
+  for (const auto& [op, count] : j["cpu_node_ops"].items()) cpu += count.get<size_t>();
+  out << "  CPU nodes: " << cpu << "\n";
+  for (const auto& c : j["cpu_nodes"])
+    out << "    " << c["node"].get<std::string>() << " (" << c["op_type"].get<std::string>()
+        << "): " << c["reason"].get<std::string>() << "\n";
+  return out.str();
+}
+
+}  // namespace ctxgen

@@ -1,0 +1,108 @@
+#include "outputs.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "ctxgen/error.h"
+
+namespace fs = std::filesystem;
+
+namespace ctxgen {
+namespace {
+
+Error io_error(const fs::path& path, const std::string& what) {
+  return Error(ErrorCode::kIo, path.string() + ": " + what);
+}
+
+}  // namespace
+
+OutputFile::OutputFile(const fs::path& temp_path) : temp_(temp_path) {
+  fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw io_error(temp_.parent_path(), std::string("cannot create output: ") + std::strerror(errno));
+  state_ = XXH3_createState();
+  XXH3_128bits_reset(state_);
+}
+
+OutputFile::~OutputFile() {
+  if (fd_ >= 0) ::close(fd_);
+  XXH3_freeState(state_);
+}
+
+void OutputFile::write(const uint8_t* data, size_t size) {
+  XXH3_128bits_update(state_, data, size);
+  size_ += size;
+  while (size > 0) {
+    ssize_t n = ::write(fd_, data, std::min<size_t>(size, size_t{1} << 30));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw io_error(temp_, std::string("write failed: ") + std::strerror(errno));
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+}
+
+OutputSummary OutputFile::finish(const fs::path& final_path) {
+  if (::fsync(fd_) != 0) throw io_error(temp_, std::string("fsync failed: ") + std::strerror(errno));
+  if (::close(fd_) != 0) {
+    fd_ = -1;
+    throw io_error(temp_, std::string("close failed: ") + std::strerror(errno));
+  }
+  fd_ = -1;
+  XXH128_hash_t h = XXH3_128bits_digest(state_);
+  return OutputSummary{final_path, size_, Hash128{h.low64, h.high64}};
+}
+
+OutputSet::OutputSet(std::vector<fs::path> paths, bool force) : paths_(std::move(paths)) {
+  for (size_t i = 0; i < paths_.size(); ++i)
+    for (size_t j = i + 1; j < paths_.size(); ++j)
+      if (paths_[i] == paths_[j])
+        throw Error(ErrorCode::kUsage, "two outputs would both be written to " + paths_[i].string() +
+                                           "; give the input models different file names");
+  for (const auto& path : paths_) {
+    std::error_code ec;
+    fs::path folder = path.parent_path().empty() ? fs::path(".") : path.parent_path();
+    if (fs::exists(folder, ec) && !fs::is_directory(folder, ec))
+      throw io_error(folder, "output folder is not a directory");
+    fs::create_directories(folder, ec);
+    if (ec) throw io_error(folder, "cannot create output folder: " + ec.message());
+    if (fs::is_directory(path, ec)) throw io_error(path, "an output path is a directory");
+    if (fs::exists(path, ec) && !force)
+      throw Error(ErrorCode::kOutputExists, path.string() + ": output exists already; remove it or pass --force");
+  }
+}
+
+OutputSet::~OutputSet() {
+  if (committed_) return;
+  std::error_code ec;
+  for (const auto& path : paths_) fs::remove(temp_for(path), ec);
+}
+
+fs::path OutputSet::temp_for(const fs::path& path) const {
+  return path.parent_path() / ("." + path.filename().string() + ".ctxgen-" + std::to_string(::getpid()) + ".tmp");
+}
+
+OutputFile& OutputSet::open(const fs::path& path) {
+  files_.push_back(std::make_unique<OutputFile>(temp_for(path)));
+  return *files_.back();
+}
+
+void OutputSet::commit() {
+  for (const auto& out : written_) {
+    std::error_code ec;
+    fs::rename(temp_for(out.path), out.path, ec);
+    if (ec) {
+      std::string why = ec.message();
+      // Take back what was already published so no half set of outputs is left behind.
+      for (const auto& done : written_) {
+        if (done.path == out.path) break;
+        fs::remove(done.path, ec);
+      }
+      throw io_error(out.path, "cannot move output into place: " + why);
+    }
+  }
+  committed_ = true;
+}
+
+}  // namespace ctxgen

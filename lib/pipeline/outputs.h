@@ -1,0 +1,59 @@
+#pragma once
+// Output files that appear together or not at all: each is written to a temporary file in its
+// final folder and renamed into place only when every output has been written.
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <xxhash.h>
+
+#include "ctxgen/format.h"
+#include "ctxgen/pipeline.h"
+
+namespace ctxgen {
+
+// Writes through a file descriptor, hashing the bytes as they go.
+class OutputFile {
+ public:
+  explicit OutputFile(const std::filesystem::path& temp_path);
+  ~OutputFile();
+  OutputFile(const OutputFile&) = delete;
+  OutputFile& operator=(const OutputFile&) = delete;
+
+  void write(const uint8_t* data, size_t size);
+  ByteSink sink() {
+    return [this](const uint8_t* data, size_t size) { write(data, size); };
+  }
+  // Flushes to disk and closes; returns size and hash.
+  OutputSummary finish(const std::filesystem::path& final_path);
+
+ private:
+  std::filesystem::path temp_;
+  int fd_ = -1;
+  uint64_t size_ = 0;
+  XXH3_state_t* state_ = nullptr;
+};
+
+class OutputSet {
+ public:
+  // Refuses (Error kOutputExists) any planned path that exists unless `force`; creates folders.
+  OutputSet(std::vector<std::filesystem::path> paths, bool force);
+  ~OutputSet();  // removes temporaries that were not committed
+
+  // Opens the temporary for planned output `path`.
+  OutputFile& open(const std::filesystem::path& path);
+  // Renames every finished temporary into place.
+  void commit();
+  const std::vector<OutputSummary>& written() const { return written_; }
+  void finished(OutputSummary summary) { written_.push_back(std::move(summary)); }
+
+ private:
+  std::filesystem::path temp_for(const std::filesystem::path& path) const;
+  std::vector<std::filesystem::path> paths_;
+  std::vector<std::unique_ptr<OutputFile>> files_;
+  std::vector<OutputSummary> written_;
+  bool committed_ = false;
+};
+
+}  // namespace ctxgen

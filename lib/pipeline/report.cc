@@ -1,0 +1,87 @@
+#include "ctxgen/report.h"
+
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+namespace ctxgen {
+
+std::string human_bytes(uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024 && unit < 4) {
+    value /= 1024;
+    ++unit;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, unit == 0 ? "%.0f %s" : "%.1f %s", value, units[unit]);
+  return buf;
+}
+
+namespace {
+
+nlohmann::json stats_json(const WeightStoreStats& s) {
+  return {{"tensors", s.tensors_seen}, {"unique_tensors", s.tensors_unique}, {"bytes", s.bytes_seen},
+          {"unique_bytes", s.bytes_unique}, {"bytes_saved", s.bytes_seen - s.bytes_unique}};
+}
+
+std::map<std::string, size_t> fallback_counts(const ModelSummary& m) {
+  std::map<std::string, size_t> counts;
+  for (const auto& cpu : m.cpu_nodes) ++counts[cpu.op_type + ": " + cpu.reason];
+  return counts;
+}
+
+}  // namespace
+
+nlohmann::json report_json(const RunSummary& summary) {
+  nlohmann::json models = nlohmann::json::array();
+  for (const auto& m : summary.models) {
+    nlohmann::json parts = nlohmann::json::array();
+    for (const auto& p : m.partitions)
+      parts.push_back({{"name", p.name}, {"nodes", p.nodes}, {"inputs", p.inputs}, {"outputs", p.outputs},
+                       {"weights", p.weights}, {"program_bytes", p.program_bytes}});
+    nlohmann::json cpu = nlohmann::json::array();
+    for (const auto& c : m.cpu_nodes) cpu.push_back({{"node", c.node}, {"op_type", c.op_type}, {"reason", c.reason}});
+    nlohmann::json by_op = nlohmann::json::object();
+    for (const auto& c : m.cpu_nodes) by_op[c.op_type] = by_op.value(c.op_type, 0) + 1;
+    models.push_back({{"input", m.input.string()},
+                      {"output", m.output.string()},
+                      {"nodes", m.node_count},
+                      {"nodes_compiled", m.compiled_nodes},
+                      {"nodes_on_cpu", m.cpu_nodes.size()},
+                      {"partitions", parts},
+                      {"cpu_nodes", cpu},
+                      {"cpu_nodes_by_op", by_op},
+                      {"weights",
+                       {{"tensors", m.weights.tensors},
+                        {"bytes", m.weights.bytes},
+                        {"new_tensors", m.weights.new_tensors},
+                        {"new_bytes", m.weights.new_bytes},
+                        {"bytes_shared_with_earlier_models", m.weights.bytes - m.weights.new_bytes}}}});
+  }
+  nlohmann::json files = nlohmann::json::array();
+  for (const auto& f : summary.outputs)
+    files.push_back({{"path", f.path.string()}, {"size", f.size}, {"xxh3_128", f.hash.hex()}});
+  nlohmann::json timings = nlohmann::json::object();
+  for (const auto& [stage, ms] : summary.timings_ms) timings[stage] = ms;
+  return {{"backend", summary.backend}, {"models", models}, {"outputs", files},
+          {"context_binary_weights", stats_json(summary.weights)},
+          {"external_initializer_weights", stats_json(summary.external_weights)}, {"timings_ms", timings}};
+}
+
+std::string report_text(const RunSummary& summary) {
+  std::ostringstream out;
+  for (const auto& m : summary.models) {
+    out << m.input.string() << ": " << m.compiled_nodes << " of " << m.node_count << " nodes on " << summary.backend
+        << " in " << m.partitions.size() << " partition(s), " << m.cpu_nodes.size() << " on CPU\n";
+    for (const auto& [reason, count] : fallback_counts(m)) out << "  CPU: " << count << " x " << reason << "\n";
+  }
+  const auto& w = summary.weights;
+  out << "weights: " << w.tensors_seen << " tensors, " << human_bytes(w.bytes_seen) << " -> " << w.tensors_unique
+      << " unique, " << human_bytes(w.bytes_unique) << "\n";
+  for (const auto& f : summary.outputs) out << "wrote " << f.path.string() << " (" << human_bytes(f.size) << ")\n";
+  return out.str();
+}
+
+}  // namespace ctxgen

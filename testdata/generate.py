@@ -1,0 +1,169 @@
+#!/usr/bin/python3
+"""Writes the small ONNX models ctxgen's tests use into OUTDIR (default: this folder).
+
+Each model exercises one thing: several partitions with CPU islands between them, weights in
+Constant nodes, weights inside If subgraphs, external data, a symbolic batch dimension, dots in
+folder and file names. Deterministic: the same script writes the same bytes.
+Needs Debian's python3-onnx and python3-numpy (run with /usr/bin/python3).
+"""
+import os
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = [helper.make_opsetid("", 13)]
+
+
+def rng(seed):
+    return np.random.default_rng(seed)
+
+
+def weight(name, shape, seed):
+    return numpy_helper.from_array(rng(seed).standard_normal(shape).astype(np.float32) * 0.5, name)
+
+
+def save(model, outdir, name, **kwargs):
+    onnx.checker.check_model(model)
+    path = os.path.join(outdir, name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    onnx.save(model, path, **kwargs)
+    return path
+
+
+def model(graph, opset=None):
+    m = helper.make_model(graph, opset_imports=opset or OPSET, producer_name="ctxgen-testdata")
+    m.ir_version = 8
+    return m
+
+
+def cnn():
+    """The bundled example: Conv+BN+Relu, Conv+Relu, pooling, Gemm, Softmax; all on `ref`."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c1", "bn_s", "bn_b", "bn_m", "bn_v"], ["n1"], name="bn1"),
+        helper.make_node("Relu", ["n1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], name="conv2", strides=[2, 2], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
+        helper.make_node("MaxPool", ["r2"], ["p"], name="pool", kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("GlobalAveragePool", ["p"], ["g"], name="gap"),
+        helper.make_node("Flatten", ["g"], ["f"], name="flatten"),
+        helper.make_node("Gemm", ["f", "fc_w", "fc_b"], ["logits"], name="fc", transB=1),
+        helper.make_node("Softmax", ["logits"], ["y"], name="softmax", axis=1),
+    ]
+    var = np.abs(rng(5).standard_normal(8)).astype(np.float32) + 0.5
+    inits = [
+        weight("w1", [8, 3, 3, 3], 1), weight("b1", [8], 2), weight("bn_s", [8], 3), weight("bn_b", [8], 4),
+        weight("bn_m", [8], 6), numpy_helper.from_array(var, "bn_v"),
+        weight("w2", [16, 8, 3, 3], 7), weight("fc_w", [10, 16], 8), weight("fc_b", [10], 9),
+    ]
+    g = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], inits)
+    return model(g)
+
+
+def islands():
+    """MatMul chains cut by CPU-only ops (Floor, Round): three partitions, two CPU islands, and a
+    side branch that must not make a partition depend on itself through the CPU."""
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["m1"], name="mm1"),
+        helper.make_node("Relu", ["m1"], ["r1"], name="relu1"),
+        helper.make_node("Floor", ["r1"], ["f1"], name="floor1"),
+        helper.make_node("MatMul", ["f1", "w2"], ["m2"], name="mm2"),
+        helper.make_node("Add", ["m2", "r1"], ["a2"], name="add2"),
+        helper.make_node("Round", ["a2"], ["q"], name="round"),
+        helper.make_node("MatMul", ["q", "w3"], ["m3"], name="mm3"),
+        helper.make_node("Tanh", ["m3"], ["y"], name="tanh"),
+    ]
+    inits = [weight("w1", [8, 8], 11), weight("w2", [8, 8], 12), weight("w3", [8, 4], 13)]
+    g = helper.make_graph(nodes, "islands", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4]),
+                           helper.make_tensor_value_info("f1", TensorProto.FLOAT, [2, 8])], inits)
+    return model(g)
+
+
+def constants():
+    """Weights in Constant nodes: a tensor value and a value_floats list."""
+    w = weight("unused", [4, 4], 21)
+    nodes = [
+        helper.make_node("Constant", [], ["w"], name="const_w", value=w),
+        helper.make_node("Constant", [], ["bias"], name="const_b", value_floats=[0.5, -0.5, 1.0, 2.0]),
+        helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
+        helper.make_node("Add", ["m", "bias"], ["y"], name="add"),
+    ]
+    g = helper.make_graph(nodes, "constants", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])])
+    return model(g)
+
+
+def subgraph():
+    """An If whose branches hold their own weights (initializer and Constant) and read an outer
+    value; compiled nodes before and after it."""
+    def branch(name, seed):
+        return helper.make_graph(
+            [helper.make_node("Constant", [], [name + "_c"], value=weight(name + "_c", [4, 4], seed + 1)),
+             helper.make_node("MatMul", ["h", name + "_w"], [name + "_m"]),
+             helper.make_node("MatMul", [name + "_m", name + "_c"], [name + "_out"])],
+            name, [], [helper.make_tensor_value_info(name + "_out", TensorProto.FLOAT, [2, 4])],
+            [weight(name + "_w", [4, 4], seed)])
+    nodes = [
+        helper.make_node("MatMul", ["x", "w_in"], ["h"], name="mm_in"),
+        helper.make_node("If", ["cond"], ["b"], name="if", then_branch=branch("then", 31), else_branch=branch("else", 33)),
+        helper.make_node("Relu", ["b"], ["y"], name="relu"),
+    ]
+    g = helper.make_graph(nodes, "subgraph",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4]),
+                           helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], [weight("w_in", [4, 4], 30)])
+    return model(g)
+
+
+def external(outdir):
+    """Weights in an external data file beside the model; one of them feeds a CPU node."""
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["m1"], name="mm1"),
+        helper.make_node("Floor", ["m1"], ["f"], name="floor"),
+        helper.make_node("Mul", ["f", "scale"], ["s"], name="mul_cpu_side"),
+        helper.make_node("MatMul", ["s", "w2"], ["y"], name="mm2"),
+    ]
+    inits = [weight("w1", [16, 16], 41), weight("w2", [16, 8], 42), weight("scale", [16], 43)]
+    g = helper.make_graph(nodes, "external", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])], inits)
+    return save(model(g), outdir, "external.onnx", save_as_external_data=True, all_tensors_to_one_file=True,
+                location="external.weights", size_threshold=0)
+
+
+def dynamic():
+    """A symbolic batch dimension: nothing is static until --fix-dim batch=N."""
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
+        helper.make_node("Sigmoid", ["m"], ["y"], name="sigmoid"),
+    ]
+    g = helper.make_graph(nodes, "dynamic", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])], [weight("w", [8, 4], 51)])
+    return model(g)
+
+
+def unsupported():
+    """Nothing here runs on `ref`."""
+    g = helper.make_graph([helper.make_node("Floor", ["x"], ["y"], name="floor")], "unsupported",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    return model(g)
+
+
+def main():
+    outdir = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
+    save(cnn(), outdir, "cnn.onnx")
+    save(islands(), outdir, "islands.onnx")
+    save(constants(), outdir, "constants.onnx")
+    save(subgraph(), outdir, "subgraph.onnx")
+    external(outdir)
+    save(dynamic(), outdir, "dynamic.onnx")
+    save(unsupported(), outdir, "unsupported.onnx")
+    save(cnn(), outdir, "dir.v1/model.v2.onnx")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+#pragma once
+// What the interop tests need from ONNX Runtime: one process-wide environment with the ctxgen
+// plugin EP registered (or not), sessions that use it, runs, and the plugin's counters.
+
+#include <onnxruntime_cxx_api.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ctxgen::ort_test {
+
+struct PluginStats {
+  uint64_t opened = 0, live = 0;
+};
+
+class Plugin {
+ public:
+  static Ort::Env& env();
+  // Registers the plugin library with the environment (idempotent).
+  static void register_library();
+  // Unregisters it; no session using it may exist.
+  static void unregister_library();
+  // The plugin's OrtEpDevice; registers the library first.
+  static Ort::ConstEpDevice device();
+  static PluginStats stats();
+};
+
+using Config = std::map<std::string, std::string>;
+
+// Session options with the plugin EP appended and `config` as session config entries.
+Ort::SessionOptions plugin_options(const Config& config = {});
+
+Ort::Session open_session(const std::filesystem::path& model, const Ort::SessionOptions& options);
+
+// Runs a model with one input "X" (float[2,3]) and one output "Y"; returns Y.
+std::vector<float> run(Ort::Session& session, const std::vector<float>& x);
+
+// ORT's CPU EP on a plain ONNX model: the reference outputs.
+std::vector<float> run_on_cpu(const std::filesystem::path& model, const std::vector<float>& x);
+
+struct Failure {
+  OrtErrorCode code = ORT_OK;
+  std::string message;
+};
+// The error of creating a session, or nullopt when it succeeds.
+std::optional<Failure> session_failure(const std::filesystem::path& model, const Ort::SessionOptions& options);
+std::optional<Failure> session_failure(const std::vector<char>& model_bytes, const Ort::SessionOptions& options);
+
+std::vector<char> read_bytes(const std::filesystem::path& path);
+
+}  // namespace ctxgen::ort_test

@@ -1,0 +1,200 @@
+// ctxgen outputs in real ONNX Runtime through the ctxgen plugin EP: models run and match ORT's CPU
+// EP on plain twins; binaries are shared across sessions; every bad EPContext node is refused with
+// ORT_INVALID_GRAPH and a message that names the node and the offending value.
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <memory>
+
+#include "ctxgen/ref_identity.h"
+#include "ort_artifacts.h"
+#include "ort_harness.h"
+
+namespace fs = std::filesystem;
+
+namespace ctxgen::ort_test {
+namespace {
+
+class OrtPluginTest : public testing::Test {
+ protected:
+  static void SetUpTestSuite() { folder_ = make_artifacts(); }
+  static void TearDownTestSuite() { fs::remove_all(folder_); }
+  void SetUp() override { Plugin::register_library(); }
+
+  static fs::path model(const std::string& name) { return folder_ / name; }
+
+  // The plugin's result for `ctx_model` equals ORT's CPU EP result for `plain_model`.
+  static void expect_matches_cpu(Ort::Session& session, const std::string& plain_model) {
+    const std::vector<float> expected = run_on_cpu(model(plain_model), test_input());
+    const std::vector<float> actual = run(session, test_input());
+    ASSERT_EQ(actual.size(), expected.size());
+    for (size_t i = 0; i < expected.size(); ++i) EXPECT_NEAR(actual[i], expected[i], 1e-5f) << "element " << i;
+  }
+
+  static void expect_invalid_graph(const std::optional<Failure>& failure, const std::vector<std::string>& fragments) {
+    ASSERT_TRUE(failure.has_value()) << "session creation succeeded";
+    EXPECT_EQ(failure->code, ORT_INVALID_GRAPH) << failure->message;
+    for (const std::string& fragment : fragments) {
+      EXPECT_NE(failure->message.find(fragment), std::string::npos)
+          << "message lacks '" << fragment << "': " << failure->message;
+    }
+  }
+
+  static inline fs::path folder_;
+};
+
+TEST_F(OrtPluginTest, OffersTheCpuAsItsDevice) {
+  const Ort::ConstEpDevice device = Plugin::device();
+  EXPECT_STREQ(device.EpName(), ref::kEpName);
+  EXPECT_STREQ(device.EpVendor(), "ctxgen");
+  EXPECT_EQ(device.Device().Type(), OrtHardwareDeviceType_CPU);
+}
+
+TEST_F(OrtPluginTest, SinglePartitionMatchesCpu) {
+  Ort::Session session = open_session(model("single_ctx.onnx"), plugin_options());
+  expect_matches_cpu(session, "single_plain.onnx");
+}
+
+TEST_F(OrtPluginTest, SeveralEpContextNodesWithACpuNodeBetweenMatchCpu) {
+  const PluginStats before = Plugin::stats();
+  Ort::Session session = open_session(model("multi_ctx.onnx"), plugin_options());
+  // The main_context=0 node finds its graph in the binary the main node loaded.
+  EXPECT_EQ(Plugin::stats().opened - before.opened, 1u);
+  expect_matches_cpu(session, "multi_plain.onnx");
+}
+
+TEST_F(OrtPluginTest, EmbedModeMatchesCpuWithoutOpeningAFile) {
+  const PluginStats before = Plugin::stats();
+  Ort::Session session = open_session(model("embed_ctx.onnx"), plugin_options());
+  EXPECT_EQ(Plugin::stats().opened, before.opened);
+  expect_matches_cpu(session, "single_plain.onnx");
+}
+
+TEST_F(OrtPluginTest, ModelFromMemoryFindsItsBinaryThroughContextFilePath) {
+  const std::vector<char> bytes = read_bytes(model("single_ctx.onnx"));
+  Ort::SessionOptions options = plugin_options({{"ep.context_file_path", model("single_ctx.onnx").string()}});
+  Ort::Session session(Plugin::env(), bytes.data(), bytes.size(), options);
+  expect_matches_cpu(session, "single_plain.onnx");
+}
+
+TEST_F(OrtPluginTest, ModelFromMemoryWithoutContextFilePathIsRefused) {
+  expect_invalid_graph(session_failure(read_bytes(model("single_ctx.onnx")), plugin_options()),
+                       {"add_node", "model_ref.bin", "ep.context_file_path"});
+}
+
+// Two sessions whose models both point at model_ref.bin, destroyed in either order.
+class SharingTest : public OrtPluginTest, public testing::WithParamInterface<bool> {};
+
+TEST_P(SharingTest, TwoSessionsMapTheBinaryOnceAndReleaseItWithTheLast) {
+  const bool destroy_first_session_first = GetParam();
+  const PluginStats before = Plugin::stats();
+  const Ort::SessionOptions options = plugin_options({{"ep.share_ep_contexts", "1"}});
+  auto first = std::make_unique<Ort::Session>(open_session(model("single_ctx.onnx"), options));
+  auto second = std::make_unique<Ort::Session>(open_session(model("mm_ctx.onnx"), options));
+  EXPECT_EQ(Plugin::stats().opened - before.opened, 1u);
+  EXPECT_EQ(Plugin::stats().live - before.live, 1u);
+
+  auto& destroyed = destroy_first_session_first ? first : second;
+  auto& kept = destroy_first_session_first ? second : first;
+  destroyed.reset();
+  EXPECT_EQ(Plugin::stats().live - before.live, 1u) << "the remaining session still uses the binary";
+  expect_matches_cpu(*kept, destroy_first_session_first ? "mm_plain.onnx" : "single_plain.onnx");
+  kept.reset();
+  EXPECT_EQ(Plugin::stats().live, before.live) << "the binary outlived its last session";
+}
+
+INSTANTIATE_TEST_SUITE_P(DestroyOrder, SharingTest, testing::Bool(),
+                         [](const auto& info) { return info.param ? "FirstSessionFirst" : "SecondSessionFirst"; });
+
+TEST_F(OrtPluginTest, WithoutSharingEachSessionMapsItsOwnBinary) {
+  const PluginStats before = Plugin::stats();
+  Ort::Session first = open_session(model("single_ctx.onnx"), plugin_options());
+  Ort::Session second = open_session(model("mm_ctx.onnx"), plugin_options());
+  EXPECT_EQ(Plugin::stats().opened - before.opened, 2u);
+  EXPECT_EQ(Plugin::stats().live - before.live, 2u);
+}
+
+TEST_F(OrtPluginTest, LaterSessionRunsAGraphFromABinaryAnEarlierSessionShared) {
+  const Ort::SessionOptions options = plugin_options({{"ep.share_ep_contexts", "1"}});
+  Ort::Session first = open_session(model("single_ctx.onnx"), options);
+  const PluginStats before = Plugin::stats();
+  Ort::Session second = open_session(model("mm_nomain_ctx.onnx"), options);
+  EXPECT_EQ(Plugin::stats().opened, before.opened);
+  expect_matches_cpu(second, "mm_plain.onnx");
+}
+
+TEST_F(OrtPluginTest, GraphOfAnEarlierSessionNeedsSharing) {
+  Ort::Session first = open_session(model("single_ctx.onnx"), plugin_options());
+  expect_invalid_graph(session_failure(model("mm_nomain_ctx.onnx"), plugin_options()),
+                       {"mm_node", "g_mm", "not found", "ep.share_ep_contexts=1"});
+}
+
+TEST_F(OrtPluginTest, SharedGraphIsGoneWithTheSessionThatLoadedIt) {
+  const Ort::SessionOptions options = plugin_options({{"ep.share_ep_contexts", "1"}});
+  open_session(model("single_ctx.onnx"), options);
+  expect_invalid_graph(session_failure(model("mm_nomain_ctx.onnx"), options),
+                       {"mm_node", "g_mm", "not found", "another live session"});
+}
+
+struct RefusedModel {
+  std::string name;
+  std::string model;
+  std::vector<std::string> fragments;  // the message names the node and the offending value
+};
+
+class RefusedModelTest : public OrtPluginTest, public testing::WithParamInterface<RefusedModel> {};
+
+TEST_P(RefusedModelTest, IsInvalidGraphNamingNodeAndValue) {
+  expect_invalid_graph(session_failure(model(GetParam().model), plugin_options()), GetParam().fragments);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    BadContext, RefusedModelTest,
+    testing::Values(
+        RefusedModel{"EmptyPath", "path_empty_ctx.onnx", {"add_node", "ep_cache_context ''", "is empty"}},
+        RefusedModel{"AbsolutePath", "path_absolute_ctx.onnx", {"add_node", "model_ref.bin", "absolute path"}},
+        RefusedModel{"ParentPath", "sub/path_dotdot_ctx.onnx", {"add_node", "'../model_ref.bin'", "'..'"}},
+        RefusedModel{"SymlinkOutOfFolder",
+                     "sub_link/path_symlink_ctx.onnx",
+                     {"add_node", "'link.bin'", "outside the model folder"}},
+        RefusedModel{"MissingFile", "path_missing_ctx.onnx", {"add_node", "missing.bin", "does not exist"}},
+        RefusedModel{"EmptyFile", "path_emptyfile_ctx.onnx", {"add_node", "empty.bin", "is empty"}},
+        RefusedModel{"Folder", "path_folder_ctx.onnx", {"add_node", "'sub'", "not a regular file"}},
+        RefusedModel{"OtherSdkBinary",
+                     "identity_ctx.onnx",
+                     {"add_node", "other_sdk.bin", "sdk_version", "'ctxgen-ref 0.9'", "'ctxgen-ref 1.0'"}},
+        RefusedModel{"OtherFormatVersion",
+                     "version_ctx.onnx",
+                     {"add_node", "future_version.bin", "format version 2", "version 1"}},
+        RefusedModel{"NodeFromOtherSdk",
+                     "node_version_ctx.onnx",
+                     {"add_node", "ep_sdk_version", "'ctxgen-ref 0.1'", "'ctxgen-ref 1.0'"}},
+        RefusedModel{"NodeForOtherHardware",
+                     "node_hardware_ctx.onnx",
+                     {"add_node", "hardware_architecture", "'npu-x'", "'cpu-reference'"}},
+        RefusedModel{"InputShape", "shape_ctx.onnx", {"add_node", "input 0 'X'", "[2,4]", "[2,3]"}},
+        RefusedModel{"InputType", "type_ctx.onnx", {"add_node", "input 0 'X'", "float64", "float32"}},
+        RefusedModel{"UnknownGraph", "missing_graph_ctx.onnx", {"add_node", "'g_nope'", "not found"}}),
+    [](const auto& info) { return info.param.name; });
+
+TEST_F(OrtPluginTest, EpContextNodeOfAnotherEpIsNotClaimed) {
+  const std::optional<Failure> failure = session_failure(model("foreign_ctx.onnx"), plugin_options());
+  ASSERT_TRUE(failure.has_value());
+  // Nobody runs the node, so ORT's own error, not ours, is what the user sees.
+  EXPECT_EQ(failure->message.find("ctxgen"), std::string::npos) << failure->message;
+  EXPECT_NE(failure->message.find("add_node"), std::string::npos) << failure->message;
+  EXPECT_NE(failure->message.find("QNNExecutionProvider"), std::string::npos) << failure->message;
+}
+
+TEST_F(OrtPluginTest, WithoutThePluginOrtCannotRunTheModel) {
+  Plugin::unregister_library();
+  const std::optional<Failure> failure = session_failure(model("single_ctx.onnx"), Ort::SessionOptions{});
+  Plugin::register_library();
+  ASSERT_TRUE(failure.has_value());
+  EXPECT_NE(failure->message.find("EPContext"), std::string::npos) << failure->message;
+  EXPECT_NE(failure->message.find(ref::kEpName), std::string::npos) << failure->message;
+}
+
+}  // namespace
+}  // namespace ctxgen::ort_test

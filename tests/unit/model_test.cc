@@ -1,0 +1,243 @@
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "ctxgen/error.h"
+#include "ctxgen/model.h"
+#include "test_util.h"
+
+namespace ctxgen {
+namespace {
+
+using testing::generated_models;
+using testing::read_file;
+using testing::TempDir;
+using testing::write_file;
+namespace fs = std::filesystem;
+
+ErrorCode load_error(const fs::path& path, std::string* message = nullptr, const LoadOptions& options = {}) {
+  try {
+    load_model(path, options);
+  } catch (const Error& e) {
+    if (message) *message = e.what();
+    return e.code();
+  }
+  ADD_FAILURE() << "loading " << path << " did not fail";
+  return ErrorCode::kInternal;
+}
+
+onnx::ModelProto parse(const fs::path& path) {
+  onnx::ModelProto proto;
+  EXPECT_TRUE(proto.ParseFromString(read_file(path)));
+  return proto;
+}
+
+TEST(Model, LoadsWeightsAndInfersShapes) {
+  Model m = load_model(generated_models() / "cnn.onnx");
+  EXPECT_EQ(m.weights.size(), 9u);
+  EXPECT_EQ(m.constants.size(), 9u);
+  const Weight* w1 = m.constant("w1");
+  ASSERT_NE(w1, nullptr);
+  EXPECT_EQ(w1->data.dims, (std::vector<int64_t>{8, 3, 3, 3}));
+  EXPECT_EQ(w1->data.size, 8u * 3 * 3 * 3 * 4);
+  EXPECT_EQ(weight_ref(*w1->tensor), static_cast<int64_t>(m.constants.at("w1")));
+  const ValueType* c2 = m.type_of("c2");
+  ASSERT_NE(c2, nullptr);
+  EXPECT_TRUE(c2->is_static());
+  EXPECT_EQ(*c2->dims, (std::vector<int64_t>{1, 16, 8, 8}));
+}
+
+TEST(Model, WeightBytesAreNotKeptInTheProtobuf) {
+  Model m = load_model(generated_models() / "cnn.onnx");
+  for (const auto& t : m.graph().initializer()) {
+    EXPECT_TRUE(t.raw_data().empty()) << t.name();
+    EXPECT_EQ(t.float_data_size(), 0) << t.name();
+  }
+}
+
+TEST(Model, HoistsConstantNodes) {
+  Model m = load_model(generated_models() / "constants.onnx");
+  EXPECT_EQ(m.graph().node_size(), 2);
+  const Weight* bias = m.constant("bias");
+  ASSERT_NE(bias, nullptr);
+  EXPECT_EQ(bias->data.dims, (std::vector<int64_t>{4}));
+  float values[4];
+  std::memcpy(values, bias->data.data, sizeof values);
+  EXPECT_EQ(values[0], 0.5f);
+  EXPECT_EQ(values[3], 2.0f);
+  ASSERT_NE(m.constant("w"), nullptr);
+}
+
+TEST(Model, FindsWeightsInsideSubgraphs) {
+  Model m = load_model(generated_models() / "subgraph.onnx");
+  std::vector<std::string> names;
+  for (const auto& w : m.weights) names.push_back(w.name + "@" + w.graph);
+  // Attribute order as stored (onnx's helper sorts them: else_branch first).
+  EXPECT_EQ(names, (std::vector<std::string>{"w_in@main", "else_w@if/else_branch", "else_c@if/else_branch",
+                                             "then_w@if/then_branch", "then_c@if/then_branch"}));
+  EXPECT_EQ(m.constants.size(), 1u);  // subgraph weights are not main-graph constants
+  const auto& if_node = m.graph().node(1);
+  EXPECT_EQ(node_reads(if_node), (std::vector<std::string>{"cond", "h"}));
+}
+
+TEST(Model, MapsExternalDataWithoutCopying) {
+  fs::path path = generated_models() / "external.onnx";
+  Model m = load_model(path);
+  std::string file = read_file(generated_models() / "external.weights");
+  ASSERT_EQ(m.weights.size(), 3u);
+  for (const auto& w : m.weights) {
+    EXPECT_TRUE(w.external);
+    ASSERT_NE(w.data.file, nullptr);
+    EXPECT_EQ(w.data.data, w.data.file->data() + w.data.file_offset);
+    EXPECT_EQ(std::memcmp(w.data.data, file.data() + w.data.file_offset, w.data.size), 0);
+  }
+}
+
+TEST(Model, FixDimAndInputShapeMakeShapesStatic) {
+  Model dynamic = load_model(generated_models() / "dynamic.onnx");
+  EXPECT_FALSE(dynamic.type_of("m")->is_static());
+
+  LoadOptions fixed;
+  fixed.fix_dims["batch"] = 3;
+  Model m = load_model(generated_models() / "dynamic.onnx", fixed);
+  EXPECT_EQ(*m.type_of("x")->dims, (std::vector<int64_t>{3, 8}));
+  EXPECT_EQ(*m.type_of("m")->dims, (std::vector<int64_t>{3, 4}));
+
+  LoadOptions shaped;
+  shaped.input_shapes["x"] = {5, 8};
+  Model s = load_model(generated_models() / "dynamic.onnx", shaped);
+  EXPECT_EQ(*s.type_of("y")->dims, (std::vector<int64_t>{5, 4}));
+}
+
+TEST(Model, RejectsBadShapeOptions) {
+  std::string msg;
+  LoadOptions unknown_dim;
+  unknown_dim.fix_dims["btach"] = 1;
+  EXPECT_EQ(load_error(generated_models() / "dynamic.onnx", &msg, unknown_dim), ErrorCode::kUsage);
+  EXPECT_NE(msg.find("btach"), std::string::npos);
+
+  LoadOptions wrong_rank;
+  wrong_rank.input_shapes["x"] = {1, 2, 3};
+  EXPECT_EQ(load_error(generated_models() / "dynamic.onnx", &msg, wrong_rank), ErrorCode::kUsage);
+  EXPECT_NE(msg.find("rank 2"), std::string::npos);
+
+  LoadOptions conflicting;
+  conflicting.input_shapes["x"] = {2, 9};
+  EXPECT_EQ(load_error(generated_models() / "dynamic.onnx", &msg, conflicting), ErrorCode::kUsage);
+
+  LoadOptions no_input;
+  no_input.input_shapes["nope"] = {1};
+  EXPECT_EQ(load_error(generated_models() / "dynamic.onnx", &msg, no_input), ErrorCode::kUsage);
+  EXPECT_NE(msg.find("nope"), std::string::npos);
+}
+
+TEST(Model, RejectsFilesThatAreNotModels) {
+  TempDir dir;
+  std::string msg;
+  EXPECT_EQ(load_error(dir / "missing.onnx", &msg), ErrorCode::kInvalidModel);
+  EXPECT_NE(msg.find("missing.onnx: no such file"), std::string::npos) << msg;
+  EXPECT_EQ(load_error(dir.path(), &msg), ErrorCode::kInvalidModel);
+  EXPECT_NE(msg.find("directory"), std::string::npos) << msg;
+
+  write_file(dir / "empty.onnx", "");
+  EXPECT_EQ(load_error(dir / "empty.onnx", &msg), ErrorCode::kInvalidModel);
+  EXPECT_NE(msg.find("empty"), std::string::npos) << msg;
+
+  write_file(dir / "text.onnx", "this is not a protobuf at all\n");
+  EXPECT_EQ(load_error(dir / "text.onnx", &msg), ErrorCode::kInvalidModel);
+
+  std::string cnn = read_file(generated_models() / "cnn.onnx");
+  for (size_t cut : {size_t{1}, cnn.size() / 3, cnn.size() / 2, cnn.size() - 1}) {
+    write_file(dir / "truncated.onnx", cnn.substr(0, cut));
+    EXPECT_EQ(load_error(dir / "truncated.onnx", &msg), ErrorCode::kInvalidModel) << "cut at " << cut;
+    EXPECT_NE(msg.find("truncated.onnx"), std::string::npos) << msg;
+  }
+}
+
+TEST(Model, RejectsAnAlreadyCompiledModel) {
+  TempDir dir;
+  onnx::ModelProto proto = parse(generated_models() / "unsupported.onnx");
+  proto.mutable_graph()->mutable_node(0)->set_op_type("EPContext");
+  proto.mutable_graph()->mutable_node(0)->set_domain("com.microsoft");
+  auto* ms = proto.add_opset_import();
+  ms->set_domain("com.microsoft");
+  ms->set_version(1);
+  write_file(dir / "compiled.onnx", proto.SerializeAsString());
+  std::string msg;
+  EXPECT_EQ(load_error(dir / "compiled.onnx", &msg), ErrorCode::kInvalidModel);
+  EXPECT_NE(msg.find("already compiled"), std::string::npos) << msg;
+}
+
+// external.onnx with its first tensor's external-data entry `key` set to `value`.
+fs::path with_external(const TempDir& dir, const std::string& key, const std::string& value) {
+  fs::copy_file(generated_models() / "external.weights", dir / "external.weights", fs::copy_options::overwrite_existing);
+  onnx::ModelProto proto = parse(generated_models() / "external.onnx");
+  auto* t = proto.mutable_graph()->mutable_initializer(0);
+  bool found = false;
+  for (auto& kv : *t->mutable_external_data())
+    if (kv.key() == key) {
+      kv.set_value(value);
+      found = true;
+    }
+  if (!found) {
+    auto* kv = t->add_external_data();
+    kv->set_key(key);
+    kv->set_value(value);
+  }
+  fs::path path = dir / "model.onnx";
+  write_file(path, proto.SerializeAsString());
+  return path;
+}
+
+TEST(Model, RejectsBadExternalData) {
+  struct Case {
+    std::string key, value, expect;
+  };
+  std::vector<Case> cases = {
+      {"location", "", "is empty"},
+      {"location", "/etc/passwd", "is absolute"},
+      {"location", "../external.weights", "contains '..'"},
+      {"location", "sub/../../x", "contains '..'"},
+      {"location", "missing.weights", "does not exist"},
+      {"offset", "1590", "needs bytes"},
+      {"offset", "-4", "not a non-negative integer"},
+      {"length", "12", "length 12"},
+  };
+  for (const auto& c : cases) {
+    TempDir dir;
+    std::string msg;
+    EXPECT_EQ(load_error(with_external(dir, c.key, c.value), &msg), ErrorCode::kInvalidModel) << c.key << "=" << c.value;
+    EXPECT_NE(msg.find(c.expect), std::string::npos) << msg;
+    EXPECT_NE(msg.find("initializer 'w1'"), std::string::npos) << msg;
+  }
+}
+
+TEST(Model, RejectsExternalDataThroughASymlinkLeavingTheFolder) {
+  TempDir outside;
+  TempDir dir;
+  fs::copy_file(generated_models() / "external.weights", outside / "real.weights");
+  fs::create_symlink(outside / "real.weights", dir / "link.weights");
+  std::string msg;
+  EXPECT_EQ(load_error(with_external(dir, "location", "link.weights"), &msg), ErrorCode::kInvalidModel);
+  EXPECT_NE(msg.find("outside the model's folder"), std::string::npos) << msg;
+}
+
+TEST(Model, RejectsADirectoryAsExternalData) {
+  TempDir dir;
+  fs::create_directories(dir / "folder");
+  std::string msg;
+  EXPECT_EQ(load_error(with_external(dir, "location", "folder"), &msg), ErrorCode::kInvalidModel);
+  EXPECT_NE(msg.find("not a regular file"), std::string::npos) << msg;
+}
+
+TEST(Model, DescribesNodes) {
+  onnx::NodeProto named, anonymous;
+  named.set_name("conv_3");
+  named.set_op_type("Conv");
+  anonymous.set_op_type("Relu");
+  EXPECT_EQ(describe_node(named, 3), "'conv_3' (Conv)");
+  EXPECT_EQ(describe_node(anonymous, 7), "#7 (Relu)");
+}
+
+}  // namespace
+}  // namespace ctxgen
