@@ -1,10 +1,11 @@
 // Backend-neutral grouping of supported nodes into fusable partitions.
 //
 // Nodes are visited in topological order (ONNX requires the main graph to be sorted). A supported
-// node joins an existing group G unless some path from G reaches the node through a node outside
-// G: fusing G would then need its own output as an input, a cycle. To decide that cheaply, every
-// node carries the set of groups among its ancestors ("reach"); the node may join G when none of
-// its predecessors outside G has G in its reach.
+// node may join a group G unless G already reaches one of the node's predecessors outside G in the
+// graph where every group is contracted to one node: fusing would then need G's own output as an
+// input, a cycle. The check walks backwards from those predecessors; a group it meets stands for
+// all its members. (Node indices do not bound the walk: through a contracted group a path can
+// reach a node older than G's first member.)
 
 #include <algorithm>
 #include <unordered_map>
@@ -16,53 +17,68 @@
 namespace ctxgen {
 namespace {
 
-using GroupSet = std::vector<int>;  // sorted group ids
+class Grouping {
+ public:
+  explicit Grouping(const std::vector<std::vector<size_t>>& preds) : preds_(preds), group_of_(preds.size(), -1) {}
 
-void merge_into(GroupSet& into, const GroupSet& from) {
-  GroupSet merged;
-  std::set_union(into.begin(), into.end(), from.begin(), from.end(), std::back_inserter(merged));
-  into.swap(merged);
-}
-
-bool contains(const GroupSet& set, int group) { return std::binary_search(set.begin(), set.end(), group); }
-
-struct Grouping {
-  std::vector<int> group_of;  // -1 for CPU nodes
-  int group_count = 0;
-};
-
-Grouping group_nodes(const std::vector<std::vector<size_t>>& preds, const std::vector<bool>& supported) {
-  size_t n = preds.size();
-  Grouping result;
-  result.group_of.assign(n, -1);
-  std::vector<GroupSet> reach(n);
-  int last_group = -1;
-  for (size_t i = 0; i < n; ++i) {
-    for (size_t p : preds[i]) merge_into(reach[i], reach[p]);
-    if (!supported[i]) continue;
-
-    auto can_join = [&](int g) {
-      return std::none_of(preds[i].begin(), preds[i].end(),
-                          [&](size_t p) { return result.group_of[p] != g && contains(reach[p], g); });
-    };
-    // Prefer the group of a producer (keeps data flow inside one partition), then the group grown
-    // last (fewer, larger partitions for independent branches).
-    int chosen = -1;
-    for (size_t p : preds[i]) {
-      int g = result.group_of[p];
-      if (g >= 0 && can_join(g)) {
-        chosen = g;
-        break;
+  void assign(const std::vector<bool>& supported) {
+    int last = -1;
+    for (size_t i = 0; i < preds_.size(); ++i) {
+      if (!supported[i]) continue;
+      // Prefer a producer's group (data stays inside one partition), then the group grown last
+      // (fewer, larger partitions for independent branches).
+      int chosen = -1;
+      for (size_t p : preds_[i]) {
+        int g = group_of_[p];
+        if (g >= 0 && can_join(i, g)) {
+          chosen = g;
+          break;
+        }
       }
+      if (chosen < 0 && last >= 0 && can_join(i, last)) chosen = last;
+      if (chosen < 0) {
+        chosen = static_cast<int>(members_.size());
+        members_.emplace_back();
+      }
+      group_of_[i] = chosen;
+      members_[static_cast<size_t>(chosen)].push_back(i);
+      last = chosen;
     }
-    if (chosen < 0 && last_group >= 0 && can_join(last_group)) chosen = last_group;
-    if (chosen < 0) chosen = result.group_count++;
-    result.group_of[i] = chosen;
-    last_group = chosen;
-    merge_into(reach[i], GroupSet{chosen});
   }
-  return result;
-}
+
+  const std::vector<int>& group_of() const { return group_of_; }
+  size_t group_count() const { return members_.size(); }
+
+ private:
+  bool can_join(size_t node, int g) {
+    ++epoch_;  // marks from earlier searches become stale without clearing
+    node_mark_.resize(preds_.size(), 0);
+    group_mark_.resize(members_.size(), 0);
+    std::vector<size_t> stack;
+    for (size_t p : preds_[node])
+      if (group_of_[p] != g) stack.push_back(p);
+    while (!stack.empty()) {
+      size_t v = stack.back();
+      stack.pop_back();
+      if (node_mark_[v] == epoch_) continue;
+      node_mark_[v] = epoch_;
+      int h = group_of_[v];
+      if (h == g) return false;
+      if (h >= 0 && group_mark_[static_cast<size_t>(h)] != epoch_) {
+        group_mark_[static_cast<size_t>(h)] = epoch_;
+        for (size_t m : members_[static_cast<size_t>(h)]) stack.push_back(m);
+      }
+      for (size_t p : preds_[v]) stack.push_back(p);
+    }
+    return true;
+  }
+
+  const std::vector<std::vector<size_t>>& preds_;
+  std::vector<int> group_of_;  // -1 for CPU nodes
+  std::vector<std::vector<size_t>> members_;
+  uint64_t epoch_ = 0;
+  std::vector<uint64_t> node_mark_, group_mark_;
+};
 
 void add_unique(std::vector<std::string>& list, const std::string& value) {
   if (std::find(list.begin(), list.end(), value) == list.end()) list.push_back(value);
@@ -97,23 +113,25 @@ PartitionPlan partition_graph(const onnx::GraphProto& graph, const std::unordere
     supported[i] = s.supported;
     reasons[i] = s.reason;
   }
-  Grouping grouping = group_nodes(preds, supported);
+  Grouping grouping(preds);
+  grouping.assign(supported);
+  const std::vector<int>& group_of = grouping.group_of();
 
   std::unordered_map<std::string, std::vector<int>> reader_groups;  // value -> groups of its readers (-1 = CPU)
   for (size_t i = 0; i < n; ++i)
-    for (const auto& value : reads[i]) reader_groups[value].push_back(grouping.group_of[i]);
+    for (const auto& value : reads[i]) reader_groups[value].push_back(group_of[i]);
   std::unordered_set<std::string> graph_outputs;
   for (const auto& v : graph.output()) graph_outputs.insert(v.name());
 
-  std::vector<Partition> groups(static_cast<size_t>(grouping.group_count));
+  std::vector<Partition> groups(static_cast<size_t>(grouping.group_count()));
   for (size_t i = 0; i < n; ++i) {
-    int g = grouping.group_of[i];
+    int g = group_of[i];
     if (g < 0) continue;
     Partition& part = groups[static_cast<size_t>(g)];
     part.nodes.push_back(i);
     for (const auto& value : reads[i]) {
       auto it = producer.find(value);
-      bool inside = it != producer.end() && grouping.group_of[it->second] == g;
+      bool inside = it != producer.end() && group_of[it->second] == g;
       if (inside) continue;
       add_unique(constants.count(value) ? part.constants : part.inputs, value);
     }
@@ -128,7 +146,7 @@ PartitionPlan partition_graph(const onnx::GraphProto& graph, const std::unordere
 
   PartitionPlan plan;
   std::vector<bool> on_cpu(n, false);
-  for (size_t i = 0; i < n; ++i) on_cpu[i] = grouping.group_of[i] < 0;
+  for (size_t i = 0; i < n; ++i) on_cpu[i] = group_of[i] < 0;
   for (auto& part : groups) {
     if (part.outputs.empty()) {
       // Nothing outside reads it: fusing it would only hide dead code, so leave it to ONNX Runtime.
