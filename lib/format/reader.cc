@@ -3,7 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <set>
+#include <map>
 #include <string_view>
 
 #include "ctxgen/error.h"
@@ -19,9 +19,7 @@ using format::hex64;
 
 std::string num(uint64_t value) { return std::to_string(value); }
 
-std::string range(uint64_t offset, uint64_t size) {
-  return "(offset " + num(offset) + ", size " + num(size) + ")";
-}
+std::string range(uint64_t offset, uint64_t size) { return "(offset " + num(offset) + ", size " + num(size) + ")"; }
 
 std::string hex_bytes(const uint8_t* data, size_t size) {
   std::string out;
@@ -94,8 +92,8 @@ class Cursor {
  private:
   void need(uint64_t width, std::string_view field) const {
     if (width > remaining())
-      fail_(prefix() + std::string(field) + " needs " + num(width) + " bytes at offset " + num(pos_) +
-            ", but only " + num(remaining()) + " remain in the " + section_);
+      fail_(prefix() + std::string(field) + " needs " + num(width) + " bytes at offset " + num(pos_) + ", but only " +
+            num(remaining()) + " remain in the " + section_);
   }
 
   const uint8_t* file_;
@@ -127,8 +125,8 @@ class Parser {
     check_header();
     const uint32_t graph_count = static_cast<uint32_t>(header(format::field::kGraphCount, 4));
     weight_count_ = static_cast<uint32_t>(header(format::field::kWeightCount, 4));
-    const Section identity_section = section("identity section", format::field::kIdentityOffset,
-                                             format::kHeaderSize, "header");
+    const Section identity_section =
+        section("identity section", format::field::kIdentityOffset, format::kHeaderSize, "header");
     const Section graph_table = section("graph table", format::field::kGraphTableOffset,
                                         identity_section.offset + identity_section.size, "identity section");
     const Section weight_table = section("weight table", format::field::kWeightTableOffset,
@@ -146,7 +144,7 @@ class Parser {
   uint64_t header(size_t offset, size_t width) const { return get_le(data_ + offset, width); }
 
   [[noreturn]] void fail_header_truncated() const {
-    fail_("truncated: file is " + num(size_) + " bytes, the header alone is " + num(format::kHeaderSize));
+    fail_("truncated: file is " + num(size_) + " bytes, the header alone is " + num(format::kHeaderSize) + " bytes");
   }
 
   void check_header() const {
@@ -184,8 +182,7 @@ class Parser {
       fail_(name + " offset is " + num(s.offset) + ", expected " + num(expected_offset) + " (right after the " +
             previous + ")");
     if (s.size > size_ || s.offset > size_ - s.size)
-      fail_(name + " " + range(s.offset, s.size) + " extends past the end of the file (" + num(size_) +
-            " bytes)");
+      fail_(name + " " + range(s.offset, s.size) + " extends past the end of the file (" + num(size_) + " bytes)");
     return s;
   }
 
@@ -203,8 +200,8 @@ class Parser {
     const uint64_t stored = header(format::field::kMetadataChecksum, 8);
     const uint64_t computed = format::metadata_checksum(data_, metadata_size_);
     if (stored != computed)
-      fail_("metadata checksum mismatch (header or tables damaged): computed " + hex64(computed) +
-            " over bytes [0, " + num(metadata_size_) + "), the header says " + hex64(stored));
+      fail_("metadata checksum mismatch (header or tables damaged): computed " + hex64(computed) + " over bytes [0, " +
+            num(metadata_size_) + "), the header says " + hex64(stored));
   }
 
   void parse_identity(const Section& s) {
@@ -231,12 +228,15 @@ class Parser {
     Cursor in(data_, s.offset, s.size, "graph table", fail_);
     graphs.resize(count);
     program_checksums_.resize(count);
-    std::set<std::string_view> names;
+    std::map<std::string_view, uint32_t> first_with_name;  // views into `graphs`, which is not resized
     for (uint32_t i = 0; i < count; ++i) {
       GraphRecord& graph = graphs[i];
       in.set_where("graph " + num(i));
       graph.name = in.str("name");
       if (graph.name.empty()) fail_(in.prefix() + "name is empty");
+      if (auto [it, inserted] = first_with_name.emplace(graph.name, i); !inserted)
+        fail_(in.prefix() + "name '" + graph.name + "' is also the name of graph " + num(it->second) +
+              " (graph names must be unique)");
       in.set_where("graph " + num(i) + " ('" + graph.name + "')");
       graph.inputs = parse_ios(in, "input");
       graph.outputs = parse_ios(in, "output");
@@ -251,9 +251,6 @@ class Parser {
       program_offsets_.push_back(offset);
     }
     in.expect_end();
-    for (const auto& graph : graphs) {
-      if (!names.insert(graph.name).second) fail_("graph table: graph name '" + graph.name + "' appears twice");
-    }
   }
 
   void check_weight_ids(const Cursor& in, const GraphRecord& graph) const {
@@ -286,8 +283,7 @@ class Parser {
         fail_(p.what + " offset " + num(p.offset) + " is inside the header and tables, which end at " +
               num(metadata_size_));
       if (p.size > size_ || p.offset > size_ - p.size)
-        fail_(p.what + " " + range(p.offset, p.size) + " extends past the end of the file (" + num(size_) +
-              " bytes)");
+        fail_(p.what + " " + range(p.offset, p.size) + " extends past the end of the file (" + num(size_) + " bytes)");
     }
     check_overlaps();
     for (size_t i = 0; i < graphs.size(); ++i) {
@@ -350,9 +346,8 @@ std::shared_ptr<const ContextBinary> ContextBinary::from_memory(const uint8_t* d
   binary->size_ = size;
   binary->label_ = label;
   binary->parse();
-  log().debug("{}: context binary version {} from '{}': {} graphs, {} weights, {} bytes", label,
-              binary->version_, binary->identity_.backend, binary->graphs_.size(), binary->weights_.size(),
-              binary->size_);
+  log().debug("{}: context binary version {} from '{}': {} graphs, {} weights, {} bytes", label, binary->version_,
+              binary->identity_.backend, binary->graphs_.size(), binary->weights_.size(), binary->size_);
   return binary;
 }
 
@@ -373,8 +368,8 @@ const GraphRecord* ContextBinary::find_graph(const std::string& name) const {
 const uint8_t* ContextBinary::weight_data(uint32_t id) const {
   if (id >= weights_.size())
     throw Error(ErrorCode::kInvalidBinary, label_ + ": weight id " + std::to_string(id) +
-                                               " is out of range, the binary has " +
-                                               std::to_string(weights_.size()) + " weights");
+                                               " is out of range, the binary has " + std::to_string(weights_.size()) +
+                                               " weights");
   return data_ + weights_[id].offset;
 }
 
@@ -383,9 +378,9 @@ void ContextBinary::verify_payloads() const {
     const WeightRecord& w = weights_[id];
     const Hash128 computed = xxh3_128(data_ + w.offset, w.size);
     if (computed != w.hash)
-      throw Error(ErrorCode::kInvalidBinary, label_ + ": weight " + std::to_string(id) + " " +
-                                                 range(w.offset, w.size) + " is damaged: its XXH3-128 is " +
-                                                 computed.hex() + ", the weight table says " + w.hash.hex());
+      throw Error(ErrorCode::kInvalidBinary, label_ + ": weight " + std::to_string(id) + " " + range(w.offset, w.size) +
+                                                 " is damaged: its XXH3-128 is " + computed.hex() +
+                                                 ", the weight table says " + w.hash.hex());
   }
 }
 

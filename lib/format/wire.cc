@@ -1,9 +1,9 @@
 #include "wire.h"
 
+#include <xxhash.h>
+
 #include <cstdio>
 #include <memory>
-
-#include <xxhash.h>
 
 #include "ctxgen/error.h"
 
@@ -32,9 +32,7 @@ uint64_t metadata_checksum(const uint8_t* data, uint64_t metadata_size) {
   return XXH3_64bits_digest(state.get());
 }
 
-uint64_t program_checksum(const uint8_t* data, uint64_t size) {
-  return XXH3_64bits(data, size);
-}
+uint64_t program_checksum(const uint8_t* data, uint64_t size) { return XXH3_64bits(data, size); }
 
 std::string hex64(uint64_t value) {
   char buf[19];

@@ -33,7 +33,7 @@ inline constexpr size_t kWeightCount = 84;
 
 // Fixed parts of the variable-length records; a reader bounds every count by these minimums
 // before it allocates anything.
-inline constexpr uint64_t kStringPrefixSize = 4;                 // u32 length
+inline constexpr uint64_t kStringPrefixSize = 4;  // u32 length
 inline constexpr uint64_t kIdentityFixedSize = 3 * kStringPrefixSize;
 inline constexpr uint64_t kGraphRecordFixedSize = 4 + 4 + 4 + 8 + 8 + 8 + 4;  // = 40
 inline constexpr uint64_t kIoRecordFixedSize = 4 + 4 + 4;                     // = 12

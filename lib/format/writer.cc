@@ -55,8 +55,7 @@ void validate_inputs(const BinaryIdentity& identity, const std::vector<CompiledG
   }
   for (size_t id = 0; id < weights.size(); ++id) {
     if (weights[id].blob.data == nullptr && weights[id].blob.size > 0)
-      internal("weight " + std::to_string(id) + " has " + std::to_string(weights[id].blob.size) +
-               " bytes but no data");
+      internal("weight " + std::to_string(id) + " has " + std::to_string(weights[id].blob.size) + " bytes but no data");
   }
 }
 
@@ -75,8 +74,8 @@ struct Layout {
 Layout plan_layout(const BinaryIdentity& identity, const std::vector<CompiledGraph>& graphs,
                    const std::vector<WeightPayload>& weights) {
   Layout layout;
-  layout.identity_size = format::kIdentityFixedSize + identity.backend.size() +
-                         identity.sdk_version.size() + identity.hardware_architecture.size();
+  layout.identity_size = format::kIdentityFixedSize + identity.backend.size() + identity.sdk_version.size() +
+                         identity.hardware_architecture.size();
   for (const auto& graph : graphs) layout.graph_table_size += format::graph_record_size(graph);
   layout.weight_table_size = format::kWeightEntrySize * weights.size();
   layout.metadata_size =
@@ -235,8 +234,8 @@ uint64_t write_context_binary(const BinaryIdentity& identity, const std::vector<
     blob.release();
   }
   out.expect_at(layout.file_size, "end of file");
-  log().debug("wrote context binary: {} graphs, {} weights, {} bytes ({} of metadata)", graphs.size(),
-              weights.size(), layout.file_size, layout.metadata_size);
+  log().debug("wrote context binary: {} graphs, {} weights, {} bytes ({} of metadata)", graphs.size(), weights.size(),
+              layout.file_size, layout.metadata_size);
   return out.written();
 }
 

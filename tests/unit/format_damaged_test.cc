@@ -117,8 +117,8 @@ const std::vector<Damage>& catalogue() {
       {"IdentitySizePastEnd",
        [](Bytes& bytes, const Base& b) -> std::vector<std::string> {
          put_le(bytes, spec::kIdentitySize, uint64_t{1} << 40, 8);
-         return {"identity section (offset 88, size 1099511627776) extends past the end of the file (" +
-                 num(b.size) + " bytes)"};
+         return {"identity section (offset 88, size 1099511627776) extends past the end of the file (" + num(b.size) +
+                 " bytes)"};
        }},
       {"GraphTableOffset",
        [](Bytes& bytes, const Base& b) -> std::vector<std::string> {
@@ -183,117 +183,136 @@ const std::vector<Damage>& catalogue() {
        sealed([](const Base& b) { return b.graphs[1].program_checksum; }, 8, 12345,
               {"graph 'decode' program checksum mismatch", "the graph table says 0x0000000000003039"})},
       // --- identity section and graph table (resealed) ---
-      {"BackendNameLength",
-       sealed([](const Base&) { return spec::kHeaderSize; }, 4, kU32Max,
-              {"identity section: backend name length is 4294967295, but only"})},
+      {"BackendNameLength", sealed([](const Base&) { return spec::kHeaderSize; }, 4, kU32Max,
+                                   {"identity section: backend name length is 4294967295, but only"})},
       {"GraphCountShort",
-       [](Bytes& bytes, const Base& b) -> std::vector<std::string> {
-         put_le(bytes, spec::kGraphCount, 1, 4);
-         reseal(bytes);
-         return {"graph table has " + num(b.graphs[1].end - b.graphs[1].name_length) +
-                 " bytes left after its last entry (at offset " + num(b.graphs[1].name_length) + ")"};
-       }},
+       [](Bytes& bytes, const Base& b) -> std::
+                                           vector<std::string> {
+                                             put_le(bytes, spec::kGraphCount, 1, 4);
+                                             reseal(bytes);
+                                             return {"graph table has " +
+                                                     num(b.graphs[1].end - b.graphs[1].name_length) +
+                                                     " bytes left after its last entry (at offset " +
+                                                     num(b.graphs[1].name_length) + ")"};
+                                           }},
       {"GraphCountLong",
-       [](Bytes& bytes, const Base& b) -> std::vector<std::string> {
-         EXPECT_GE(b.graphs[1].end - b.graph_table_offset(), 3u * 40) << "the count must pass the size bound";
-         put_le(bytes, spec::kGraphCount, 3, 4);
-         reseal(bytes);
-         return {"graph table: graph 2: name length needs 4 bytes at offset " + num(b.graphs[1].end) +
-                 ", but only 0 remain in the graph table"};
-       }},
-      {"GraphNameLength",
-       sealed([](const Base& b) { return b.graphs[0].name_length; }, 4, kU32Max,
-              {"graph table: graph 0: name length is 4294967295, but only"})},
-      {"InputCount",
-       sealed([](const Base& b) { return b.graphs[0].input_count; }, 4, kU32Max,
-              {"graph 0 ('encode'): input count is 4294967295, but only", "at least 12"})},
-      {"InputNameLength",
-       sealed([](const Base& b) { return b.graphs[1].input0_name_length; }, 4, 1u << 20,
-              {"graph 1 ('decode'): input 0 name length is 1048576, but only"})},
-      {"InputRank",
-       sealed([](const Base& b) { return b.graphs[0].input0_rank; }, 4, 100000,
-              {"graph 0 ('encode'): input 0 rank is 100000, but only", "at least 8"})},
-      {"OutputCount",
-       sealed([](const Base& b) { return b.graphs[1].output_count; }, 4, 1000,
-              {"graph 1 ('decode'): output count is 1000, but only"})},
-      {"WeightIdCount",
-       sealed([](const Base& b) { return b.graphs[1].weight_id_count; }, 4, kU32Max,
-              {"graph 1 ('decode'): weight id count is 4294967295, but only"})},
+       [](Bytes& bytes, const Base& b) -> std::
+                                           vector<std::string> {
+                                             EXPECT_GE(b.graphs[1].end - b.graph_table_offset(), 3u * 40)
+                                                 << "the count must pass the size bound";
+                                             put_le(bytes, spec::kGraphCount, 3, 4);
+                                             reseal(bytes);
+                                             return {"graph table: graph 2: name length needs 4 bytes at offset " +
+                                                     num(b.graphs[1].end) + ", but only 0 remain in the graph table"};
+                                           }},
+      {"GraphNameLength", sealed([](const Base& b) { return b.graphs[0].name_length; }, 4, kU32Max,
+                                 {"graph table: graph 0: name length is 4294967295, but only"})},
+      {"InputCount", sealed([](const Base& b) { return b.graphs[0].input_count; }, 4, kU32Max,
+                            {"graph 0 ('encode'): input count is 4294967295, but only", "at least 12"})},
+      {"InputNameLength", sealed([](const Base& b) { return b.graphs[1].input0_name_length; }, 4, 1u << 20,
+                                 {"graph 1 ('decode'): input 0 name length is 1048576, but only"})},
+      {"InputRank", sealed([](const Base& b) { return b.graphs[0].input0_rank; }, 4, 100000,
+                           {"graph 0 ('encode'): input 0 rank is 100000, but only", "at least 8"})},
+      {"OutputCount", sealed([](const Base& b) { return b.graphs[1].output_count; }, 4, 1000,
+                             {"graph 1 ('decode'): output count is 1000, but only"})},
+      {"WeightIdCount", sealed([](const Base& b) { return b.graphs[1].weight_id_count; }, 4, kU32Max,
+                               {"graph 1 ('decode'): weight id count is 4294967295, but only"})},
       {"WeightIdOutOfRange",
        sealed([](const Base& b) { return b.graphs[1].weight_id0 + 4; }, 4, 3,
               {"graph 1 ('decode'): weight id 3 is out of range, the weight table has 3 weights"})},
       {"DuplicateGraphNames",
-       [](Bytes& bytes, const Base& b) -> std::vector<std::string> {
-         std::memcpy(&bytes[b.graphs[1].name], "encode", 6);
-         reseal(bytes);
-         return {"graph name 'encode' appears twice"};
-       }},
+       [](Bytes& bytes, const Base& b) -> std::
+                                           vector<std::string> {
+                                             std::memcpy(&bytes[b.graphs[1].name], "encode", 6);
+                                             reseal(bytes);
+                                             return {"graph table: graph 1: name 'encode' is also the name of graph 0"};
+                                           }},
       // --- payload bounds (resealed) ---
       {"ProgramOffsetMisaligned",
-       [](Bytes& bytes, const Base& b) -> std::vector<std::string> {
-         const uint64_t offset = get_le(bytes, b.graphs[0].program_offset, 8) + 1;
-         put_le(bytes, b.graphs[0].program_offset, offset, 8);
-         reseal(bytes);
-         return {"graph 'encode' program offset " + num(offset) + " is not a multiple of 64"};
-       }},
+       [](Bytes& bytes, const Base& b) -> std::
+                                           vector<std::string> {
+                                             const uint64_t offset = get_le(bytes, b.graphs[0].program_offset, 8) + 1;
+                                             put_le(bytes, b.graphs[0].program_offset, offset, 8);
+                                             reseal(bytes);
+                                             return {"graph 'encode' program offset " + num(offset) +
+                                                     " is not a multiple of 64"};
+                                           }},
       {"ProgramInsideMetadata",
-       [](Bytes& bytes, const Base& b) -> std::vector<std::string> {
-         put_le(bytes, b.graphs[0].program_offset, 0, 8);
-         reseal(bytes);
-         return {"graph 'encode' program offset 0 is inside the header and tables, which end at " +
-                 num(b.metadata_end)};
-       }},
+       [](Bytes& bytes,
+          const Base& b) -> std::
+                             vector<std::string> {
+                               put_le(bytes, b.graphs[0].program_offset, 0, 8);
+                               reseal(bytes);
+                               return {
+                                   "graph 'encode' program offset 0 is inside the header and tables, which end at " +
+                                   num(b.metadata_end)};
+                             }},
       {"ProgramPastEnd",
-       [](Bytes& bytes, const Base& b) -> std::vector<std::string> {
-         const uint64_t offset = (b.size + 63) / 64 * 64;
-         put_le(bytes, b.graphs[1].program_offset, offset, 8);
-         reseal(bytes);
-         return {"graph 'decode' program (offset " + num(offset) + ", size 100) extends past the end of the file (" +
-                 num(b.size) + " bytes)"};
-       }},
+       [](Bytes& bytes, const Base& b) -> std::
+                                           vector<std::string> {
+                                             const uint64_t offset = (b.size + 63) / 64 * 64;
+                                             put_le(bytes, b.graphs[1].program_offset, offset, 8);
+                                             reseal(bytes);
+                                             return {"graph 'decode' program (offset " + num(offset) +
+                                                     ", size 100) extends past the end of the file (" + num(b.size) +
+                                                     " bytes)"};
+                                           }},
       {"ProgramSizeHuge",
        sealed([](const Base& b) { return b.graphs[0].program_size; }, 8, kU64Max,
               {"graph 'encode' program", "size " + num(kU64Max) + ") extends past the end of the file"})},
       {"WeightOffsetMisaligned",
-       [](Bytes& bytes, const Base& b) -> std::vector<std::string> {
-         put_le(bytes, weight_field(bytes, 1, 16), b.weight(1, 16) + 32, 8);
-         reseal(bytes);
-         return {"weight 1 offset " + num(b.weight(1, 16) + 32) + " is not a multiple of 64"};
-       }},
+       [](Bytes& bytes, const Base& b) -> std::
+                                           vector<std::string> {
+                                             put_le(bytes, weight_field(bytes, 1, 16), b.weight(1, 16) + 32, 8);
+                                             reseal(bytes);
+                                             return {"weight 1 offset " + num(b.weight(1, 16) + 32) +
+                                                     " is not a multiple of 64"};
+                                           }},
       {"WeightSizePastEnd",
-       [](Bytes& bytes, const Base& b) -> std::vector<std::string> {
-         put_le(bytes, weight_field(bytes, 2, 24), 1001, 8);
-         reseal(bytes);
-         return {"weight 2 (offset " + num(b.weight(2, 16)) + ", size 1001) extends past the end of the file (" +
-                 num(b.size) + " bytes)"};
-       }},
+       [](Bytes& bytes, const Base& b) -> std::
+                                           vector<std::string> {
+                                             put_le(bytes, weight_field(bytes, 2, 24), 1001, 8);
+                                             reseal(bytes);
+                                             return {"weight 2 (offset " + num(b.weight(2, 16)) +
+                                                     ", size 1001) extends past the end of the file (" + num(b.size) +
+                                                     " bytes)"};
+                                           }},
       {"WeightOffsetWrapsAround",
-       [](Bytes& bytes, const Base&) -> std::vector<std::string> {
-         put_le(bytes, weight_field(bytes, 0, 16), kU64Max - 63, 8);
-         put_le(bytes, weight_field(bytes, 0, 24), 128, 8);
-         reseal(bytes);
-         return {"weight 0 (offset " + num(kU64Max - 63) + ", size 128) extends past the end of the file"};
-       }},
+       [](Bytes& bytes, const Base&) -> std::
+                                         vector<std::string> {
+                                           put_le(bytes, weight_field(bytes, 0, 16), kU64Max - 63, 8);
+                                           put_le(bytes, weight_field(bytes, 0, 24), 128, 8);
+                                           reseal(bytes);
+                                           return {"weight 0 (offset " + num(kU64Max - 63) +
+                                                   ", size 128) extends past the end of the file"};
+                                         }},
       {"WeightsAtTheSameOffset",
-       [](Bytes& bytes, const Base& b) -> std::vector<std::string> {
-         put_le(bytes, weight_field(bytes, 1, 16), b.weight(0, 16), 8);
-         reseal(bytes);
-         return {"weight 0 (offset " + num(b.weight(0, 16)) + ", size 300) overlaps weight 1 (offset " +
-                 num(b.weight(0, 16)) + ", size 64)"};
-       }},
+       [](Bytes& bytes, const Base& b) -> std::
+                                           vector<std::string> {
+                                             put_le(bytes, weight_field(bytes, 1, 16), b.weight(0, 16), 8);
+                                             reseal(bytes);
+                                             return {"weight 0 (offset " + num(b.weight(0, 16)) +
+                                                     ", size 300) overlaps weight 1 (offset " + num(b.weight(0, 16)) +
+                                                     ", size 64)"};
+                                           }},
       {"WeightsPartlyOverlap",
-       [](Bytes& bytes, const Base& b) -> std::vector<std::string> {
-         put_le(bytes, weight_field(bytes, 1, 16), b.weight(0, 16) + 256, 8);
-         reseal(bytes);
-         return {"weight 1 (offset " + num(b.weight(0, 16) + 256) + ", size 64) overlaps weight 0"};
-       }},
+       [](Bytes& bytes, const Base& b) -> std::
+                                           vector<std::string> {
+                                             put_le(bytes, weight_field(bytes, 1, 16), b.weight(0, 16) + 256, 8);
+                                             reseal(bytes);
+                                             return {"weight 1 (offset " + num(b.weight(0, 16) + 256) +
+                                                     ", size 64) overlaps weight 0"};
+                                           }},
       {"ProgramOverlapsWeight",
-       [](Bytes& bytes, const Base& b) -> std::vector<std::string> {
-         put_le(bytes, b.graphs[1].program_offset, b.weight(2, 16), 8);
-         reseal(bytes);
-         return {"overlaps", "graph 'decode' program (offset " + num(b.weight(2, 16)) + ", size 100)",
-                 "weight 2"};
-       }},
+       [](Bytes& bytes, const Base& b) -> std::
+                                           vector<std::string> {
+                                             put_le(bytes, b.graphs[1].program_offset, b.weight(2, 16), 8);
+                                             reseal(bytes);
+                                             return {"overlaps",
+                                                     "graph 'decode' program (offset " + num(b.weight(2, 16)) +
+                                                         ", size 100)",
+                                                     "weight 2"};
+                                           }},
   };
   return cases;
 }
@@ -317,18 +336,32 @@ INSTANTIATE_TEST_SUITE_P(Catalogue, Damaged, ::testing::Range<size_t>(0, catalog
 
 TEST(DamagedTruncated, AtManyPoints) {
   const Base& b = base();
-  std::vector<uint64_t> cuts = {0, 1, 7, 8, 9, 11, 12, 40, 87, 88, 89, b.graph_table_offset(),
-                                b.metadata_end - 1, b.metadata_end, b.metadata_end + 1, b.size - 1};
+  std::vector<uint64_t> cuts = {0,
+                                1,
+                                7,
+                                8,
+                                9,
+                                11,
+                                12,
+                                40,
+                                87,
+                                88,
+                                89,
+                                b.graph_table_offset(),
+                                b.metadata_end - 1,
+                                b.metadata_end,
+                                b.metadata_end + 1,
+                                b.size - 1};
   for (const auto& graph : b.graphs) cuts.push_back(get_le(b.bytes, graph.program_offset, 8) + 1);
   for (size_t id = 0; id < 3; ++id) cuts.push_back(b.weight(id, 16) + b.weight(id, 24) / 2);
   TempDir dir;
   for (uint64_t cut : cuts) {
     SCOPED_TRACE("cut at " + num(cut));
     Bytes bytes(b.bytes.begin(), b.bytes.begin() + static_cast<std::ptrdiff_t>(cut));
-    std::string expected = cut == 0    ? "file is empty (0 bytes)"
-                           : cut < 8   ? "file is " + num(cut) + " bytes, too small for a ctxgen context binary"
-                           : cut < 88  ? "truncated: file is " + num(cut) + " bytes, the header alone is 88"
-                                       : "truncated: file is " + num(cut) + " bytes, the header says " + num(b.size);
+    std::string expected = cut == 0   ? "file is empty (0 bytes)"
+                           : cut < 8  ? "file is " + num(cut) + " bytes, too small for a ctxgen context binary"
+                           : cut < 88 ? "truncated: file is " + num(cut) + " bytes, the header alone is 88 bytes"
+                                      : "truncated: file is " + num(cut) + " bytes, the header says " + num(b.size);
     auto path = dir.write("cut" + num(cut) + ".bin", bytes);
     expect_error([&] { ContextBinary::open(path); }, ErrorCode::kInvalidBinary, {path.string(), expected});
   }
@@ -346,9 +379,7 @@ TEST(DamagedFiles, DirectoryMissingFileAndEmptyFile) {
                {empty.string() + ": file is empty (0 bytes)"});
 }
 
-TEST(DamagedFiles, TheUndamagedBaseIsAccepted) {
-  EXPECT_NO_THROW(read_from_memory(base().bytes)->verify_payloads());
-}
+TEST(DamagedFiles, TheUndamagedBaseIsAccepted) { EXPECT_NO_THROW(read_from_memory(base().bytes)->verify_payloads()); }
 
 }  // namespace
 }  // namespace ctxgen

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <atomic>
 #include <cstdint>
@@ -13,8 +14,6 @@
 #include <functional>
 #include <string>
 #include <vector>
-
-#include <xxhash.h>
 
 #include "ctxgen/error.h"
 #include "ctxgen/format.h"
@@ -53,9 +52,9 @@ inline void reseal(std::vector<uint8_t>& bytes) {
 
 // Offsets of the fields of one graph record, found by walking the record as the spec lays it out.
 struct GraphFields {
-  size_t name_length = 0, name = 0, input_count = 0, input0_name_length = 0, input0_elem_type = 0,
-         input0_rank = 0, output_count = 0, program_offset = 0, program_size = 0, program_checksum = 0,
-         weight_id_count = 0, weight_id0 = 0, end = 0;
+  size_t name_length = 0, name = 0, input_count = 0, input0_name_length = 0, input0_elem_type = 0, input0_rank = 0,
+         output_count = 0, program_offset = 0, program_size = 0, program_checksum = 0, weight_id_count = 0,
+         weight_id0 = 0, end = 0;
 };
 
 inline std::vector<GraphFields> locate_graphs(const std::vector<uint8_t>& bytes) {
@@ -128,9 +127,8 @@ inline CompiledGraph make_graph(std::string name, std::vector<IoSignature> input
 inline std::vector<uint8_t> write_to_memory(const BinaryIdentity& identity, const std::vector<CompiledGraph>& graphs,
                                             const std::vector<WeightPayload>& weights) {
   std::vector<uint8_t> out;
-  uint64_t written = write_context_binary(identity, graphs, weights, [&](const uint8_t* data, size_t size) {
-    out.insert(out.end(), data, data + size);
-  });
+  uint64_t written = write_context_binary(
+      identity, graphs, weights, [&](const uint8_t* data, size_t size) { out.insert(out.end(), data, data + size); });
   EXPECT_EQ(written, out.size());
   return out;
 }
@@ -183,10 +181,10 @@ inline std::string expect_error(const std::function<void()>& action, ErrorCode c
   try {
     action();
   } catch (const Error& e) {
-    std::fprintf(stderr, "MSG: %s\n", e.what());
     EXPECT_EQ(e.code(), code) << e.what();
-    for (const auto& needle : needles) EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
-        << "message: " << e.what() << "\nexpected to contain: " << needle;
+    for (const auto& needle : needles)
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
+          << "message: " << e.what() << "\nexpected to contain: " << needle;
     return e.what();
   }
   ADD_FAILURE() << "no error thrown; expected one containing '" << (needles.empty() ? "" : needles[0]) << "'";
