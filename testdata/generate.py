@@ -153,6 +153,72 @@ def unsupported():
     return model(g)
 
 
+def block(prefix, x, seq, weights, nodes, inits, style):
+    """One MLP block y = Relu(x @ W1 + b) @ W2, its weights named after `prefix`. `style` says where
+    the weights live: "init" (initializers) or "const" (Constant nodes)."""
+    names = {k: prefix + k for k in weights}
+    for k, arr in weights.items():
+        if style == "const":
+            nodes.append(helper.make_node("Constant", [], [names[k]], value=numpy_helper.from_array(arr, names[k])))
+        else:
+            inits.append(numpy_helper.from_array(arr, names[k]))
+    nodes += [
+        helper.make_node("MatMul", [x, names["w1"]], [prefix + "h"]),
+        helper.make_node("Add", [prefix + "h", names["b"]], [prefix + "hb"]),
+        helper.make_node("Relu", [prefix + "hb"], [prefix + "r"]),
+        helper.make_node("MatMul", [prefix + "r", names["w2"]], [prefix + "out"]),
+    ]
+    return prefix + "out"
+
+
+def mlp(name, seq, weights, style="init", cpu_scale=None):
+    """Two blocks; with `cpu_scale`, a CPU-only Floor and a Mul by that tensor sit between them, so
+    a weight is needed by a CPU node."""
+    nodes, inits = [], []
+    h = block(name + ".layer0.", "x", seq, weights[0], nodes, inits, style)
+    if cpu_scale is not None:
+        nodes += [helper.make_node("Floor", [h], [name + ".floor"]),
+                  helper.make_node("Mul", [name + ".floor", name + ".scale"], [name + ".scaled"])]
+        inits.append(numpy_helper.from_array(cpu_scale, name + ".scale"))
+        h = name + ".scaled"
+    y = block(name + ".layer1.", h, seq, weights[1], nodes, inits, style)
+    nodes.append(helper.make_node("Identity", [y], ["y"]))
+    g = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [seq, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [seq, 16])], inits)
+    return model(g)
+
+
+def mlp_weights(seed):
+    r = rng(seed)
+    return [{"w1": r.standard_normal((16, 32)).astype(np.float32), "b": r.standard_normal(32).astype(np.float32),
+             "w2": r.standard_normal((32, 16)).astype(np.float32)} for _ in range(2)]
+
+
+def share_groups(outdir):
+    """Groups of models for `ctxgen share`: weights shared fully (under other names, at other
+    shapes), partly (a fine-tune), not at all, and across storage kinds."""
+    base = mlp_weights(100)
+    save(mlp("prefill", 8, base), outdir, "share/full/prefill.onnx")
+    save(mlp("decode", 1, base), outdir, "share/full/decode.onnx")
+
+    tuned = [dict(layer) for layer in base]
+    tuned[1]["w2"] = tuned[1]["w2"] + np.float32(0.01)
+    save(mlp("base", 4, base), outdir, "share/partial/base.onnx")
+    save(mlp("tuned", 4, tuned), outdir, "share/partial/tuned.onnx")
+
+    save(mlp("a", 4, base), outdir, "share/none/a.onnx")
+    save(mlp("b", 4, mlp_weights(200)), outdir, "share/none/b.onnx")
+
+    save(mlp("init", 2, base), outdir, "share/kinds/init.onnx")
+    save(mlp("const", 2, base, style="const"), outdir, "share/kinds/const.onnx")
+    save(mlp("ext", 2, base), outdir, "share/kinds/ext.onnx", save_as_external_data=True,
+         all_tensors_to_one_file=True, location="ext.weights", size_threshold=0)
+
+    scale = rng(300).standard_normal(16).astype(np.float32)
+    save(mlp("cpu1", 4, base, cpu_scale=scale), outdir, "share/fallback/cpu1.onnx")
+    save(mlp("cpu2", 1, base, cpu_scale=scale), outdir, "share/fallback/cpu2.onnx")
+
+
 def main():
     outdir = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
     save(cnn(), outdir, "cnn.onnx")
@@ -163,6 +229,7 @@ def main():
     save(dynamic(), outdir, "dynamic.onnx")
     save(unsupported(), outdir, "unsupported.onnx")
     save(cnn(), outdir, "dir.v1/model.v2.onnx")
+    share_groups(outdir)
 
 
 if __name__ == "__main__":

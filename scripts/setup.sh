@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Sets up a fresh Debian machine for ctxgen and builds it; idempotent.
+#   scripts/setup.sh               install, build, then compile the bundled example
+#   scripts/setup.sh --build-only  install and build only (used by scripts/test.sh)
+#   BUILD_DIR=... CMAKE_ARGS=...   choose the build folder / add CMake options
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build_dir="${BUILD_DIR:-$repo/build}"
+
+packages=(g++ cmake ninja-build pkg-config nodejs npm
+          libonnx-dev libprotobuf-dev protobuf-compiler libcli11-dev libspdlog-dev libxxhash-dev
+          nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
+          libonnx-testdata python3-onnx python3-numpy)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=(); [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+"$repo/scripts/install_ort.sh"
+
+# shellcheck disable=SC2086
+cmake -S "$repo" -B "$build_dir" -G Ninja -DCTXGEN_ORT_ROOT="$repo/third_party/onnxruntime" ${CMAKE_ARGS:-} >/dev/null
+cmake --build "$build_dir" -j2
+
+if [ "${1:-}" != "--build-only" ]; then
+  out="$build_dir/example"
+  "$build_dir/apps/ctxgen/ctxgen" compile "$repo/testdata/cnn.onnx" -e ref --output-dir "$out" --force
+  "$build_dir/apps/ctxgen/ctxgen" inspect "$out/cnn_ctx.onnx"
+fi

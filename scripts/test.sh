@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Builds ctxgen (installing what it needs) and runs the whole test suite: unit, end-to-end,
+# ONNX Runtime interop and the conformance run over the ONNX backend test data.
+#   scripts/test.sh                  everything
+#   scripts/test.sh -L unit          only one label (unit, e2e, ort, conformance); any ctest option works
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build_dir="${BUILD_DIR:-$repo/build}"
+"$repo/scripts/setup.sh" --build-only
+ctest --test-dir "$build_dir" --output-on-failure -j2 "$@"

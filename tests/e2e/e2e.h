@@ -1,0 +1,51 @@
+#pragma once
+// Running the built ctxgen on real files and reading what it wrote.
+
+#include <gtest/gtest.h>
+
+#include <onnx/checker.h>
+
+#include <set>
+#include <string>
+
+#include "test_util.h"
+
+namespace ctxgen::testing {
+
+inline CommandResult ctxgen(const std::string& args) { return run_command(std::string(CTXGEN_BINARY) + " " + args); }
+
+inline onnx::ModelProto load_proto(const fs::path& path) {
+  onnx::ModelProto proto;
+  EXPECT_TRUE(proto.ParseFromString(read_file(path))) << path;
+  return proto;
+}
+
+inline std::set<std::string> files_in(const fs::path& dir) {
+  std::set<std::string> names;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) names.insert(fs::relative(e.path(), dir).string());
+  return names;
+}
+
+inline const onnx::AttributeProto* attribute(const onnx::NodeProto& node, const std::string& name) {
+  for (const auto& a : node.attribute())
+    if (a.name() == name) return &a;
+  return nullptr;
+}
+
+inline std::vector<const onnx::NodeProto*> epcontext_nodes(const onnx::ModelProto& model) {
+  std::vector<const onnx::NodeProto*> nodes;
+  for (const auto& n : model.graph().node())
+    if (n.op_type() == "EPContext") nodes.push_back(&n);
+  return nodes;
+}
+
+// Copies a generated model (and its external data) into `dir`.
+inline fs::path copy_model(const std::string& name, const fs::path& dir) {
+  fs::create_directories(dir);
+  fs::copy_file(generated_models() / name, dir / fs::path(name).filename(), fs::copy_options::overwrite_existing);
+  if (name == "external.onnx")
+    fs::copy_file(generated_models() / "external.weights", dir / "external.weights", fs::copy_options::overwrite_existing);
+  return dir / fs::path(name).filename();
+}
+
+}  // namespace ctxgen::testing

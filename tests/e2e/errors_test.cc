@@ -1,0 +1,115 @@
+// Bad input: a one-line error naming the file and the problem, a documented exit code, and no
+// output file left behind.
+
+#include <algorithm>
+
+#include "e2e.h"
+
+namespace ctxgen::testing {
+namespace {
+
+struct Outcome {
+  int exit_code;
+  std::string output;
+};
+
+class BadInput : public ::testing::Test {
+ protected:
+  // Runs ctxgen with `args` (after "compile"), writing into `out_`, and checks nothing was written.
+  Outcome fails(const std::string& args, int expected_code, const std::string& expected_text) {
+    fs::create_directories(out_);
+    auto r = ctxgen("compile " + args + " --output-dir " + quote(out_));
+    EXPECT_EQ(r.exit_code, expected_code) << r.output;
+    EXPECT_NE(r.output.find(expected_text), std::string::npos) << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << "one line expected:\n" << r.output;
+    EXPECT_TRUE(files_in(out_).empty()) << "outputs left behind";
+    return {r.exit_code, r.output};
+  }
+  TempDir dir_;
+  fs::path out_ = dir_ / "out";
+};
+
+TEST_F(BadInput, MissingFile) { fails(quote(dir_ / "nope.onnx"), 3, "nope.onnx: no such file"); }
+
+TEST_F(BadInput, Directory) { fails(quote(dir_.path()), 3, "is a directory"); }
+
+TEST_F(BadInput, NotProtobuf) {
+  write_file(dir_ / "text.onnx", "name,value\n1,2\n");
+  fails(quote(dir_ / "text.onnx"), 3, "text.onnx: not a valid ONNX model");
+}
+
+TEST_F(BadInput, TruncatedProtobuf) {
+  std::string bytes = read_file(generated_models() / "cnn.onnx");
+  write_file(dir_ / "cut.onnx", bytes.substr(0, bytes.size() / 2));
+  fails(quote(dir_ / "cut.onnx"), 3, "cut.onnx: not a valid ONNX model");
+}
+
+TEST_F(BadInput, MissingExternalData) {
+  fs::path model = copy_model("external.onnx", dir_ / "m");
+  fs::remove(dir_ / "m" / "external.weights");
+  fails(quote(model), 3, "external data location 'external.weights' does not exist");
+}
+
+TEST_F(BadInput, ShortExternalData) {
+  fs::path model = copy_model("external.onnx", dir_ / "m");
+  fs::resize_file(dir_ / "m" / "external.weights", 100);
+  fails(quote(model), 3, "external data 'external.weights' is 100 bytes");
+}
+
+TEST_F(BadInput, ExternalDataOutsideTheModelFolder) {
+  fs::path model = copy_model("external.onnx", dir_ / "m");
+  onnx::ModelProto proto = load_proto(model);
+  for (auto& t : *proto.mutable_graph()->mutable_initializer())
+    for (auto& kv : *t.mutable_external_data())
+      if (kv.key() == "location") kv.set_value("../secret.weights");
+  write_file(model, proto.SerializeAsString());
+  fails(quote(model), 3, "contains '..'");
+}
+
+TEST_F(BadInput, UnknownBackend) {
+  fails(quote(copy_model("cnn.onnx", dir_ / "m")) + " -e npu9000", 2, "unknown backend 'npu9000' (available: ref)");
+}
+
+TEST_F(BadInput, InvalidOptionValues) {
+  fs::path model = copy_model("dynamic.onnx", dir_ / "m");
+  fails(quote(model) + " --fix-dim batch", 2, "--fix-dim 'batch': expected NAME=VALUE");
+  fails(quote(model) + " --fix-dim batch=-1", 2, "--fix-dim batch: '-1' is not a non-negative integer");
+  fails(quote(model) + " --input-shape x=2xbig", 2, "'big' is not a non-negative integer");
+  fails(quote(model) + " --fix-dim typo=1", 2, "--fix-dim typo: no dimension of that name");
+  fails(quote(model) + " --fix-dim batch=1 --external-initializers-file ../w.bin", 2, "--external-initializers-file");
+}
+
+TEST_F(BadInput, UnknownFlag) {
+  auto r = ctxgen("compile x.onnx --frobnicate");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+}
+
+TEST_F(BadInput, OutputFolderNotWritable) {
+  fs::path model = copy_model("cnn.onnx", dir_ / "m");
+  write_file(dir_ / "file", "x");
+  auto r = ctxgen("compile " + quote(model) + " --output-dir " + quote(dir_ / "file" / "sub"));
+  EXPECT_EQ(r.exit_code, 6) << r.output;
+  EXPECT_NE(r.output.find("cannot create output folder"), std::string::npos) << r.output;
+  r = ctxgen("compile " + quote(model) + " --output-dir /proc/ctxgen-out");
+  EXPECT_EQ(r.exit_code, 6) << r.output;
+  EXPECT_EQ(files_in(dir_ / "m"), (std::set<std::string>{"cnn.onnx"}));
+}
+
+TEST_F(BadInput, FailureLeavesNoOutputEvenWithForce) {
+  // The first model is fine and the second is damaged: nothing may appear for either.
+  fs::path good = copy_model("cnn.onnx", dir_ / "m");
+  write_file(dir_ / "m" / "bad.onnx", "junk");
+  fs::create_directories(out_);
+  auto r = ctxgen("share " + quote(good) + "," + quote(dir_ / "m" / "bad.onnx") + " --force --output-dir " + quote(out_));
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_TRUE(files_in(out_).empty());
+}
+
+TEST_F(BadInput, AlreadyCompiledModel) {
+  fs::path model = copy_model("cnn.onnx", dir_ / "m");
+  ASSERT_EQ(ctxgen("compile " + quote(model)).exit_code, 0);
+  fails(quote(dir_ / "m" / "cnn_ctx.onnx"), 3, "already compiled");
+}
+
+}  // namespace
+}  // namespace ctxgen::testing
