@@ -124,7 +124,7 @@ def external(outdir):
     nodes = [
         helper.make_node("MatMul", ["x", "w1"], ["m1"], name="mm1"),
         helper.make_node("Floor", ["m1"], ["f"], name="floor"),
-        helper.make_node("Mul", ["f", "scale"], ["s"], name="mul_cpu_side"),
+        helper.make_node("Max", ["f", "scale"], ["s"], name="max_on_cpu"),
         helper.make_node("MatMul", ["s", "w2"], ["y"], name="mm2"),
     ]
     inits = [weight("w1", [16, 16], 41), weight("w2", [16, 8], 42), weight("scale", [16], 43)]
@@ -172,13 +172,13 @@ def block(prefix, x, seq, weights, nodes, inits, style):
 
 
 def mlp(name, seq, weights, style="init", cpu_scale=None):
-    """Two blocks; with `cpu_scale`, a CPU-only Floor and a Mul by that tensor sit between them, so
-    a weight is needed by a CPU node."""
+    """Two blocks; with `cpu_scale`, CPU-only Floor and Max with that tensor sit between them, so a
+    weight is needed by a CPU node."""
     nodes, inits = [], []
     h = block(name + ".layer0.", "x", seq, weights[0], nodes, inits, style)
     if cpu_scale is not None:
         nodes += [helper.make_node("Floor", [h], [name + ".floor"]),
-                  helper.make_node("Mul", [name + ".floor", name + ".scale"], [name + ".scaled"])]
+                  helper.make_node("Max", [name + ".floor", name + ".scale"], [name + ".scaled"])]
         inits.append(numpy_helper.from_array(cpu_scale, name + ".scale"))
         h = name + ".scaled"
     y = block(name + ".layer1.", h, seq, weights[1], nodes, inits, style)

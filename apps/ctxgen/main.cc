@@ -79,6 +79,7 @@ void setup_logging(int verbosity, bool quiet) {
 int main(int argc, char** argv) {
   CLI::App app{"ctxgen: compile ONNX models into ONNX Runtime EPContext models and one context binary"};
   app.require_subcommand(0, 1);
+  app.fallthrough();  // -v/-q work after the subcommand too
   int verbosity = 0;
   bool quiet = false, list_backends = false;
   app.add_flag("-v,--verbose", verbosity, "More detail (-vv for trace); -v shows why each node stays on CPU");

@@ -14,7 +14,9 @@ uint32_t WeightStore::intern(Blob blob) {
   for (auto it = begin; it != end; ++it) {
     const Blob& known = entries_[it->second].blob;
     // The hash only narrows the search: equal size and equal bytes decide.
-    if (known.size == blob.size && (blob.size == 0 || std::memcmp(known.data, blob.data, blob.size) == 0)) {
+    bool same = known.size == blob.size && (blob.size == 0 || std::memcmp(known.data, blob.data, blob.size) == 0);
+    known.release();  // the compare paged it in; the writer will read it again when its turn comes
+    if (same) {
       blob.release();
       return it->second;
     }

@@ -106,8 +106,9 @@ TEST(Share, ReportDescribesModelsOutputsAndTimings) {
   auto report = share(quote(group("fallback/cpu1.onnx")) + "," + quote(group("fallback/cpu2.onnx")), out.path());
   ASSERT_EQ(report["models"].size(), 2u);
   const auto& m = report["models"][0];
-  EXPECT_EQ(m["nodes_on_cpu"], 1);
+  EXPECT_EQ(m["nodes_on_cpu"], 2);
   EXPECT_EQ(m["cpu_nodes_by_op"]["Floor"], 1);
+  EXPECT_EQ(m["cpu_nodes_by_op"]["Max"], 1);
   EXPECT_EQ(m["partitions"].size(), 2u);
   ASSERT_EQ(report["outputs"].size(), 3u);
   for (const auto& f : report["outputs"]) {
