@@ -15,11 +15,16 @@ std::string dims_text(const std::vector<int64_t>& dims) {
   return text + "]";
 }
 
+namespace {
+
+// Opset version of the default ONNX domain the model imports (0 when it imports none).
 int64_t default_opset(const onnx::ModelProto& model) {
   for (const auto& op : model.opset_import())
     if (op.domain().empty() || op.domain() == "ai.onnx") return op.version();
   return 0;
 }
+
+}  // namespace
 
 int64_t element_count(const std::vector<int64_t>& dims) {
   int64_t n = 1;

@@ -22,15 +22,10 @@ struct Refusal {
 
 std::string dims_text(const std::vector<int64_t>& dims);  // "[1,3,?,?]" (-1 shown as ?)
 
-// Opset version of the default ONNX domain the model imports (0 when it imports none).
-int64_t default_opset(const onnx::ModelProto& model);
-
 class NodeView {
  public:
   NodeView(const Model& model, const onnx::NodeProto& node);
 
-  const onnx::NodeProto& node() const { return node_; }
-  const Model& model() const { return model_; }
   const std::string& op() const { return node_.op_type(); }
   int64_t opset() const { return opset_; }
 

@@ -73,6 +73,8 @@ NormalisedNode copy_of_input0(const NodeView& v, const std::string& extra_output
   return n;
 }
 
+NormalisedNode identity(const NodeView& v) { return copy_of_input0(v); }
+
 // ---- elementwise -------------------------------------------------------------------------------
 
 NormalisedNode unary(const NodeView& v) {
@@ -570,7 +572,7 @@ const std::map<std::string, Rule>& rules() {
       {"Flatten", flatten},     {"Squeeze", squeeze},
       {"Unsqueeze", unsqueeze}, {"Concat", concat},
       {"Slice", slice},         {"Gather", gather},
-      {"Identity", copy_of_input0}, {"Dropout", dropout},
+      {"Identity", identity}, {"Dropout", dropout},
   };
   return kRules;
 }

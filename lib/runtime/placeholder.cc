@@ -1,1 +1,0 @@
-// Placeholder until the stage's first source lands.

@@ -1,0 +1,555 @@
+// Lowering of partitions by the ref compiler: normalised op forms, graph passes (BatchNorm
+// folding, activation fusion, Gemm packing, 1-D MatMul), value kinds, memory plan, determinism.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+
+#include "../../lib/backend/ref/lower.h"
+#include "../../lib/backend/ref/memory_plan.h"
+#include "backend_test_util.h"
+#include "ctxgen/error.h"
+
+namespace ctxgen {
+namespace {
+
+using ref::ValueKind;
+using testing::TestModel;
+using testing::whole_graph;
+
+struct Lowered {
+  WeightStore store;
+  refc::LoweredPartition result;
+  const ref::Program& program() const { return result.program; }
+};
+
+std::unique_ptr<Lowered> lower(const Model& m, const Partition& p) {
+  auto l = std::make_unique<Lowered>();
+  l->result = refc::lower_partition(m, p, l->store);
+  return l;
+}
+std::unique_ptr<Lowered> lower(const Model& m) { return lower(m, whole_graph(m)); }
+
+std::vector<std::string> op_types(const ref::Program& p) {
+  std::vector<std::string> types;
+  for (const auto& op : p.ops) types.push_back(op.type);
+  return types;
+}
+
+const ref::Op& only_op(const ref::Program& p, const std::string& type) {
+  const ref::Op* found = nullptr;
+  for (const auto& op : p.ops)
+    if (op.type == type) {
+      EXPECT_EQ(found, nullptr) << "several " << type << " ops";
+      found = &op;
+    }
+  if (!found) throw std::runtime_error("no " + type + " op");
+  return *found;
+}
+
+const ref::Value& value(const ref::Program& p, int32_t id) { return p.values.at(static_cast<size_t>(id)); }
+
+std::vector<float> weight_floats(const Lowered& l, int32_t id) {
+  const ref::Value& v = value(l.program(), id);
+  EXPECT_EQ(v.kind, ValueKind::kWeight);
+  const Blob& b = l.store.entry(static_cast<uint32_t>(v.index)).blob;
+  std::vector<float> out(b.size / 4);
+  std::memcpy(out.data(), b.data, b.size);
+  return out;
+}
+
+std::vector<float> iota_floats(size_t n, float scale) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = scale * static_cast<float>(static_cast<int>(i % 7) - 3);
+  return v;
+}
+
+// Independent checker of a memory plan: aligned, inside the arena, and no two arena values that
+// are alive at the same time (from the op writing one to the last op reading it) share a byte.
+void check_memory_plan(const ref::Program& p) {
+  size_t n = p.values.size();
+  std::vector<size_t> first(n, SIZE_MAX), last(n, 0);
+  for (size_t i = 0; i < p.ops.size(); ++i) {
+    for (int32_t v : p.ops[i].outputs) first[static_cast<size_t>(v)] = std::min(first[static_cast<size_t>(v)], i);
+    for (int32_t v : p.ops[i].inputs)
+      if (v >= 0) last[static_cast<size_t>(v)] = std::max(last[static_cast<size_t>(v)], i);
+  }
+  for (size_t a = 0; a < n; ++a) {
+    const auto& va = p.values[a];
+    if (va.kind != ValueKind::kArena) continue;
+    ASSERT_NE(first[a], SIZE_MAX) << "arena value " << a << " never written";
+    EXPECT_EQ(va.index % 64, 0u) << "value " << a;
+    EXPECT_LE(va.index + va.byte_size(), p.arena_bytes) << "value " << a;
+    for (size_t b = a + 1; b < n; ++b) {
+      const auto& vb = p.values[b];
+      if (vb.kind != ValueKind::kArena) continue;
+      bool live_together = first[a] <= std::max(last[b], first[b]) && first[b] <= std::max(last[a], first[a]);
+      bool overlap = va.index < vb.index + vb.byte_size() && vb.index < va.index + va.byte_size();
+      EXPECT_FALSE(live_together && overlap) << "values " << a << " and " << b << " overlap while both live";
+    }
+  }
+}
+
+// ---- normalised forms --------------------------------------------------------------------------
+
+TEST(RefLower, SoftmaxAxisAndCoercionFollowTheOpset) {
+  auto old = lower(TestModel(11).input("x", {2, 3, 4}).node("Softmax", {"x"}, {"y"}).output("y").load());
+  const auto& a = only_op(old->program(), "Softmax");
+  EXPECT_EQ(a.get_int("axis", -1), 1);
+  EXPECT_EQ(a.get_int("coerce_2d", -1), 1);
+  auto now = lower(TestModel(13).input("x", {2, 3, 4}).node("Softmax", {"x"}, {"y"}).output("y").load());
+  const auto& b = only_op(now->program(), "Softmax");
+  EXPECT_EQ(b.get_int("axis", -1), 2);
+  EXPECT_EQ(b.get_int("coerce_2d", -1), 0);
+}
+
+TEST(RefLower, ShapeOpsBecomeReshapeCopies) {
+  auto l = lower(TestModel(13)
+                     .input("x", {1, 2, 3})
+                     .int64s("axes", {1}, {0})
+                     .int64s("shape", {2}, {3, -1})
+                     .node("Squeeze", {"x", "axes"}, {"a"})
+                     .node("Unsqueeze", {"a", "axes"}, {"b"})
+                     .node("Flatten", {"b"}, {"c"})
+                     .node("Identity", {"c"}, {"d"})
+                     .node("Reshape", {"d", "shape"}, {"e"})
+                     .output("e")
+                     .load());
+  EXPECT_EQ(op_types(l->program()), std::vector<std::string>(5, "Reshape"));
+  for (const auto& op : l->program().ops) {
+    EXPECT_TRUE(op.attrs.empty());
+    EXPECT_EQ(op.inputs.size(), 1u);  // the axes/shape constants are baked into the output dims
+  }
+  EXPECT_EQ(value(l->program(), l->program().ops[0].outputs[0]).dims, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(value(l->program(), l->program().ops[2].outputs[0]).dims, (std::vector<int64_t>{1, 6}));
+  EXPECT_EQ(value(l->program(), l->program().outputs[0]).dims, (std::vector<int64_t>{3, 2}));
+  EXPECT_TRUE(l->result.weight_ids.empty());
+}
+
+TEST(RefLower, SliceStartsAndStepsCoverEveryAxisClamped) {
+  const int64_t big = std::numeric_limits<int64_t>::max();
+  auto l = lower(TestModel(13)
+                     .input("x", {4, 5, 6})
+                     .int64s("starts", {2}, {-100, big})
+                     .int64s("ends", {2}, {big, 1})
+                     .int64s("axes", {2}, {-1, 1})
+                     .int64s("steps", {2}, {2, -2})
+                     .node("Slice", {"x", "starts", "ends", "axes", "steps"}, {"y"})
+                     .output("y")
+                     .load());
+  const auto& op = only_op(l->program(), "Slice");
+  EXPECT_EQ(op.get_ints("starts"), (std::vector<int64_t>{0, 4, 0}));
+  EXPECT_EQ(op.get_ints("steps"), (std::vector<int64_t>{1, -2, 2}));
+  EXPECT_EQ(op.inputs.size(), 1u);
+  EXPECT_EQ(value(l->program(), op.outputs[0]).dims, (std::vector<int64_t>{4, 2, 3}));
+}
+
+TEST(RefLower, ReduceAxesSortedNonNegativeAndGlobalPoolIsReduceMean) {
+  auto l = lower(TestModel(13)
+                     .input("x", {2, 3, 4, 5})
+                     .node("ReduceMean", {"x"}, {"m"}).attr("axes", std::vector<int64_t>{-1, 1}).attr("keepdims", int64_t{0})
+                     .node("GlobalAveragePool", {"x"}, {"g"})
+                     .output("m")
+                     .output("g")
+                     .load());
+  const auto& ops = l->program().ops;
+  ASSERT_EQ(op_types(l->program()), (std::vector<std::string>{"ReduceMean", "ReduceMean"}));
+  EXPECT_EQ(ops[0].get_ints("axes"), (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(ops[0].get_int("keepdims", -1), 0);
+  EXPECT_EQ(ops[1].get_ints("axes"), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(ops[1].get_int("keepdims", -1), 1);
+  EXPECT_EQ(value(l->program(), ops[1].outputs[0]).dims, (std::vector<int64_t>{2, 3, 1, 1}));
+}
+
+TEST(RefLower, ClipBoundsBecomeAttributes) {
+  auto l = lower(TestModel(13).input("x", {4}).floats("lo", {}, {-1.5f}).node("Clip", {"x", "lo"}, {"y"}).output("y").load());
+  const auto& op = only_op(l->program(), "Clip");
+  EXPECT_EQ(op.inputs.size(), 1u);
+  EXPECT_EQ(op.get_float("min", 0), -1.5f);
+  EXPECT_EQ(op.get_float("max", 0), std::numeric_limits<float>::infinity());
+}
+
+TEST(RefLower, ConvAutoPadBecomesExplicitPads) {
+  auto conv = [](const std::string& pad) {
+    auto l = lower(TestModel()
+                       .input("x", {1, 1, 5, 5})
+                       .floats("w", {1, 1, 2, 2}, {1, 1, 1, 1})
+                       .node("Conv", {"x", "w"}, {"y"}).attr("auto_pad", pad).attr("strides", std::vector<int64_t>{2, 2})
+                       .output("y")
+                       .load());
+    const auto& op = only_op(l->program(), "Conv");
+    EXPECT_EQ(op.get_ints("kernel_shape"), (std::vector<int64_t>{2, 2}));
+    EXPECT_EQ(op.get_ints("dilations"), (std::vector<int64_t>{1, 1}));
+    EXPECT_EQ(op.get_int("group", 0), 1);
+    EXPECT_EQ(op.inputs[2], -1);
+    return std::make_pair(op.get_ints("pads"), value(l->program(), op.outputs[0]).dims);
+  };
+  // out = ceil(5 / 2) = 3; total pad = (3 - 1) * 2 + 2 - 5 = 1.
+  EXPECT_EQ(conv("SAME_UPPER"), std::make_pair(std::vector<int64_t>{0, 0, 1, 1}, std::vector<int64_t>{1, 1, 3, 3}));
+  EXPECT_EQ(conv("SAME_LOWER"), std::make_pair(std::vector<int64_t>{1, 1, 0, 0}, std::vector<int64_t>{1, 1, 3, 3}));
+  EXPECT_EQ(conv("VALID"), std::make_pair(std::vector<int64_t>{0, 0, 0, 0}, std::vector<int64_t>{1, 1, 2, 2}));
+}
+
+TEST(RefLower, PoolCeilModeIsInTheOutputDims) {
+  auto l = lower(TestModel()
+                     .input("x", {1, 1, 5, 5})
+                     .node("MaxPool", {"x"}, {"y"}).attr("kernel_shape", std::vector<int64_t>{2, 2})
+                     .attr("strides", std::vector<int64_t>{2, 2}).attr("ceil_mode", int64_t{1})
+                     .node("AveragePool", {"x"}, {"z"}).attr("kernel_shape", std::vector<int64_t>{3, 3})
+                     .attr("pads", std::vector<int64_t>{1, 1, 1, 1}).attr("count_include_pad", int64_t{1})
+                     .output("y")
+                     .output("z")
+                     .load());
+  const auto& mp = only_op(l->program(), "MaxPool");
+  EXPECT_EQ(value(l->program(), mp.outputs[0]).dims, (std::vector<int64_t>{1, 1, 3, 3}));
+  EXPECT_EQ(mp.get_ints("pads"), (std::vector<int64_t>{0, 0, 0, 0}));
+  EXPECT_EQ(mp.get_ints("dilations"), (std::vector<int64_t>{1, 1}));
+  const auto& ap = only_op(l->program(), "AveragePool");
+  EXPECT_EQ(ap.get_int("count_include_pad", -1), 1);
+  EXPECT_EQ(ap.get_ints("strides"), (std::vector<int64_t>{1, 1}));
+  EXPECT_EQ(value(l->program(), ap.outputs[0]).dims, (std::vector<int64_t>{1, 1, 5, 5}));
+}
+
+TEST(RefLower, GatherInt32ConstantIndicesBecomeInt64) {
+  auto l = lower(TestModel().input("d", {5, 2}).int32s("i", {3}, {0, -1, 4}).node("Gather", {"d", "i"}, {"y"})
+                     .attr("axis", int64_t{-2}).output("y").load());
+  const auto& op = only_op(l->program(), "Gather");
+  EXPECT_EQ(op.get_int("axis", -1), 0);
+  const auto& idx = value(l->program(), op.inputs[1]);
+  EXPECT_EQ(idx.dtype, ref::DType::kInt64);
+  ASSERT_EQ(idx.kind, ValueKind::kWeight);
+  const Blob& b = l->store.entry(static_cast<uint32_t>(idx.index)).blob;
+  ASSERT_EQ(b.size, 24u);
+  int64_t got[3];
+  std::memcpy(got, b.data, 24);
+  EXPECT_EQ(got[0], 0);
+  EXPECT_EQ(got[1], -1);
+  EXPECT_EQ(got[2], 4);
+}
+
+TEST(RefLower, TransposeDefaultPermIsReversed) {
+  auto l = lower(TestModel().input("x", {2, 3, 4}).node("Transpose", {"x"}, {"y"}).output("y").load());
+  EXPECT_EQ(only_op(l->program(), "Transpose").get_ints("perm"), (std::vector<int64_t>{2, 1, 0}));
+}
+
+// ---- graph passes ------------------------------------------------------------------------------
+
+struct ConvBn {
+  std::vector<float> w = iota_floats(2 * 3 * 3 * 3, 0.25f), bias = {0.5f, -0.25f};
+  std::vector<float> scale = {1.5f, 0.5f}, beta = {0.1f, -0.2f}, mean = {0.3f, -0.4f}, var = {0.8f, 2.0f};
+  float eps = 1e-3f;
+
+  TestModel model(const std::string& after_bn) const {
+    TestModel t;
+    t.input("x", {1, 3, 6, 6}).floats("w", {2, 3, 3, 3}, w).floats("bias", {2}, bias).floats("s", {2}, scale)
+        .floats("b", {2}, beta).floats("m", {2}, mean).floats("v", {2}, var)
+        .node("Conv", {"x", "w", "bias"}, {"c"})
+        .node("BatchNormalization", {"c", "s", "b", "m", "v"}, {"n"}).attr("epsilon", eps);
+    if (!after_bn.empty()) t.node(after_bn, {"n"}, {"y"}).output("y");
+    else t.output("n");
+    return t;
+  }
+};
+
+TEST(RefLower, BatchNormFoldsIntoConvWithExactWeights) {
+  ConvBn cb;
+  auto l = lower(cb.model("").load());
+  ASSERT_EQ(op_types(l->program()), std::vector<std::string>{"Conv"});
+  const auto& conv = l->program().ops[0];
+  EXPECT_EQ(value(l->program(), conv.outputs[0]).kind, ValueKind::kOutput);
+  auto w = weight_floats(*l, conv.inputs[1]);
+  auto b = weight_floats(*l, conv.inputs[2]);
+  ASSERT_EQ(w.size(), cb.w.size());
+  ASSERT_EQ(b.size(), 2u);
+  for (size_t m = 0; m < 2; ++m) {
+    float s = cb.scale[m] / std::sqrt(cb.var[m] + cb.eps);
+    for (size_t k = 0; k < 27; ++k) EXPECT_NEAR(w[m * 27 + k], cb.w[m * 27 + k] * s, 1e-6f);
+    EXPECT_NEAR(b[m], (cb.bias[m] - cb.mean[m]) * s + cb.beta[m], 1e-6f);
+  }
+  EXPECT_EQ(value(l->program(), conv.inputs[1]).dims, (std::vector<int64_t>{2, 3, 3, 3}));
+}
+
+TEST(RefLower, ConvBnReluBecomesOneFusedConv) {
+  auto l = lower(ConvBn().model("Relu").load());
+  ASSERT_EQ(op_types(l->program()), std::vector<std::string>{"Conv"});
+  EXPECT_EQ(l->program().ops[0].get_int("act", 0), static_cast<int64_t>(ref::Activation::kRelu));
+}
+
+TEST(RefLower, BatchNormStaysWhenConvOutputIsSeenElsewhere) {
+  // The Conv output is a graph output: folding would change it.
+  auto t = ConvBn().model("");
+  t.output("c");
+  auto l = lower(t.load());
+  EXPECT_EQ(op_types(l->program()), (std::vector<std::string>{"Conv", "BatchNormalization"}));
+  const auto& bn = only_op(l->program(), "BatchNormalization");
+  EXPECT_FLOAT_EQ(bn.get_float("epsilon", 0), 1e-3f);
+  // A second reader inside the partition blocks folding too.
+  auto t2 = ConvBn().model("");
+  t2.node("Neg", {"c"}, {"z"}).output("z");
+  EXPECT_EQ(op_types(lower(t2.load())->program()), (std::vector<std::string>{"Conv", "BatchNormalization", "Neg"}));
+}
+
+TEST(RefLower, ActivationsFuseOnlyWhenLegal) {
+  auto gemm = [](const std::string& act, bool expose) {
+    TestModel t;
+    t.input("a", {2, 4}).input("b", {4, 3}).node("Gemm", {"a", "b"}, {"g"}).node(act, {"g"}, {"y"});
+    if (act == "LeakyRelu") t.attr("alpha", 0.25f);
+    t.output("y");
+    if (expose) t.output("g");
+    return lower(t.load());
+  };
+  auto leaky = gemm("LeakyRelu", false);
+  ASSERT_EQ(op_types(leaky->program()), std::vector<std::string>{"Gemm"});
+  EXPECT_EQ(leaky->program().ops[0].get_int("act", 0), static_cast<int64_t>(ref::Activation::kLeakyRelu));
+  EXPECT_EQ(leaky->program().ops[0].get_float("act_alpha", 0), 0.25f);
+  EXPECT_EQ(op_types(gemm("HardSwish", false)->program()), std::vector<std::string>{"Gemm"});
+  EXPECT_EQ(op_types(gemm("Relu", true)->program()), (std::vector<std::string>{"Gemm", "Relu"}));
+  EXPECT_EQ(op_types(gemm("Exp", false)->program()), (std::vector<std::string>{"Gemm", "Exp"}));
+
+  auto hs = lower(TestModel(13).input("a", {2, 4}).input("b", {4, 3}).floats("lo", {}, {-1}).floats("hi", {}, {2})
+                      .node("MatMul", {"a", "b"}, {"g"}).node("Clip", {"g", "lo", "hi"}, {"c"})
+                      .node("HardSigmoid", {"c"}, {"y"}).attr("alpha", 0.3f).output("y").load());
+  ASSERT_EQ(op_types(hs->program()), (std::vector<std::string>{"MatMul", "HardSigmoid"}));
+  EXPECT_EQ(hs->program().ops[0].get_float("act_alpha", 0), -1.0f);
+  EXPECT_EQ(hs->program().ops[0].get_float("act_beta", 0), 2.0f);
+
+  auto add = lower(TestModel().input("a", {4}).input("b", {4}).node("Add", {"a", "b"}, {"s"}).node("Relu", {"s"}, {"y"})
+                       .output("y").load());
+  EXPECT_EQ(op_types(add->program()), (std::vector<std::string>{"Add", "Relu"}));
+}
+
+TEST(RefLower, GemmConstantBIsPackedToKN) {
+  std::vector<float> b = iota_floats(3 * 4, 1.0f);  // [N=3, K=4]
+  auto l = lower(TestModel().input("a", {2, 4}).floats("b", {3, 4}, b).node("Gemm", {"a", "b"}, {"y"})
+                     .attr("transB", int64_t{1}).output("y").load());
+  const auto& op = only_op(l->program(), "Gemm");
+  EXPECT_EQ(op.get_int("transB", -1), 0);
+  EXPECT_EQ(value(l->program(), op.inputs[1]).dims, (std::vector<int64_t>{4, 3}));
+  auto packed = weight_floats(*l, op.inputs[1]);
+  for (size_t n = 0; n < 3; ++n)
+    for (size_t k = 0; k < 4; ++k) EXPECT_EQ(packed[k * 3 + n], b[n * 4 + k]);
+  EXPECT_EQ(op.inputs[2], -1);
+  // A B computed at run time keeps transB.
+  auto r = lower(TestModel().input("a", {2, 4}).input("b", {3, 4}).node("Gemm", {"a", "b"}, {"y"})
+                     .attr("transB", int64_t{1}).output("y").load());
+  EXPECT_EQ(only_op(r->program(), "Gemm").get_int("transB", -1), 1);
+}
+
+TEST(RefLower, OneDimensionalMatMulOperandsAreReshaped) {
+  auto l = lower(TestModel().input("a", {4}).floats("b", {3}, {1, 2, 3}).input("c", {2, 4, 3})
+                     .node("MatMul", {"a", "c"}, {"ac"}).node("MatMul", {"c", "b"}, {"cb"})
+                     .output("ac").output("cb").load());
+  const auto& p = l->program();
+  ASSERT_EQ(op_types(p), (std::vector<std::string>{"Reshape", "MatMul", "Reshape", "MatMul", "Reshape"}));
+  for (const auto& op : p.ops) {
+    if (op.type != "MatMul") continue;
+    for (int32_t in : op.inputs) EXPECT_GE(value(p, in).dims.size(), 2u);
+  }
+  EXPECT_EQ(value(p, p.ops[0].outputs[0]).dims, (std::vector<int64_t>{1, 4}));
+  EXPECT_EQ(value(p, p.ops[1].outputs[0]).dims, (std::vector<int64_t>{2, 1, 3}));
+  EXPECT_EQ(value(p, p.ops[3].inputs[1]).dims, (std::vector<int64_t>{3, 1}));  // the weight, re-viewed
+  EXPECT_EQ(value(p, p.ops[3].inputs[1]).kind, ValueKind::kWeight);
+  EXPECT_EQ(value(p, p.outputs[0]).dims, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(value(p, p.outputs[1]).dims, (std::vector<int64_t>{2, 4}));
+}
+
+// ---- values, signatures, edge cases ------------------------------------------------------------
+
+TEST(RefLower, ValueKindsAndSignatures) {
+  auto m = TestModel().input("x", {2, 3}).input("y", {2, 3}).floats("w", {3}, {1, 2, 3}).floats("w2", {3}, {1, 2, 3})
+               .node("Add", {"x", "w"}, {"a"}).node("Mul", {"a", "y"}, {"b"}).node("Sub", {"b", "w"}, {"c"})
+               .node("Add", {"c", "w2"}, {"d"}).output("d").output("a").load();
+  auto part = whole_graph(m);
+  auto l = lower(m, part);
+  const auto& p = l->program();
+  ASSERT_EQ(p.inputs.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(value(p, p.inputs[i]).kind, ValueKind::kInput);
+    EXPECT_EQ(value(p, p.inputs[i]).index, i);
+  }
+  ASSERT_EQ(p.outputs.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(value(p, p.outputs[i]).kind, ValueKind::kOutput);
+    EXPECT_EQ(value(p, p.outputs[i]).index, i);
+  }
+  // "w" is read twice but is one value; "w2" has the same bytes, so the store holds one entry.
+  EXPECT_EQ(p.ops[0].inputs[1], p.ops[2].inputs[1]);
+  EXPECT_EQ(l->result.weight_ids, std::vector<uint32_t>{0});
+  EXPECT_EQ(l->store.size(), 1u);
+  // "a" is a partition output that later ops read too.
+  size_t a_pos = static_cast<size_t>(std::find(part.outputs.begin(), part.outputs.end(), "a") - part.outputs.begin());
+  ASSERT_LT(a_pos, 2u);
+  EXPECT_EQ(p.ops[1].inputs[0], p.outputs[a_pos]);
+  ASSERT_EQ(l->result.inputs.size(), 2u);
+  EXPECT_EQ(l->result.inputs[0], (IoSignature{part.inputs[0], onnx::TensorProto::FLOAT, {2, 3}}));
+  EXPECT_EQ(l->result.outputs[0].name, part.outputs[0]);
+  check_memory_plan(p);
+}
+
+TEST(RefLower, OutputsNotProducedInsideAreCopied) {
+  auto m = TestModel().input("x", {3}).floats("k", {3}, {1, 2, 3}).node("Identity", {"x"}, {"y"}).output("y")
+               .output("k", onnx::TensorProto::FLOAT, std::vector<int64_t>{3}).load();
+  Partition part;
+  part.nodes = {0};
+  part.inputs = {"x"};
+  part.outputs = {"y", "k"};
+  part.constants = {"k"};
+  auto l = lower(m, part);
+  const auto& p = l->program();
+  ASSERT_EQ(op_types(p), (std::vector<std::string>{"Reshape", "Reshape"}));
+  EXPECT_EQ(value(p, p.ops[0].inputs[0]).kind, ValueKind::kInput);
+  EXPECT_EQ(value(p, p.ops[0].outputs[0]).kind, ValueKind::kOutput);
+  EXPECT_EQ(value(p, p.ops[1].inputs[0]).kind, ValueKind::kWeight);
+  EXPECT_EQ(p.ops[1].outputs[0], p.outputs[1]);
+  EXPECT_EQ(value(p, p.outputs[1]).index, 1u);
+}
+
+TEST(RefLower, RefusedNodeOrBrokenPartitionIsAnInternalError) {
+  auto m = TestModel().input("x", {2}).node("Cos", {"x"}, {"y"}).output("y").load();
+  Partition part;
+  part.nodes = {0};
+  part.inputs = {"x"};
+  part.outputs = {"y"};
+  WeightStore store;
+  try {
+    refc::lower_partition(m, part, store);
+    FAIL() << "lowering a refused node succeeded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInternal);
+    EXPECT_NE(std::string(e.what()).find("node 'y_node' (Cos) is not supported by ref: unsupported op"), std::string::npos) << e.what();
+  }
+  auto ok = TestModel().input("x", {2}).node("Relu", {"x"}, {"y"}).output("y").load();
+  Partition missing_input;
+  missing_input.nodes = {0};
+  missing_input.outputs = {"y"};
+  EXPECT_THROW(refc::lower_partition(ok, missing_input, store), Error);
+}
+
+TEST(RefLower, CompileFillsTheCompiledGraph) {
+  auto m = ConvBn().model("Relu").load();
+  auto part = whole_graph(m);
+  WeightStore store;
+  auto graph = make_ref_backend()->compile(m, part, "g0", store);
+  EXPECT_EQ(graph.name, "g0");
+  EXPECT_EQ(graph.node_count, 3u);
+  EXPECT_EQ(graph.weight_ids, (std::vector<uint32_t>{0, 1}));
+  ASSERT_EQ(graph.inputs.size(), 1u);
+  EXPECT_EQ(graph.inputs[0], (IoSignature{"x", onnx::TensorProto::FLOAT, {1, 3, 6, 6}}));
+  EXPECT_EQ(graph.outputs[0], (IoSignature{"y", onnx::TensorProto::FLOAT, {1, 2, 4, 4}}));
+  auto program = ref::deserialize(graph.program.data(), graph.program.size());
+  ASSERT_EQ(program.ops.size(), 1u);
+  EXPECT_EQ(program.ops[0].type, "Conv");
+  EXPECT_EQ(program.ops[0].get_int("act", 0), 1);
+}
+
+// ---- memory plan and determinism ---------------------------------------------------------------
+
+// A random DAG of Add/Relu/Concat/Slice over [rows, 16] float tensors (rows tracked so every
+// node is valid), giving values of varied sizes and lifetimes.
+TestModel random_dag(unsigned seed, int nodes) {
+  std::mt19937 rng(seed);
+  TestModel t;
+  t.input("in", {8, 16}).int64s("s0", {1}, {0}).int64s("s1", {1}, {8}).int64s("ax", {1}, {0});
+  std::vector<std::pair<std::string, int64_t>> avail = {{"in", 8}};
+  for (int i = 0; i < nodes; ++i) {
+    std::string out = "v" + std::to_string(i);
+    auto [a, rows] = avail[rng() % avail.size()];
+    std::vector<std::string> same;
+    for (const auto& [name, r] : avail)
+      if (r == rows) same.push_back(name);
+    switch (rng() % 4) {
+      case 0: t.node("Add", {a, same[rng() % same.size()]}, {out}); break;
+      case 1: t.node("Relu", {a}, {out}); break;
+      case 2:
+        if (rows <= 32) {
+          t.node("Concat", {a, a}, {out}).attr("axis", int64_t{0});
+          rows *= 2;
+          break;
+        }
+        [[fallthrough]];
+      default:
+        t.node("Slice", {a, "s0", "s1", "ax"}, {out});
+        rows = 8;
+        break;
+    }
+    avail.emplace_back(out, rows);
+  }
+  t.output(avail.back().first);
+  return t;
+}
+
+TEST(RefLower, MemoryPlanNeverOverlapsLiveValuesAndReusesSpace) {
+  for (unsigned seed = 1; seed <= 20; ++seed) {
+    auto m = random_dag(seed, 40).load();
+    auto l = lower(m);
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    check_memory_plan(l->program());
+    uint64_t total = 0;
+    for (const auto& v : l->program().values)
+      if (v.kind == ValueKind::kArena) total += (v.byte_size() + 63) / 64 * 64;
+    EXPECT_LE(l->program().arena_bytes, total);
+  }
+  // A chain needs only two live buffers at a time.
+  TestModel chain;
+  chain.input("x", {256});
+  std::string prev = "x";
+  for (int i = 0; i < 10; ++i) {
+    chain.node("Relu", {prev}, {"r" + std::to_string(i)});
+    prev = "r" + std::to_string(i);
+  }
+  chain.output(prev);
+  auto l = lower(chain.load());
+  EXPECT_EQ(l->program().arena_bytes, 2u * 1024u);
+}
+
+TEST(RefLower, PlanMemoryHandlesCraftedPrograms) {
+  ref::Program p;
+  auto add_value = [&](int64_t n, ValueKind kind) {
+    ref::Value v;
+    v.dims = {n};
+    v.kind = kind;
+    p.values.push_back(v);
+    return static_cast<int32_t>(p.values.size() - 1);
+  };
+  int32_t in = add_value(10, ValueKind::kInput);
+  int32_t a = add_value(100, ValueKind::kArena), b = add_value(3, ValueKind::kArena), c = add_value(50, ValueKind::kArena);
+  int32_t unused = add_value(7, ValueKind::kArena);  // written, never read
+  int32_t out = add_value(10, ValueKind::kOutput);
+  auto op = [&](std::vector<int32_t> ins, std::vector<int32_t> outs) {
+    ref::Op o;
+    o.type = "Add";
+    o.inputs = std::move(ins);
+    o.outputs = std::move(outs);
+    p.ops.push_back(o);
+  };
+  op({in}, {a});
+  op({a}, {b, unused});
+  op({b, a}, {c});
+  op({c}, {out});
+  refc::plan_memory(p);
+  check_memory_plan(p);
+  EXPECT_EQ(value(p, in).index, 0u);  // non-arena values keep their index
+  ref::Program broken = p;
+  broken.ops.erase(broken.ops.begin());  // value a read but never written
+  EXPECT_THROW(refc::plan_memory(broken), Error);
+}
+
+TEST(RefLower, CompilationIsDeterministic) {
+  auto m1 = random_dag(7, 30).load();
+  auto m2 = random_dag(7, 30).load();
+  auto backend = make_ref_backend();
+  WeightStore s1, s2;
+  auto g1 = backend->compile(m1, whole_graph(m1), "g", s1);
+  auto g2 = backend->compile(m2, whole_graph(m2), "g", s2);
+  EXPECT_EQ(g1.program, g2.program);
+  auto m3 = ConvBn().model("Relu").load();
+  auto m4 = ConvBn().model("Relu").load();
+  EXPECT_EQ(backend->compile(m3, whole_graph(m3), "g", s1).program, backend->compile(m4, whole_graph(m4), "g", s2).program);
+}
+
+}  // namespace
+}  // namespace ctxgen

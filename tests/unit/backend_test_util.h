@@ -1,0 +1,160 @@
+#pragma once
+// Builds small ONNX models in code and loads them through load_model, so the backend sees real
+// shape-inferred Models. Shared by the backend tests.
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ctxgen/backend.h"
+#include "ctxgen/model.h"
+#include "ctxgen/partition.h"
+
+namespace ctxgen::testing {
+
+class TestModel {
+ public:
+  explicit TestModel(int64_t opset = 17) {
+    proto_.set_ir_version(8);
+    auto* op = proto_.add_opset_import();
+    op->set_domain("");
+    op->set_version(opset);
+    proto_.mutable_graph()->set_name("test");
+  }
+
+  // dims: -1 is a symbolic dim named "N".
+  TestModel& input(const std::string& name, const std::vector<int64_t>& dims, int32_t type = onnx::TensorProto::FLOAT) {
+    auto* v = proto_.mutable_graph()->add_input();
+    v->set_name(name);
+    auto* t = v->mutable_type()->mutable_tensor_type();
+    t->set_elem_type(type);
+    set_shape(*t, dims);
+    return *this;
+  }
+  // The onnx checker needs a shape on graph outputs that inference cannot give (dims: -1 = "N").
+  TestModel& output(const std::string& name, int32_t type = onnx::TensorProto::FLOAT,
+                    const std::optional<std::vector<int64_t>>& dims = std::nullopt) {
+    auto* v = proto_.mutable_graph()->add_output();
+    v->set_name(name);
+    auto* t = v->mutable_type()->mutable_tensor_type();
+    t->set_elem_type(type);
+    if (dims) set_shape(*t, *dims);
+    return *this;
+  }
+  TestModel& floats(const std::string& name, const std::vector<int64_t>& dims, const std::vector<float>& values) {
+    return raw(name, dims, onnx::TensorProto::FLOAT, values.data(), values.size() * 4);
+  }
+  TestModel& int64s(const std::string& name, const std::vector<int64_t>& dims, const std::vector<int64_t>& values) {
+    return raw(name, dims, onnx::TensorProto::INT64, values.data(), values.size() * 8);
+  }
+  TestModel& int32s(const std::string& name, const std::vector<int64_t>& dims, const std::vector<int32_t>& values) {
+    return raw(name, dims, onnx::TensorProto::INT32, values.data(), values.size() * 4);
+  }
+  TestModel& node(const std::string& op, const std::vector<std::string>& ins, const std::vector<std::string>& outs,
+                  const std::string& domain = "") {
+    auto* n = proto_.mutable_graph()->add_node();
+    n->set_op_type(op);
+    n->set_name(outs.empty() ? op : outs[0] + "_node");
+    n->set_domain(domain);
+    for (const auto& i : ins) n->add_input(i);
+    for (const auto& o : outs) n->add_output(o);
+    return *this;
+  }
+  // Attributes apply to the last node added.
+  TestModel& attr(const std::string& name, int64_t v) {
+    auto* a = new_attr(name, onnx::AttributeProto::INT);
+    a->set_i(v);
+    return *this;
+  }
+  TestModel& attr(const std::string& name, float v) {
+    auto* a = new_attr(name, onnx::AttributeProto::FLOAT);
+    a->set_f(v);
+    return *this;
+  }
+  TestModel& attr(const std::string& name, const std::string& v) {
+    auto* a = new_attr(name, onnx::AttributeProto::STRING);
+    a->set_s(v);
+    return *this;
+  }
+  TestModel& attr(const std::string& name, const std::vector<int64_t>& v) {
+    auto* a = new_attr(name, onnx::AttributeProto::INTS);
+    for (int64_t x : v) a->add_ints(x);
+    return *this;
+  }
+
+  onnx::ModelProto& proto() { return proto_; }
+
+  Model load() const {
+    static std::atomic<int> counter{0};
+    auto path = std::filesystem::temp_directory_path() /
+                ("ctxgen_backend_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) + ".onnx");
+    {
+      std::ofstream out(path, std::ios::binary);
+      proto_.SerializeToOstream(&out);
+    }
+    Model m = load_model(path);
+    std::filesystem::remove(path);
+    return m;
+  }
+
+ private:
+  TestModel& raw(const std::string& name, const std::vector<int64_t>& dims, int32_t type, const void* data, size_t size) {
+    auto* t = proto_.mutable_graph()->add_initializer();
+    t->set_name(name);
+    t->set_data_type(type);
+    for (int64_t d : dims) t->add_dims(d);
+    t->set_raw_data(std::string(static_cast<const char*>(data), size));
+    return *this;
+  }
+  static void set_shape(onnx::TypeProto_Tensor& t, const std::vector<int64_t>& dims) {
+    auto* shape = t.mutable_shape();
+    for (int64_t d : dims) {
+      auto* dim = shape->add_dim();
+      if (d < 0) dim->set_dim_param("N");
+      else dim->set_dim_value(d);
+    }
+  }
+  onnx::AttributeProto* new_attr(const std::string& name, onnx::AttributeProto::AttributeType type) {
+    auto* a = proto_.mutable_graph()->mutable_node()->rbegin()->add_attribute();
+    a->set_name(name);
+    a->set_type(type);
+    return a;
+  }
+
+  onnx::ModelProto proto_;
+};
+
+// Support answer for the model's only (or first) node with the given op type.
+inline NodeSupport support_of(const Model& m, const std::string& op_type) {
+  auto backend = make_ref_backend();
+  for (const auto& n : m.graph().node())
+    if (n.op_type() == op_type) return backend->supports(m, n);
+  ADD_FAILURE() << "no " << op_type << " node";
+  return NodeSupport::no("no node");
+}
+
+// Every node of `m` in one partition, as the partitioner would form it; fails the test when
+// some node is not supported or the graph splits.
+inline Partition whole_graph(const Model& m) {
+  auto backend = make_ref_backend();
+  std::unordered_set<std::string> constants;
+  for (const auto& [name, index] : m.constants) constants.insert(name);
+  auto plan = partition_graph(m.graph(), constants, [&](size_t i) {
+    return backend->supports(m, m.graph().node(static_cast<int>(i)));
+  });
+  for (const auto& cpu : plan.cpu_nodes) ADD_FAILURE() << "node " << cpu.node << " not supported: " << cpu.reason;
+  if (plan.partitions.size() != 1) {
+    ADD_FAILURE() << "expected one partition, got " << plan.partitions.size();
+    return {};
+  }
+  return plan.partitions[0];
+}
+
+}  // namespace ctxgen::testing
