@@ -99,9 +99,11 @@ class TestModel {
       std::ofstream out(path, std::ios::binary);
       proto_.SerializeToOstream(&out);
     }
-    Model m = load_model(path);
-    std::filesystem::remove(path);
-    return m;
+    struct Remove {
+      std::filesystem::path path;
+      ~Remove() { std::filesystem::remove(path); }
+    } remove{path};  // also when loading throws
+    return load_model(path);
   }
 
  private:
