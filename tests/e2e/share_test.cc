@@ -24,10 +24,31 @@ nlohmann::json share(const std::string& inputs, const fs::path& out, const std::
   return j;
 }
 
+uint64_t align64(uint64_t n) { return (n + 63) / 64 * 64; }
+
+// The .bin size docs/context-binary-format.md §8 gives for what the binary holds.
+uint64_t documented_size(const ContextBinary& b) {
+  const auto& id = b.identity();
+  uint64_t meta = 88 + 12 + id.backend.size() + id.sdk_version.size() + id.hardware_architecture.size();
+  for (const auto& g : b.graphs()) {
+    meta += 40 + g.name.size() + 4 * g.weight_ids.size();
+    for (const auto* list : {&g.inputs, &g.outputs})
+      for (const auto& io : *list) meta += 12 + io.name.size() + 8 * io.dims.size();
+  }
+  meta += 32 * b.weights().size();
+  uint64_t cursor = meta;
+  for (const auto& g : b.graphs()) cursor = align64(cursor) + g.program_size;
+  for (const auto& w : b.weights()) cursor = align64(cursor) + w.size;
+  return cursor;
+}
+
+// Weight bytes in the binary; also checks the file is exactly those bytes plus the documented
+// overhead.
 uint64_t payload_bytes(const fs::path& bin) {
   auto binary = ContextBinary::open(bin);
   uint64_t total = 0;
   for (const auto& w : binary->weights()) total += w.size;
+  EXPECT_EQ(fs::file_size(bin), documented_size(*binary)) << bin;
   return total;
 }
 
