@@ -88,7 +88,7 @@ struct Program {
   std::vector<int32_t> outputs; // value id of each graph output, in order
 };
 
-// Little-endian, versioned encoding; docs/context-binary-format.md describes it.
+// Little-endian, versioned encoding; docs/ref-program-format.md describes it.
 std::vector<uint8_t> serialize(const Program& program);
 // Throws ctxgen::Error(kInvalidBinary) on any malformed or out-of-range field, saying which.
 Program deserialize(const uint8_t* data, size_t size);

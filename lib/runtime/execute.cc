@@ -1,0 +1,124 @@
+// Runs validated programs: binds every value to a buffer (caller inputs/outputs, weights, arena
+// slices) and calls each op's kernel in order.
+
+#include <string>
+
+#include "ctxgen/error.h"
+#include "ctxgen/runtime.h"
+#include "ops.h"
+
+namespace ctxgen::runtime {
+namespace {
+
+void expect_count(size_t given, size_t wanted, const char* what) {
+  if (given != wanted)
+    throw Error(ErrorCode::kRuntime, "ref program: " + std::to_string(given) + " " + what + " buffers given, the graph has " +
+                                         std::to_string(wanted));
+}
+
+// The buffer behind every value, or throws when the caller left one out.
+std::vector<void*> bind(const ref::Program& program, const WeightLookup& weights,
+                        const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
+                        std::vector<uint8_t>& arena) {
+  std::vector<void*> buffers(program.values.size(), nullptr);
+  for (size_t id = 0; id < program.values.size(); ++id) {
+    const ref::Value& v = program.values[id];
+    const void* at = nullptr;
+    std::string what;
+    switch (v.kind) {
+      case ref::ValueKind::kInput: at = inputs[v.index]; what = "input " + std::to_string(v.index); break;
+      case ref::ValueKind::kOutput: at = outputs[v.index]; what = "output " + std::to_string(v.index); break;
+      case ref::ValueKind::kWeight:
+        at = weights(static_cast<uint32_t>(v.index));
+        what = "weight " + std::to_string(v.index);
+        break;
+      case ref::ValueKind::kArena: at = arena.data() + v.index; what = "arena value"; break;
+    }
+    if (!at && v.byte_size() > 0)
+      throw Error(ErrorCode::kRuntime, "ref program: no buffer for " + what + " (value " + std::to_string(id) + ")");
+    // An empty tensor may come without a buffer; kernels still pass its address to memcpy.
+    static const float kNoElements = 0;
+    if (!at) at = &kNoElements;
+    // Kernels only write outputs and arena values (validate() guarantees it), never inputs or weights.
+    buffers[id] = const_cast<void*>(at);
+  }
+  return buffers;
+}
+
+// The graph record's signature is what callers size their buffers by; it must be the program's.
+void check_signature(const std::vector<IoSignature>& sigs, const ref::Program& program, const std::vector<int32_t>& ids,
+                     const std::string& what) {
+  if (sigs.size() != ids.size())
+    throw Error(ErrorCode::kInvalidBinary, "the graph record lists " + std::to_string(sigs.size()) + " " + what +
+                                               "s, its program has " + std::to_string(ids.size()));
+  for (size_t i = 0; i < sigs.size(); ++i) {
+    const ref::Value& v = program.values[static_cast<size_t>(ids[i])];
+    if (sigs[i].elem_type != static_cast<int32_t>(v.dtype) || sigs[i].dims != v.dims)
+      throw Error(ErrorCode::kInvalidBinary, what + " " + std::to_string(i) + " '" + sigs[i].name + "' has type " +
+                                                 std::to_string(sigs[i].elem_type) + " dims " + dims_text(sigs[i].dims) +
+                                                 " in the graph record, type " + std::to_string(static_cast<int>(v.dtype)) +
+                                                 " dims " + dims_text(v.dims) + " in its program");
+  }
+}
+
+}  // namespace
+
+void execute(const ref::Program& program, const WeightLookup& weights, const std::vector<const void*>& inputs,
+             const std::vector<void*>& outputs, std::vector<uint8_t>& arena) {
+  expect_count(inputs.size(), program.inputs.size(), "input");
+  expect_count(outputs.size(), program.outputs.size(), "output");
+  if (arena.size() < program.arena_bytes) arena.resize(program.arena_bytes);
+  std::vector<void*> buffers = bind(program, weights, inputs, outputs, arena);
+  std::vector<Tensor> ins;
+  for (size_t k = 0; k < program.ops.size(); ++k) {
+    const ref::Op& op = program.ops[k];
+    ins.clear();
+    for (int32_t id : op.inputs)
+      ins.push_back(id < 0 ? Tensor{} : Tensor{&program.values[static_cast<size_t>(id)], buffers[static_cast<size_t>(id)]});
+    auto out_id = static_cast<size_t>(op.outputs[0]);
+    try {
+      find_op(op.type)->kernel(op, ins, Output{&program.values[out_id], buffers[out_id]});
+    } catch (const Error& e) {
+      throw e.within("ref program: op " + std::to_string(k) + " (" + op.type + ")");
+    }
+  }
+}
+
+std::vector<std::string> supported_ops() {
+  std::vector<std::string> names;
+  for (const OpDef& def : op_defs()) names.emplace_back(def.type);
+  return names;
+}
+
+Executable::Executable(std::shared_ptr<const ContextBinary> binary, const std::string& graph_name)
+    : binary_(std::move(binary)) {
+  graph_ = binary_->find_graph(graph_name);
+  if (!graph_)
+    throw Error(ErrorCode::kInvalidBinary, binary_->label() + ": no graph named '" + graph_name + "'");
+  std::string where = binary_->label() + ": graph '" + graph_name + "'";
+  try {
+    program_ = ref::deserialize(graph_->program, graph_->program_size);
+    validate(program_, binary_->weights().size());
+    // Weights are used in place, so each payload must hold the bytes its value reads.
+    for (size_t id = 0; id < program_.values.size(); ++id) {
+      const ref::Value& v = program_.values[id];
+      if (v.kind != ref::ValueKind::kWeight) continue;
+      uint64_t size = binary_->weights()[v.index].size;
+      if (size < v.byte_size())
+        throw Error(ErrorCode::kInvalidBinary, "ref program: value " + std::to_string(id) + " reads " +
+                                                   std::to_string(v.byte_size()) + " bytes of weight " +
+                                                   std::to_string(v.index) + ", which has " + std::to_string(size));
+    }
+    check_signature(graph_->inputs, program_, program_.inputs, "input");
+    check_signature(graph_->outputs, program_, program_.outputs, "output");
+  } catch (const Error& e) {
+    throw e.within(where);
+  }
+}
+
+void Executable::run(const std::vector<const void*>& inputs, const std::vector<void*>& outputs) const {
+  std::vector<uint8_t> arena(program_.arena_bytes);
+  execute(program_, [this](uint32_t id) { return binary_->weight_data(id); }, inputs, outputs, arena);
+}
+
+}  // namespace ctxgen::runtime

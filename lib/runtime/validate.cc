@@ -1,0 +1,234 @@
+// Program-level validation: values, ids, the arena and the order of writes; each op's own rule
+// lives in ops.cc. After validate() passes, execute() indexes nothing out of bounds.
+
+#include <string>
+
+#include "ctxgen/error.h"
+#include "ctxgen/runtime.h"
+#include "ops.h"
+
+namespace ctxgen::runtime {
+namespace {
+
+using ref::Value;
+using ref::ValueKind;
+
+// Elements a value may hold: the compiler refuses larger tensors, and the bound keeps every byte
+// offset far from overflowing.
+constexpr int64_t kMaxElements = int64_t{1} << 48;
+constexpr uint64_t kArenaAlignment = 64;
+
+[[noreturn]] void fail(const std::string& what) { throw Error(ErrorCode::kInvalidBinary, "ref program: " + what); }
+
+const char* kind_name(ValueKind kind) {
+  switch (kind) {
+    case ValueKind::kInput: return "input";
+    case ValueKind::kOutput: return "output";
+    case ValueKind::kWeight: return "weight";
+    case ValueKind::kArena: return "arena";
+  }
+  return "unknown";
+}
+
+std::string value_name(size_t id) { return "value " + std::to_string(id); }
+
+void check_value(const ref::Program& p, size_t id, size_t weight_count) {
+  const Value& v = p.values[id];
+  std::string what = value_name(id) + " (" + kind_name(v.kind) + ")";
+  if (v.dtype != ref::DType::kFloat32 && v.dtype != ref::DType::kInt64)
+    fail(what + " has unknown dtype " + std::to_string(static_cast<int>(v.dtype)));
+  int64_t n = 1;
+  for (int64_t d : v.dims)
+    if (d < 0 || __builtin_mul_overflow(n, d, &n) || n > kMaxElements)
+      fail(what + " dims " + dims_text(v.dims) + " are negative or hold more than 2^48 elements");
+  auto index_text = std::to_string(v.index);
+  switch (v.kind) {
+    case ValueKind::kInput:
+      if (v.index >= p.inputs.size() || p.inputs[v.index] != static_cast<int32_t>(id))
+        fail(what + " has input index " + index_text + ", but graph input " + index_text +
+             (v.index < p.inputs.size() ? " is value " + std::to_string(p.inputs[v.index])
+                                        : " does not exist (" + std::to_string(p.inputs.size()) + " inputs)"));
+      break;
+    case ValueKind::kOutput:
+      if (v.index >= p.outputs.size() || p.outputs[v.index] != static_cast<int32_t>(id))
+        fail(what + " has output index " + index_text + ", but graph output " + index_text +
+             (v.index < p.outputs.size() ? " is value " + std::to_string(p.outputs[v.index])
+                                         : " does not exist (" + std::to_string(p.outputs.size()) + " outputs)"));
+      break;
+    case ValueKind::kWeight:
+      if (v.index >= weight_count)
+        fail(what + " refers to weight " + index_text + ", the binary has " + std::to_string(weight_count));
+      break;
+    case ValueKind::kArena:
+      if (v.index % kArenaAlignment != 0)
+        fail(what + " offset " + index_text + " is not a multiple of " + std::to_string(kArenaAlignment));
+      if (v.index > p.arena_bytes || v.byte_size() > p.arena_bytes - v.index)
+        fail(what + " at offset " + index_text + " with " + std::to_string(v.byte_size()) +
+             " bytes ends past the arena of " + std::to_string(p.arena_bytes) + " bytes");
+      break;
+    default: fail(what + " has unknown kind " + std::to_string(static_cast<int>(v.kind)));
+  }
+}
+
+void check_graph_io(const ref::Program& p, const std::vector<int32_t>& ids, ValueKind kind, const char* what) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    int32_t id = ids[i];
+    if (id < 0 || static_cast<size_t>(id) >= p.values.size())
+      fail(std::string("graph ") + what + " " + std::to_string(i) + " refers to value " + std::to_string(id) +
+           ", the program has " + std::to_string(p.values.size()));
+    const Value& v = p.values[static_cast<size_t>(id)];
+    if (v.kind != kind || v.index != i)
+      fail(std::string("graph ") + what + " " + std::to_string(i) + " is " + value_name(static_cast<size_t>(id)) +
+           " of kind " + kind_name(v.kind) + " index " + std::to_string(v.index) + ", expected kind " +
+           kind_name(kind) + " index " + std::to_string(i));
+  }
+}
+
+bool overlap(const Value& a, const Value& b) {
+  if (a.kind != ValueKind::kArena || b.kind != ValueKind::kArena || a.byte_size() == 0 || b.byte_size() == 0)
+    return false;
+  return a.index < b.index + b.byte_size() && b.index < a.index + a.byte_size();
+}
+
+// Ids in range; values read only after some op wrote them (inputs and weights are given); the
+// output a fresh buffer: writable, and sharing no byte with the op's inputs, since kernels read
+// inputs while writing the output.
+void check_dataflow(const ref::Program& p, size_t k, std::vector<bool>& written) {
+  const ref::Op& op = p.ops[k];
+  OpCheck c(p, k);
+  auto in_range = [&](int32_t id) { return id >= 0 && static_cast<size_t>(id) < p.values.size(); };
+  c.expect(op.outputs.size() == 1, "has " + std::to_string(op.outputs.size()) + " outputs, expected 1");
+  int32_t out = op.outputs[0];
+  c.expect(in_range(out), "output refers to value " + std::to_string(out) + ", the program has " +
+                              std::to_string(p.values.size()));
+  const Value& y = p.values[static_cast<size_t>(out)];
+  c.expect(y.kind == ValueKind::kArena || y.kind == ValueKind::kOutput,
+           "writes " + value_name(static_cast<size_t>(out)) + " of kind " + kind_name(y.kind) +
+               ", expected an arena or output value");
+  for (size_t i = 0; i < op.inputs.size(); ++i) {
+    int32_t id = op.inputs[i];
+    if (id == -1) continue;
+    std::string what = "input " + std::to_string(i);
+    c.expect(in_range(id), what + " refers to value " + std::to_string(id) + ", the program has " +
+                               std::to_string(p.values.size()));
+    c.expect(id != out, what + " is also its output, " + value_name(static_cast<size_t>(id)));
+    c.expect(written[static_cast<size_t>(id)], what + " reads " + value_name(static_cast<size_t>(id)) +
+                                                   " before any op writes it");
+    c.expect(!overlap(p.values[static_cast<size_t>(id)], y),
+             what + " (" + value_name(static_cast<size_t>(id)) + ") overlaps the output (" +
+                 value_name(static_cast<size_t>(out)) + ") in the arena");
+  }
+  written[static_cast<size_t>(out)] = true;
+}
+
+}  // namespace
+
+std::string dims_text(const Dims& dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? "," : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+OpCheck::OpCheck(const ref::Program& program, size_t index)
+    : program_(program), op_(program.ops[index]), index_(index) {}
+
+void OpCheck::fail(const std::string& what) const {
+  throw Error(ErrorCode::kInvalidBinary, "ref program: op " + std::to_string(index_) + " (" + op_.type + "): " + what);
+}
+
+void OpCheck::arity(size_t required, size_t max) const {
+  size_t n = op_.inputs.size();
+  if (n < required || n > max)
+    fail("has " + std::to_string(n) + " inputs, expected " +
+         (required == max ? std::to_string(required) : std::to_string(required) + " to " + std::to_string(max)));
+  for (size_t i = 0; i < required; ++i) expect(op_.inputs[i] >= 0, "required input " + std::to_string(i) + " is absent");
+}
+
+const ref::Value& OpCheck::in(size_t i) const {
+  const ref::Value* v = optional_in(i);
+  if (!v) fail("required input " + std::to_string(i) + " is absent");
+  return *v;
+}
+
+const ref::Value* OpCheck::optional_in(size_t i) const {
+  if (i >= op_.inputs.size() || op_.inputs[i] < 0) return nullptr;
+  return &program_.values[static_cast<size_t>(op_.inputs[i])];
+}
+
+const ref::Value& OpCheck::out() const { return program_.values[static_cast<size_t>(op_.outputs[0])]; }
+
+int64_t OpCheck::int_attr(const std::string& name, int64_t lo, int64_t hi) const {
+  const ref::Attr* a = op_.attr(name);
+  expect(a && a->kind == ref::Attr::Kind::kInt, "attribute '" + name + "' (int) is missing");
+  expect(a->i >= lo && a->i <= hi, "attribute '" + name + "' is " + std::to_string(a->i) + ", expected a value in [" +
+                                       std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return a->i;
+}
+
+float OpCheck::float_attr(const std::string& name) const {
+  const ref::Attr* a = op_.attr(name);
+  expect(a && a->kind == ref::Attr::Kind::kFloat, "attribute '" + name + "' (float) is missing");
+  return a->f;
+}
+
+std::vector<int64_t> OpCheck::ints_attr(const std::string& name) const {
+  const ref::Attr* a = op_.attr(name);
+  expect(a && a->kind == ref::Attr::Kind::kInts, "attribute '" + name + "' (ints) is missing");
+  return a->ints;
+}
+
+std::vector<int64_t> OpCheck::ints_attr(const std::string& name, size_t count, int64_t lo, int64_t hi) const {
+  auto values = ints_attr(name);
+  expect(values.size() == count, "attribute '" + name + "' has " + std::to_string(values.size()) +
+                                     " values, expected " + std::to_string(count));
+  for (int64_t v : values)
+    expect(v >= lo && v <= hi, "attribute '" + name + "' " + dims_text(values) + " has a value outside [" +
+                                   std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return values;
+}
+
+void OpCheck::expect_dtype(const ref::Value& v, ref::DType dtype, const std::string& what) const {
+  auto name = [](ref::DType d) { return d == ref::DType::kFloat32 ? "float32" : "int64"; };
+  expect(v.dtype == dtype, what + " has element type " + name(v.dtype) + ", expected " + name(dtype));
+}
+
+void OpCheck::expect_float32(const std::vector<size_t>& other) const {
+  for (size_t i = 0; i < op_.inputs.size(); ++i) {
+    bool excluded = false;
+    for (size_t o : other) excluded = excluded || o == i;
+    if (const ref::Value* v = optional_in(i); v && !excluded)
+      expect_dtype(*v, ref::DType::kFloat32, "input " + std::to_string(i));
+  }
+  expect_dtype(out(), ref::DType::kFloat32, "output");
+}
+
+void OpCheck::expect_dims(const ref::Value& v, const Dims& want, const std::string& what) const {
+  expect(v.dims == want, what + " has dims " + dims_text(v.dims) + ", expected " + dims_text(want));
+}
+
+void validate(const ref::Program& program, size_t weight_count) {
+  // Graph inputs and outputs first: values are checked against these lists.
+  check_graph_io(program, program.inputs, ValueKind::kInput, "input");
+  check_graph_io(program, program.outputs, ValueKind::kOutput, "output");
+  for (size_t id = 0; id < program.values.size(); ++id) check_value(program, id, weight_count);
+
+  std::vector<bool> written(program.values.size(), false);
+  for (size_t id = 0; id < program.values.size(); ++id) {
+    ValueKind kind = program.values[id].kind;
+    written[id] = kind == ValueKind::kInput || kind == ValueKind::kWeight;
+  }
+  for (size_t k = 0; k < program.ops.size(); ++k) {
+    const OpDef* def = find_op(program.ops[k].type);
+    if (!def)
+      throw Error(ErrorCode::kInvalidBinary,
+                  "ref program: op " + std::to_string(k) + " has unknown type '" + program.ops[k].type + "'");
+    check_dataflow(program, k, written);
+    def->check(OpCheck(program, k));
+  }
+  for (size_t i = 0; i < program.outputs.size(); ++i)
+    if (!written[static_cast<size_t>(program.outputs[i])])
+      fail("graph output " + std::to_string(i) + " (" + value_name(static_cast<size_t>(program.outputs[i])) +
+           ") is never written");
+}
+
+}  // namespace ctxgen::runtime

@@ -1,0 +1,97 @@
+// Executable: a graph of a context binary, validated once and run from several threads.
+
+#include <thread>
+
+#include "ctxgen/format.h"
+#include "runtime_test_util.h"
+
+namespace ctxgen::testing {
+namespace {
+
+// y = Relu(x [2,2] x W [2,2]) + x, with W a weight of the binary.
+struct Binary {
+  ref::Program program;
+  std::vector<uint8_t> bytes;
+  std::shared_ptr<const ContextBinary> binary;
+
+  explicit Binary(std::function<void(CompiledGraph&, ref::Program&)> tamper = {}) {
+    ProgramBuilder b;
+    int32_t x = b.input({2, 2});
+    int32_t w = b.weight({2, 2}, 0);
+    int32_t t = b.arena({2, 2});
+    int32_t y = b.output({2, 2});
+    b.op("MatMul", {x, w}, t, {int_attr("act", 1)});
+    b.op("Add", {t, x}, y);
+    program = b.program();
+    CompiledGraph g;
+    g.name = "g";
+    g.inputs = {{"x", 1, {2, 2}}};
+    g.outputs = {{"y", 1, {2, 2}}};
+    g.weight_ids = {0};
+    if (tamper) tamper(g, program);
+    g.program = ref::serialize(program);
+    Blob w_blob = Blob::owned(f32({1, -1, 2, 0}));
+    std::vector<WeightPayload> weights = {{xxh3_128(w_blob.data, w_blob.size), w_blob}};
+    write_context_binary({"ref", "1", "cpu"}, {g}, weights,
+                         [&](const uint8_t* data, size_t size) { bytes.insert(bytes.end(), data, data + size); });
+    binary = ContextBinary::from_memory(bytes.data(), bytes.size(), nullptr, "test.bin");
+  }
+};
+
+TEST(RuntimeExecutable, RunsAGraphOfABinary) {
+  Binary b;
+  runtime::Executable exe(b.binary, "g");
+  EXPECT_EQ(exe.graph().name, "g");
+  EXPECT_EQ(exe.program().ops.size(), 2u);
+  // x W = [[1,2],[3,4]] x [[1,-1],[2,0]] = [[5,-1],[11,-3]]; Relu, then + x.
+  std::vector<float> x = {1, 2, 3, 4}, y(4);
+  exe.run({x.data()}, {y.data()});
+  expect_near(y, {6, 2, 14, 4});
+}
+
+TEST(RuntimeExecutable, RunsConcurrently) {
+  Binary b;
+  const runtime::Executable exe(b.binary, "g");
+  std::vector<std::thread> threads;
+  std::vector<std::vector<float>> results(4, std::vector<float>(4));
+  for (size_t i = 0; i < results.size(); ++i)
+    threads.emplace_back([&, i] {
+      std::vector<float> x = {1, 2, 3, static_cast<float>(i)};
+      for (int rep = 0; rep < 200; ++rep) exe.run({x.data()}, {results[i].data()});
+    });
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < results.size(); ++i) {
+    float f = static_cast<float>(i);
+    // Row 2: [3, i] x W = [3 + 2i, -3]: Relu -> [3 + 2i, 0], + x.
+    expect_near(results[i], {6, 2, 6 + 2 * f, f});
+  }
+}
+
+TEST(RuntimeExecutable, RejectsMissingGraphsAndBadPrograms) {
+  Binary good;
+  expect_error([&] { runtime::Executable(good.binary, "h"); }, ErrorCode::kInvalidBinary,
+               "test.bin: no graph named 'h'");
+  Binary bad_weight([](CompiledGraph&, ref::Program& p) { p.values[1].index = 1; });
+  expect_error([&] { runtime::Executable(bad_weight.binary, "g"); }, ErrorCode::kInvalidBinary,
+               "test.bin: graph 'g': ref program: value 1 (weight) refers to weight 1, the binary has 1");
+  Binary big_weight([](CompiledGraph&, ref::Program& p) {
+    for (size_t v : {1, 2, 3}) p.values[v].dims = {4, 2, 2};  // W, x W and y batched
+    p.arena_bytes = 64;
+  });
+  expect_error([&] { runtime::Executable(big_weight.binary, "g"); }, ErrorCode::kInvalidBinary,
+               "value 1 reads 64 bytes of weight 0, which has 16");
+  Binary bad_signature([](CompiledGraph& g, ref::Program&) { g.outputs[0].dims = {4}; });
+  expect_error([&] { runtime::Executable(bad_signature.binary, "g"); }, ErrorCode::kInvalidBinary,
+               "output 0 'y' has type 1 dims [4] in the graph record, type 1 dims [2,2] in its program");
+}
+
+TEST(RuntimeExecutable, ChecksBufferCounts) {
+  Binary b;
+  runtime::Executable exe(b.binary, "g");
+  std::vector<float> x(4), y(4);
+  expect_error([&] { exe.run({x.data(), x.data()}, {y.data()}); }, ErrorCode::kRuntime,
+               "2 input buffers given, the graph has 1");
+}
+
+}  // namespace
+}  // namespace ctxgen::testing

@@ -1,0 +1,295 @@
+// validate() rejects programs that are inconsistent, so execute() never reads or writes out of
+// bounds: each case breaks one thing in an otherwise valid program.
+
+#include <cstdint>
+#include <functional>
+#include <limits>
+
+#include "runtime_test_util.h"
+
+namespace ctxgen::testing {
+namespace {
+
+// x [1,2,4,4] -> Conv (w [3,2,3,3], pads 1) -> t [1,3,4,4] (arena) -> Add(t, bias [3,1,1]) -> y.
+struct ConvAdd {
+  ProgramBuilder b;
+  int32_t x, w, t, bias, y;
+  ConvAdd() {
+    x = b.input({1, 2, 4, 4});
+    w = b.weight({3, 2, 3, 3}, 0);
+    t = b.arena({1, 3, 4, 4});
+    bias = b.weight({3, 1, 1}, 1);
+    y = b.output({1, 3, 4, 4});
+    b.op("Conv", {x, w, -1}, t,
+         {ints_attr("kernel_shape", {3, 3}), ints_attr("strides", {1, 1}), ints_attr("pads", {1, 1, 1, 1}),
+          ints_attr("dilations", {1, 1}), int_attr("group", 1), int_attr("act", 1)});
+    b.op("Add", {t, bias}, y);
+  }
+  ref::Program& p() { return b.program(); }
+  ref::Op& conv() { return p().ops[0]; }
+  ref::Value& value(int32_t id) { return p().values[static_cast<size_t>(id)]; }
+};
+
+void expect_invalid(const ref::Program& p, const std::string& part, size_t weights = 2) {
+  expect_error([&] { runtime::validate(p, weights); }, ErrorCode::kInvalidBinary, part);
+}
+
+void remove_attr(ref::Op& op, const std::string& name) {
+  std::erase_if(op.attrs, [&](const ref::Attr& a) { return a.name == name; });
+}
+
+TEST(RuntimeValidate, AcceptsTheBaseProgram) {
+  ConvAdd c;
+  EXPECT_NO_THROW(runtime::validate(c.p(), 2));
+}
+
+TEST(RuntimeValidate, RejectsWrongDims) {
+  {
+    ConvAdd c;
+    c.value(c.t).dims = {1, 3, 3, 3};  // Conv output: pads 1 keep 4x4
+    expect_invalid(c.p(), "op 0 (Conv): output has dims [1,3,3,3], expected [1,3,4,4]");
+  }
+  {
+    ConvAdd c;
+    c.value(c.bias).dims = {2, 1, 1};
+    expect_invalid(c.p(), "op 1 (Add): input dims [1,3,4,4] and [2,1,1] do not broadcast");
+  }
+  {
+    ConvAdd c;
+    c.value(c.w).dims = {3, 1, 3, 3};
+    expect_invalid(c.p(), "group 1 does not fit input [1,2,4,4] and weight [3,1,3,3]");
+  }
+  {
+    ConvAdd c;
+    c.conv().attrs[0].ints = {3, 2};
+    expect_invalid(c.p(), "attribute 'kernel_shape' [3,2] differs from weight dims [3,2,3,3]");
+  }
+}
+
+TEST(RuntimeValidate, RejectsBadIds) {
+  {
+    ConvAdd c;
+    c.conv().inputs[0] = 99;
+    expect_invalid(c.p(), "op 0 (Conv): input 0 refers to value 99, the program has 5");
+  }
+  {
+    ConvAdd c;
+    c.conv().outputs[0] = -1;
+    expect_invalid(c.p(), "output refers to value -1");
+  }
+  {
+    ConvAdd c;
+    expect_invalid(c.p(), "value 3 (weight) refers to weight 1, the binary has 1", 1);
+  }
+  {
+    ConvAdd c;
+    c.value(c.x).index = 1;
+    expect_invalid(c.p(), "graph input 0 is value 0 of kind input index 1, expected kind input index 0");
+  }
+  {
+    ConvAdd c;
+    c.p().outputs.push_back(c.t);
+    expect_invalid(c.p(), "graph output 1 is value 2 of kind arena index 0, expected kind output index 1");
+  }
+  {
+    ConvAdd c;
+    c.p().inputs.clear();
+    expect_invalid(c.p(), "value 0 (input) has input index 0, but graph input 0 does not exist (0 inputs)");
+  }
+}
+
+TEST(RuntimeValidate, RejectsArenaOverflow) {
+  {
+    ConvAdd c;
+    c.p().arena_bytes = 128;  // t needs 192
+    expect_invalid(c.p(), "value 2 (arena) at offset 0 with 192 bytes ends past the arena of 128 bytes");
+  }
+  {
+    ConvAdd c;
+    c.value(c.t).index = std::numeric_limits<uint64_t>::max() - 63;  // offset + size wraps around
+    expect_invalid(c.p(), "ends past the arena");
+  }
+  {
+    ConvAdd c;
+    c.value(c.t).index = 8;
+    expect_invalid(c.p(), "offset 8 is not a multiple of 64");
+  }
+  {
+    ConvAdd c;
+    c.value(c.t).dims = {int64_t{1} << 40, int64_t{1} << 40};  // the element count overflows
+    expect_invalid(c.p(), "hold more than 2^48 elements");
+  }
+  {
+    ConvAdd c;
+    c.value(c.x).dims[0] = -1;
+    expect_invalid(c.p(), "are negative");
+  }
+}
+
+TEST(RuntimeValidate, RejectsUnknownOpsAndMissingAttributes) {
+  {
+    ConvAdd c;
+    c.p().ops[1].type = "Gelu";
+    expect_invalid(c.p(), "op 1 has unknown type 'Gelu'");
+  }
+  {
+    ConvAdd c;
+    remove_attr(c.conv(), "pads");
+    expect_invalid(c.p(), "op 0 (Conv): attribute 'pads' (ints) is missing");
+  }
+  {
+    ConvAdd c;
+    c.conv().attrs[4] = float_attr("group", 1);
+    expect_invalid(c.p(), "attribute 'group' (int) is missing");
+  }
+  {
+    ConvAdd c;
+    c.conv().attrs[1].ints = {0, 1};
+    expect_invalid(c.p(), "attribute 'strides' [0,1] has a value outside [1, 2147483647]");
+  }
+  {
+    ConvAdd c;
+    c.conv().attrs[5].i = 2;  // LeakyRelu needs act_alpha
+    expect_invalid(c.p(), "attribute 'act_alpha' (float) is missing");
+  }
+  {
+    ConvAdd c;
+    c.conv().attrs[5].i = 8;
+    expect_invalid(c.p(), "attribute 'act' is 8, expected a value in [0, 7]");
+  }
+}
+
+TEST(RuntimeValidate, RejectsWrongInputCounts) {
+  {
+    ConvAdd c;
+    c.conv().inputs = {c.x};
+    expect_invalid(c.p(), "op 0 (Conv): has 1 inputs, expected 2 to 3");
+  }
+  {
+    ConvAdd c;
+    c.p().ops[1].inputs.push_back(c.x);
+    expect_invalid(c.p(), "op 1 (Add): has 3 inputs, expected 2");
+  }
+  {
+    ConvAdd c;
+    c.conv().inputs[1] = -1;
+    expect_invalid(c.p(), "required input 1 is absent");
+  }
+  {
+    ConvAdd c;
+    c.conv().outputs.push_back(c.y);
+    expect_invalid(c.p(), "has 2 outputs, expected 1");
+  }
+}
+
+TEST(RuntimeValidate, RejectsBadDataflow) {
+  {
+    ConvAdd c;
+    std::swap(c.p().ops[0], c.p().ops[1]);
+    expect_invalid(c.p(), "op 0 (Add): input 0 reads value 2 before any op writes it");
+  }
+  {
+    ConvAdd c;
+    c.p().ops[1].outputs[0] = c.w;
+    expect_invalid(c.p(), "writes value 1 of kind weight, expected an arena or output value");
+  }
+  {
+    ConvAdd c;
+    c.p().ops.pop_back();
+    expect_invalid(c.p(), "graph output 0 (value 4) is never written");
+  }
+  {
+    // In-place in the arena: the kernels read inputs while writing the output.
+    ProgramBuilder b;
+    int32_t x = b.input({16});
+    int32_t t = b.arena({16}, 0);
+    int32_t u = b.arena({16}, 0);
+    int32_t y = b.output({16});
+    b.op("Relu", {x}, t);
+    b.op("Neg", {t}, u);
+    b.op("Abs", {u}, y);
+    expect_invalid(b.program(), "op 1 (Neg): input 0 (value 1) overlaps the output (value 2) in the arena", 0);
+  }
+}
+
+// One op over small inputs, for the per-op rules.
+ref::Program single(const std::string& type, const std::vector<std::pair<Dims, ref::DType>>& inputs, Dims out,
+                    std::vector<ref::Attr> attrs) {
+  ProgramBuilder b;
+  std::vector<int32_t> ids;
+  for (const auto& [dims, dtype] : inputs) ids.push_back(b.input(dims, dtype));
+  int32_t y = b.output(std::move(out));
+  b.op(type, ids, y, std::move(attrs));
+  return b.program();
+}
+
+constexpr ref::DType kF = ref::DType::kFloat32, kI = ref::DType::kInt64;
+
+TEST(RuntimeValidate, PerOpShapeRules) {
+  expect_invalid(single("MatMul", {{{2, 3}, kF}, {{4, 5}, kF}}, {2, 5}, {}), "inner dims differ: [2,3] x [4,5]", 0);
+  expect_invalid(single("MatMul", {{{2, 2, 3}, kF}, {{3, 3, 5}, kF}}, {2, 2, 5}, {}), "batch dims of", 0);
+  expect_invalid(single("Gemm", {{{2, 3}, kF}, {{3, 4}, kF}, {{3}, kF}}, {2, 4},
+                        {int_attr("transA", 0), int_attr("transB", 0), float_attr("alpha", 1), float_attr("beta", 1)}),
+                 "C dims [3] do not broadcast to [2,4]", 0);
+  expect_invalid(single("Reshape", {{{2, 3}, kF}}, {5}, {}), "output dims [5] hold 5 elements, input dims [2,3] hold 6", 0);
+  expect_invalid(single("Concat", {{{2, 3}, kF}, {{3, 3}, kF}}, {2, 6}, {int_attr("axis", 1)}),
+                 "input 1 has dims [3,3], which differ from input 0 [2,3] outside axis 1", 0);
+  expect_invalid(single("Transpose", {{{2, 3}, kF}}, {3, 2}, {ints_attr("perm", {1, 1})}), "is not a permutation", 0);
+  expect_invalid(single("Transpose", {{{2, 3}, kF}}, {2, 3}, {ints_attr("perm", {1, 0})}),
+                 "output has dims [2,3], expected [3,2]", 0);
+  expect_invalid(single("Softmax", {{{2, 3}, kF}}, {2, 3}, {int_attr("axis", 2), int_attr("coerce_2d", 0)}),
+                 "attribute 'axis' is 2, expected a value in [0, 1]", 0);
+  expect_invalid(single("LayerNormalization", {{{2, 3}, kF}, {{2}, kF}}, {2, 3}, {int_attr("axis", 1), float_attr("epsilon", 0)}),
+                 "input 1 dims [2] do not cover the normalised dims [3]", 0);
+  expect_invalid(single("ReduceSum", {{{2, 3}, kF}}, {2}, {ints_attr("axes", {1, 0}), int_attr("keepdims", 0)}),
+                 "is not a sorted list of distinct axes", 0);
+  expect_invalid(single("ReduceSum", {{{2, 3}, kF}}, {2, 1}, {ints_attr("axes", {1}), int_attr("keepdims", 0)}),
+                 "output has dims [2,1], expected [2]", 0);
+  expect_invalid(single("Gather", {{{3, 2}, kF}, {{2}, kF}}, {2, 2}, {int_attr("axis", 0)}),
+                 "input 1 (indices) has element type float32, expected int64", 0);
+  expect_invalid(single("Gather", {{{3, 2}, kF}, {{2}, kI}}, {2, 3}, {int_attr("axis", 0)}),
+                 "output has dims [2,3], expected [2,2]", 0);
+  expect_invalid(single("Relu", {{{2}, kI}}, {2}, {}), "input 0 has element type int64, expected float32", 0);
+  expect_invalid(single("BatchNormalization", {{{1, 2, 2}, kF}, {{2}, kF}, {{2}, kF}, {{3}, kF}, {{2}, kF}}, {1, 2, 2},
+                        {float_attr("epsilon", 0)}),
+                 "input 3 has dims [3], expected [2]", 0);
+}
+
+TEST(RuntimeValidate, ConvScratchStaysBounded) {
+  // Each tensor is within 2^48 elements, but im2col would need 2^24 x 2^40.
+  int64_t side = (int64_t{1} << 20) + 4095;
+  expect_invalid(single("Conv", {{{1, 1, side, side}, kF}, {{1, 1, 4096, 4096}, kF}}, {1, 1, 1 << 20, 1 << 20},
+                        {ints_attr("kernel_shape", {4096, 4096}), ints_attr("strides", {1, 1}),
+                         ints_attr("pads", {0, 0, 0, 0}), ints_attr("dilations", {1, 1}), int_attr("group", 1)}),
+                 "needs more than 2^48 elements", 0);
+}
+
+TEST(RuntimeValidate, SliceReadsStayInBounds) {
+  auto slice = [](Dims starts, Dims steps, Dims out) {
+    return single("Slice", {{{2, 4}, kF}}, std::move(out), {ints_attr("starts", starts), ints_attr("steps", steps)});
+  };
+  EXPECT_NO_THROW(runtime::validate(slice({1, 3}, {-1, -2}, {2, 2}), 0));
+  expect_invalid(slice({1, 3}, {-1, -2}, {2, 3}), "3 elements from 3 by step -2 on axis 1 run outside [0, 4)", 0);
+  expect_invalid(slice({2, 0}, {1, 1}, {1, 4}), "start 2 on axis 0 is outside [0, 2)", 0);
+  expect_invalid(slice({0, 0}, {1, INT64_MAX}, {1, 2}), "run outside", 0);
+  expect_invalid(slice({0, 3}, {1, INT64_MIN}, {1, 2}), "run outside", 0);
+  expect_invalid(slice({0, 0}, {1, 0}, {1, 4}), "step 0 on axis 1", 0);
+}
+
+TEST(RuntimeValidate, PoolOutputDimsMayReflectCeilMode) {
+  auto pool = [](Dims out) {
+    return single("MaxPool", {{{1, 1, 5, 5}, kF}}, std::move(out),
+                  {ints_attr("kernel_shape", {2, 2}), ints_attr("strides", {2, 2}), ints_attr("pads", {0, 0, 0, 0}),
+                   ints_attr("dilations", {1, 1})});
+  };
+  EXPECT_NO_THROW(runtime::validate(pool({1, 1, 2, 2}), 0));  // floor
+  EXPECT_NO_THROW(runtime::validate(pool({1, 1, 3, 2}), 0));  // ceil on one axis
+  expect_invalid(pool({1, 1, 4, 2}), "output has dims [1,1,4,2], expected 2 or 3 on axis 2", 0);
+  expect_invalid(single("AveragePool", {{{1, 1, 5, 5}, kF}}, {1, 1, 2, 2},
+                        {ints_attr("kernel_shape", {6, 2}), ints_attr("strides", {1, 1}), ints_attr("pads", {0, 0, 0, 0}),
+                         int_attr("count_include_pad", 0)}),
+                 "window [6,2] on axis 2 is larger than the padded input [1,1,5,5]", 0);
+}
+
+}  // namespace
+}  // namespace ctxgen::testing
