@@ -7,10 +7,12 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build_dir="${BUILD_DIR:-$repo/build}"
 
-packages=(g++ cmake ninja-build pkg-config nodejs npm
+packages=(g++ cmake ninja-build pkg-config
           libonnx-dev libprotobuf-dev protobuf-compiler libcli11-dev libspdlog-dev libxxhash-dev
           nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
           libonnx-testdata python3-onnx python3-numpy)
+# npm fetches ONNX Runtime; machines that already have node and npm (often not from Debian) keep them.
+command -v npm >/dev/null || packages+=(npm)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -72,11 +72,11 @@ void CompiledNode::compute(OrtKernelContext* context) const {
     // The model may declare symbolic dims; the program was compiled for exactly these.
     const ActualTensor actual = actual_tensor(value);
     if (actual.elem_type != expected.elem_type || actual.dims != expected.dims) {
-      throw Error(ErrorCode::kMismatch, "EPContext node '" + node_name_ + "': input " + std::to_string(i) + " '" +
-                                            expected.name + "' is " + elem_type_name(actual.elem_type) + " " +
-                                            dims_string(actual.dims) + " but graph '" + graph.name +
-                                            "' was compiled for " + elem_type_name(expected.elem_type) + " " +
-                                            dims_string(expected.dims));
+      throw OrtCodeError(ORT_INVALID_ARGUMENT, "EPContext node '" + node_name_ + "': input " + std::to_string(i) +
+                                                   " '" + expected.name + "' is " + elem_type_name(actual.elem_type) +
+                                                   " " + dims_string(actual.dims) + " but graph '" + graph.name +
+                                                   "' was compiled for " + elem_type_name(expected.elem_type) + " " +
+                                                   dims_string(expected.dims));
     }
     check(api().ort->GetTensorData(value, &inputs[i]), "GetTensorData");
   }

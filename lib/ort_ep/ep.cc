@@ -32,6 +32,14 @@ std::shared_ptr<const uint8_t> aligned_copy(const std::string& bytes) {
   });
 }
 
+// Every graph input must come from somewhere, so its slot is not optional.
+std::vector<size_t> required_slots(const std::string& node, const std::vector<std::string>& wanted,
+                                   const std::vector<std::string>& available) {
+  std::vector<size_t> slots;
+  for (const auto& slot : match_by_name(node, "input", wanted, available, true)) slots.push_back(*slot);
+  return slots;
+}
+
 std::string join_labels(const std::vector<std::string>& labels) {
   std::string text;
   for (const std::string& label : labels) text += (text.empty() ? "" : ", ") + label;
@@ -173,13 +181,9 @@ void CtxgenEp::compile(const OrtGraph** graphs, const OrtNode** fused_nodes, siz
     const auto inputs = node_inputs(pending[i].ort_node);
     const auto outputs = node_outputs(pending[i].ort_node);
     check_signature(node, executable->graph(), found.label, inputs, outputs);
-
-    const auto input_slots = match_by_name(node.name, "input", value_names(inputs),
-                                           value_names(node_inputs(fused_nodes[i])), true);
-    std::vector<size_t> inputs_at;
-    for (const auto& slot : input_slots) inputs_at.push_back(*slot);
     compiled.push_back(std::make_unique<CompiledNode>(
-        node.name, std::move(executable), std::move(inputs_at),
+        node.name, std::move(executable),
+        required_slots(node.name, value_names(inputs), value_names(node_inputs(fused_nodes[i]))),
         match_by_name(node.name, "output", value_names(outputs), value_names(node_outputs(fused_nodes[i])), false)));
   }
   for (size_t i = 0; i < count; ++i) infos[i] = compiled[i].release();

@@ -29,7 +29,7 @@ const Api& api() { return g_api; }
 void check(OrtStatus* status, const char* what) {
   if (status == nullptr) return;
   StatusHolder holder{status};
-  throw Error(ErrorCode::kRuntime, std::string(what) + ": " + api().ort->GetErrorMessage(status));
+  throw OrtCodeError(api().ort->GetErrorCode(status), std::string(what) + ": " + api().ort->GetErrorMessage(status));
 }
 
 OrtStatus* make_status(OrtErrorCode code, const std::string& message) noexcept {
@@ -39,6 +39,8 @@ OrtStatus* make_status(OrtErrorCode code, const std::string& message) noexcept {
 OrtStatus* status_from_exception(OrtErrorCode fallback) noexcept {
   try {
     throw;
+  } catch (const OrtCodeError& e) {
+    return make_status(e.code(), e.what());
   } catch (const Error& e) {
     switch (e.code()) {
       case ErrorCode::kInvalidModel:

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -21,13 +22,25 @@ struct Api {
 void init_api(const OrtApi* ort);
 const Api& api();
 
-// Throws Error(kRuntime) with ORT's message, prefixed by `what`, when `status` is an error.
+// An error bound for ORT with a given status code: ORT's own errors passing back through us, and
+// inputs that do not fit a compiled graph at run time.
+class OrtCodeError : public std::runtime_error {
+ public:
+  OrtCodeError(OrtErrorCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  OrtErrorCode code() const { return code_; }
+
+ private:
+  OrtErrorCode code_;
+};
+
+// Throws OrtCodeError with ORT's code and message, prefixed by `what`, when `status` is an error.
 void check(OrtStatus* status, const char* what);
 
 OrtStatus* make_status(OrtErrorCode code, const std::string& message) noexcept;
 
 // Maps the exception in flight to a status: problems with the model or its context binary are
-// ORT_INVALID_GRAPH (what the EPContext design asks of EPs), anything else `fallback`.
+// ORT_INVALID_GRAPH (what the EPContext design asks of EPs), an OrtCodeError keeps its code,
+// anything else is `fallback`.
 OrtStatus* status_from_exception(OrtErrorCode fallback) noexcept;
 
 // Runs `body` and turns any exception into a status; for the bodies of ORT callbacks.

@@ -1,7 +1,5 @@
 #include "ort_artifacts.h"
 
-#include <cstdlib>
-#include <fstream>
 #include <stdexcept>
 #include <string>
 
@@ -9,6 +7,7 @@
 #include "ctxgen/format.h"
 #include "ctxgen/ref_identity.h"
 #include "ctxgen/ref_program.h"
+#include "test_util.h"
 
 namespace fs = std::filesystem;
 
@@ -41,10 +40,12 @@ ref::Op op(std::string type, std::vector<int32_t> inputs, std::vector<int32_t> o
   return {std::move(type), {}, std::move(inputs), std::move(outputs)};
 }
 
-CompiledGraph graph(std::string name, const ref::Program& program, std::vector<int64_t> in_dims,
-                    std::vector<int64_t> out_dims, uint32_t weight_id) {
-  return {std::move(name),          {{"x", kFloat, std::move(in_dims)}}, {{"y", kFloat, std::move(out_dims)}},
-          ref::serialize(program), {weight_id},                          program.ops.size()};
+IoSignature io(std::string name, std::vector<int64_t> dims) { return {std::move(name), kFloat, std::move(dims)}; }
+
+CompiledGraph graph(std::string name, const ref::Program& program, std::vector<IoSignature> inputs,
+                    std::vector<IoSignature> outputs, std::vector<uint32_t> weight_ids) {
+  return {std::move(name),         std::move(inputs),     std::move(outputs),
+          ref::serialize(program), std::move(weight_ids), program.ops.size()};
 }
 
 // y = x + W; W is weight 0.
@@ -55,7 +56,7 @@ CompiledGraph add_graph() {
   p.ops = {op("Add", {0, 1}, {2})};
   p.inputs = {0};
   p.outputs = {2};
-  return graph("g_add", p, {2, 3}, {2, 3}, 0);
+  return graph("g_add", p, {io("x", {2, 3})}, {io("y", {2, 3})}, {0});
 }
 
 // y = Relu(x @ W2) through an arena intermediate; W2 is weight 1.
@@ -67,7 +68,19 @@ CompiledGraph matmul_relu_graph() {
   p.arena_bytes = 64;
   p.inputs = {0};
   p.outputs = {3};
-  return graph("g_mm", p, {2, 3}, {2, 4}, 1);
+  return graph("g_mm", p, {io("x", {2, 3})}, {io("y", {2, 4})}, {1});
+}
+
+// s = a + b, r = Relu(a): two inputs and two outputs, for nodes that feed one value twice or
+// leave an output unread.
+CompiledGraph pair_graph() {
+  ref::Program p;
+  p.values = {value({2, 3}, ref::ValueKind::kInput, 0), value({2, 3}, ref::ValueKind::kInput, 1),
+              value({2, 3}, ref::ValueKind::kOutput, 0), value({2, 3}, ref::ValueKind::kOutput, 1)};
+  p.ops = {op("Add", {0, 1}, {2}), op("Relu", {0}, {3})};
+  p.inputs = {0, 1};
+  p.outputs = {2, 3};
+  return graph("g_pair", p, {io("a", {2, 3}), io("b", {2, 3})}, {io("s", {2, 3}), io("r", {2, 3})}, {});
 }
 
 std::vector<uint8_t> float_bytes(const std::vector<float>& values) {
@@ -81,51 +94,49 @@ WeightPayload weight(const std::vector<float>& values) {
   return {hash, Blob::owned(std::move(bytes))};
 }
 
-void write_file(const fs::path& path, const std::vector<uint8_t>& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  if (!out) throw std::runtime_error("cannot write " + path.string());
-}
+std::string as_string(const std::vector<uint8_t>& bytes) { return {bytes.begin(), bytes.end()}; }
 
-std::vector<uint8_t> binary_bytes(const BinaryIdentity& identity) {
-  std::vector<uint8_t> bytes;
-  write_context_binary(identity, {add_graph(), matmul_relu_graph()}, {weight(weight_w()), weight(weight_w2())},
-                       [&](const uint8_t* data, size_t size) { bytes.insert(bytes.end(), data, data + size); });
+std::string binary_bytes(const BinaryIdentity& identity) {
+  std::string bytes;
+  write_context_binary(identity, {add_graph(), matmul_relu_graph(), pair_graph()},
+                       {weight(weight_w()), weight(weight_w2())},
+                       [&](const uint8_t* data, size_t size) { bytes.append(reinterpret_cast<const char*>(data), size); });
   return bytes;
 }
-
-std::string quoted(const std::string& text) { return "'" + text + "'"; }
 
 }  // namespace
 
 std::vector<float> test_input() { return ramp(6, -1.0f, 0.45f); }
 
-fs::path make_artifacts() {
-  std::string pattern = (fs::temp_directory_path() / "ctxgen-ort-XXXXXX").string();
-  if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed for " + pattern);
-  const fs::path folder = pattern;
+std::string compatibility_info() {
+  return "ctxgen-context-binary=" + std::to_string(kContextBinaryVersion) + ";backend=" + ref::kEpName +
+         ";sdk=" + ref::kSdkVersion + ";hardware=" + ref::kHardwareArchitecture;
+}
 
+void make_artifacts(const fs::path& folder) {
+  using testing::write_file;
   const BinaryIdentity ours{ref::kEpName, ref::kSdkVersion, ref::kHardwareArchitecture};
-  const std::vector<uint8_t> good = binary_bytes(ours);
+  const std::string good = binary_bytes(ours);
   write_file(folder / "model_ref.bin", good);
   write_file(folder / "other_sdk.bin", binary_bytes({ref::kEpName, "ctxgen-ref 0.9", ref::kHardwareArchitecture}));
   // The format version is the u32 at byte 8 (docs/context-binary-format.md).
-  std::vector<uint8_t> future = good;
+  std::string future = good;
   future.at(8) = 2;
   write_file(folder / "future_version.bin", future);
-  write_file(folder / "empty.bin", {});
-  write_file(folder / "W.raw", float_bytes(weight_w()));
-  write_file(folder / "W2.raw", float_bytes(weight_w2()));
+  write_file(folder / "empty.bin", "");
+  write_file(folder / "W.raw", as_string(float_bytes(weight_w())));
+  write_file(folder / "W2.raw", as_string(float_bytes(weight_w2())));
   fs::create_directories(folder / "sub");
   fs::create_directories(folder / "sub_link");
   fs::create_symlink("../model_ref.bin", folder / "sub_link" / "link.bin");
 
-  const std::string command = std::string(CTXGEN_PYTHON) + " " + quoted(CTXGEN_ORT_MODEL_SCRIPT) + " " +
-                              quoted(folder.string()) + " --ep-name " + quoted(ref::kEpName) +
-                              " --sdk-version " + quoted(ref::kSdkVersion) + " --hardware " +
-                              quoted(ref::kHardwareArchitecture);
-  if (std::system(command.c_str()) != 0) throw std::runtime_error("failed: " + command);
-  return folder;
+  using testing::quote;
+  const std::string command = std::string(CTXGEN_PYTHON) + " " + quote(CTXGEN_ORT_MODEL_SCRIPT) + " " +
+                              quote(folder) + " --ep-name " + quote(ref::kEpName) + " --sdk-version " +
+                              quote(ref::kSdkVersion) + " --hardware " + quote(ref::kHardwareArchitecture) +
+                              " --compatibility-info " + quote(compatibility_info());
+  const testing::CommandResult result = testing::run_command(command);
+  if (result.exit_code != 0) throw std::runtime_error("failed: " + command + "\n" + result.output);
 }
 
 }  // namespace ctxgen::ort_test

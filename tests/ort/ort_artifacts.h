@@ -3,19 +3,24 @@
 // from hand-built ref programs, and the ONNX models tests/ort/make_models.py writes over them.
 
 #include <filesystem>
+#include <string>
 #include <vector>
 
 namespace ctxgen::ort_test {
 
-// A fresh folder holding (see make_models.py for the models):
-//   model_ref.bin       graphs g_add (y = x + W) and g_mm (y = Relu(x @ W2)), x: float[2,3]
+// Fills `folder` (existing, empty) with (see make_models.py for the models):
+//   model_ref.bin       graphs g_add (y = x + W), g_mm (y = Relu(x @ W2)), x: float[2,3], and
+//                       g_pair (s = a + b, r = Relu(a))
 //   other_sdk.bin       the same, but claiming another SDK version
 //   future_version.bin  the same, with the header's format version raised to 2
 //   empty.bin           0 bytes
 //   sub/, sub_link/link.bin -> ../model_ref.bin   for the path-escape cases
 //   W.raw, W2.raw       the weights, for the plain ONNX twins
-// Throws on failure. The caller removes the folder.
-std::filesystem::path make_artifacts();
+// Throws on failure.
+void make_artifacts(const std::filesystem::path& folder);
+
+// The ep_compatibility_info this build's EP writes and accepts: format version and identity.
+std::string compatibility_info();
 
 // The x every test feeds: float[2,3].
 std::vector<float> test_input();

@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <cmath>
 #include <fstream>
 #include <iterator>
 #include <stdexcept>
@@ -43,7 +44,7 @@ std::optional<Failure> failure_of(Make&& make) {
 }  // namespace
 
 Ort::Env& Plugin::env() {
-  static Ort::Env env(ORT_LOGGING_LEVEL_WARNING, "ctxgen-ort-test");
+  static Ort::Env env(ORT_LOGGING_LEVEL_ERROR, "ctxgen-ort-test");
   return env;
 }
 
@@ -77,7 +78,8 @@ PluginStats Plugin::stats() {
 Ort::SessionOptions plugin_options(const Config& config) {
   Ort::SessionOptions options;
   for (const auto& [key, value] : config) options.AddConfigEntry(key.c_str(), value.c_str());
-  options.AppendExecutionProvider_V2(Plugin::env(), {Plugin::device()}, std::unordered_map<std::string, std::string>{});
+  const std::unordered_map<std::string, std::string> no_ep_options;
+  options.AppendExecutionProvider_V2(Plugin::env(), {Plugin::device()}, no_ep_options);
   return options;
 }
 
@@ -85,9 +87,8 @@ Ort::Session open_session(const std::filesystem::path& model, const Ort::Session
   return Ort::Session(Plugin::env(), model.c_str(), options);
 }
 
-std::vector<float> run(Ort::Session& session, const std::vector<float>& x) {
+std::vector<float> run(Ort::Session& session, const std::vector<float>& x, const std::vector<int64_t>& dims) {
   const Ort::MemoryInfo memory = Ort::MemoryInfo::CreateCpu(OrtArenaAllocator, OrtMemTypeDefault);
-  const std::vector<int64_t> dims = {2, 3};
   Ort::Value input = Ort::Value::CreateTensor<float>(memory, const_cast<float*>(x.data()), x.size(), dims.data(),
                                                      dims.size());
   const char* input_names[] = {"X"};
@@ -103,6 +104,65 @@ std::vector<float> run_on_cpu(const std::filesystem::path& model, const std::vec
   Ort::SessionOptions options;
   Ort::Session session(Plugin::env(), model.c_str(), options);
   return run(session, x);
+}
+
+namespace {
+
+Ort::Value filled_tensor(const Ort::TypeInfo& type, size_t salt) {
+  const auto info = type.GetTensorTypeAndShapeInfo();
+  const std::vector<int64_t> dims = info.GetShape();
+  Ort::AllocatorWithDefaultOptions allocator;
+  const ONNXTensorElementDataType elem = info.GetElementType();
+  switch (elem) {
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: {
+      Ort::Value value = Ort::Value::CreateTensor<float>(allocator, dims.data(), dims.size());
+      float* data = value.GetTensorMutableData<float>();
+      const size_t count = info.GetElementCount();
+      // Mixed signs and magnitudes, different for every input.
+      for (size_t i = 0; i < count; ++i) data[i] = std::sin(0.37f * static_cast<float>(i + 7 * salt)) * 1.5f;
+      return value;
+    }
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64: {
+      Ort::Value value = Ort::Value::CreateTensor<int64_t>(allocator, dims.data(), dims.size());
+      int64_t* data = value.GetTensorMutableData<int64_t>();
+      for (size_t i = 0; i < info.GetElementCount(); ++i) data[i] = static_cast<int64_t>((i + salt) % 3);
+      return value;
+    }
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL: {
+      Ort::Value value = Ort::Value::CreateTensor<bool>(allocator, dims.data(), dims.size());
+      bool* data = value.GetTensorMutableData<bool>();
+      for (size_t i = 0; i < info.GetElementCount(); ++i) data[i] = (i + salt) % 2 == 0;
+      return value;
+    }
+    default:
+      throw std::runtime_error("test input of element type " + std::to_string(elem) + " is not supported");
+  }
+}
+
+}  // namespace
+
+Feeds make_feeds(Ort::Session& session) {
+  Feeds feeds;
+  Ort::AllocatorWithDefaultOptions allocator;
+  for (size_t i = 0; i < session.GetInputCount(); ++i) {
+    feeds.names.emplace_back(session.GetInputNameAllocated(i, allocator).get());
+    feeds.values.push_back(filled_tensor(session.GetInputTypeInfo(i), i));
+  }
+  return feeds;
+}
+
+Fetched run_all(Ort::Session& session, const Feeds& feeds) {
+  Fetched fetched;
+  Ort::AllocatorWithDefaultOptions allocator;
+  for (size_t i = 0; i < session.GetOutputCount(); ++i) {
+    fetched.names.emplace_back(session.GetOutputNameAllocated(i, allocator).get());
+  }
+  std::vector<const char*> input_names, output_names;
+  for (const std::string& name : feeds.names) input_names.push_back(name.c_str());
+  for (const std::string& name : fetched.names) output_names.push_back(name.c_str());
+  fetched.values = session.Run(Ort::RunOptions{nullptr}, input_names.data(), feeds.values.data(),
+                               feeds.values.size(), output_names.data(), output_names.size());
+  return fetched;
 }
 
 std::optional<Failure> session_failure(const std::filesystem::path& model, const Ort::SessionOptions& options) {

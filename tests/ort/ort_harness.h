@@ -36,11 +36,26 @@ Ort::SessionOptions plugin_options(const Config& config = {});
 
 Ort::Session open_session(const std::filesystem::path& model, const Ort::SessionOptions& options);
 
-// Runs a model with one input "X" (float[2,3]) and one output "Y"; returns Y.
-std::vector<float> run(Ort::Session& session, const std::vector<float>& x);
+// Runs a model with one input "X" (float, `dims`) and one output "Y"; returns Y.
+std::vector<float> run(Ort::Session& session, const std::vector<float>& x,
+                       const std::vector<int64_t>& dims = {2, 3});
 
 // ORT's CPU EP on a plain ONNX model: the reference outputs.
 std::vector<float> run_on_cpu(const std::filesystem::path& model, const std::vector<float>& x);
+
+// Deterministic values for every input of `session`, shaped as it declares them (static shapes).
+struct Feeds {
+  std::vector<std::string> names;
+  std::vector<Ort::Value> values;
+};
+Feeds make_feeds(Ort::Session& session);
+
+// Runs `session` on `feeds`; returns every output, in the session's order, with its name.
+struct Fetched {
+  std::vector<std::string> names;
+  std::vector<Ort::Value> values;
+};
+Fetched run_all(Ort::Session& session, const Feeds& feeds);
 
 struct Failure {
   OrtErrorCode code = ORT_OK;

@@ -10,19 +10,23 @@
 #include "ctxgen/ref_identity.h"
 #include "ort_artifacts.h"
 #include "ort_harness.h"
+#include "test_util.h"
 
 namespace fs = std::filesystem;
 
 namespace ctxgen::ort_test {
 namespace {
 
-class OrtPluginTest : public testing::Test {
+class OrtPluginTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { folder_ = make_artifacts(); }
-  static void TearDownTestSuite() { fs::remove_all(folder_); }
+  static void SetUpTestSuite() {
+    folder_ = std::make_unique<testing::TempDir>();
+    make_artifacts(folder_->path());
+  }
+  static void TearDownTestSuite() { folder_.reset(); }
   void SetUp() override { Plugin::register_library(); }
 
-  static fs::path model(const std::string& name) { return folder_ / name; }
+  static fs::path model(const std::string& name) { return folder_->path() / name; }
 
   // The plugin's result for `ctx_model` equals ORT's CPU EP result for `plain_model`.
   static void expect_matches_cpu(Ort::Session& session, const std::string& plain_model) {
@@ -41,7 +45,7 @@ class OrtPluginTest : public testing::Test {
     }
   }
 
-  static inline fs::path folder_;
+  static inline std::unique_ptr<testing::TempDir> folder_;
 };
 
 TEST_F(OrtPluginTest, OffersTheCpuAsItsDevice) {
@@ -71,6 +75,26 @@ TEST_F(OrtPluginTest, EmbedModeMatchesCpuWithoutOpeningAFile) {
   expect_matches_cpu(session, "single_plain.onnx");
 }
 
+TEST_F(OrtPluginTest, ValueFedTwiceAndOutputNeverReadMatchCpu) {
+  Ort::Session session = open_session(model("pair_ctx.onnx"), plugin_options());
+  expect_matches_cpu(session, "pair_plain.onnx");
+}
+
+TEST_F(OrtPluginTest, SymbolicDimsAreCheckedAgainstTheCompiledShapeAtRunTime) {
+  Ort::Session session = open_session(model("dynamic_ctx.onnx"), plugin_options());
+  expect_matches_cpu(session, "single_plain.onnx");
+  try {
+    run(session, std::vector<float>(9, 1.0f), {3, 3});
+    FAIL() << "a [3,3] input ran on a graph compiled for [2,3]";
+  } catch (const Ort::Exception& e) {
+    EXPECT_EQ(e.GetOrtErrorCode(), ORT_INVALID_ARGUMENT) << e.what();
+    EXPECT_NE(std::string(e.what()).find("input 0 'x' is float32 [3,3] but graph 'g_add' was compiled for "
+                                         "float32 [2,3]"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST_F(OrtPluginTest, ModelFromMemoryFindsItsBinaryThroughContextFilePath) {
   const std::vector<char> bytes = read_bytes(model("single_ctx.onnx"));
   Ort::SessionOptions options = plugin_options({{"ep.context_file_path", model("single_ctx.onnx").string()}});
@@ -84,7 +108,7 @@ TEST_F(OrtPluginTest, ModelFromMemoryWithoutContextFilePathIsRefused) {
 }
 
 // Two sessions whose models both point at model_ref.bin, destroyed in either order.
-class SharingTest : public OrtPluginTest, public testing::WithParamInterface<bool> {};
+class SharingTest : public OrtPluginTest, public ::testing::WithParamInterface<bool> {};
 
 TEST_P(SharingTest, TwoSessionsMapTheBinaryOnceAndReleaseItWithTheLast) {
   const bool destroy_first_session_first = GetParam();
@@ -104,7 +128,7 @@ TEST_P(SharingTest, TwoSessionsMapTheBinaryOnceAndReleaseItWithTheLast) {
   EXPECT_EQ(Plugin::stats().live, before.live) << "the binary outlived its last session";
 }
 
-INSTANTIATE_TEST_SUITE_P(DestroyOrder, SharingTest, testing::Bool(),
+INSTANTIATE_TEST_SUITE_P(DestroyOrder, SharingTest, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "FirstSessionFirst" : "SecondSessionFirst"; });
 
 TEST_F(OrtPluginTest, WithoutSharingEachSessionMapsItsOwnBinary) {
@@ -142,8 +166,9 @@ struct RefusedModel {
   std::string model;
   std::vector<std::string> fragments;  // the message names the node and the offending value
 };
+void PrintTo(const RefusedModel& refused, std::ostream* out) { *out << refused.model; }
 
-class RefusedModelTest : public OrtPluginTest, public testing::WithParamInterface<RefusedModel> {};
+class RefusedModelTest : public OrtPluginTest, public ::testing::WithParamInterface<RefusedModel> {};
 
 TEST_P(RefusedModelTest, IsInvalidGraphNamingNodeAndValue) {
   expect_invalid_graph(session_failure(model(GetParam().model), plugin_options()), GetParam().fragments);
@@ -151,7 +176,7 @@ TEST_P(RefusedModelTest, IsInvalidGraphNamingNodeAndValue) {
 
 INSTANTIATE_TEST_SUITE_P(
     BadContext, RefusedModelTest,
-    testing::Values(
+    ::testing::Values(
         RefusedModel{"EmptyPath", "path_empty_ctx.onnx", {"add_node", "ep_cache_context ''", "is empty"}},
         RefusedModel{"AbsolutePath", "path_absolute_ctx.onnx", {"add_node", "model_ref.bin", "absolute path"}},
         RefusedModel{"ParentPath", "sub/path_dotdot_ctx.onnx", {"add_node", "'../model_ref.bin'", "'..'"}},
@@ -175,25 +200,63 @@ INSTANTIATE_TEST_SUITE_P(
                      {"add_node", "hardware_architecture", "'npu-x'", "'cpu-reference'"}},
         RefusedModel{"InputShape", "shape_ctx.onnx", {"add_node", "input 0 'X'", "[2,4]", "[2,3]"}},
         RefusedModel{"InputType", "type_ctx.onnx", {"add_node", "input 0 'X'", "float64", "float32"}},
+        RefusedModel{"OutputCount", "output_count_ctx.onnx", {"add_node", "has 2 outputs but graph 'g_add'", "has 1"}},
         RefusedModel{"UnknownGraph", "missing_graph_ctx.onnx", {"add_node", "'g_nope'", "not found"}}),
     [](const auto& info) { return info.param.name; });
 
-TEST_F(OrtPluginTest, EpContextNodeOfAnotherEpIsNotClaimed) {
-  const std::optional<Failure> failure = session_failure(model("foreign_ctx.onnx"), plugin_options());
+TEST_F(OrtPluginTest, JudgesCompatibilityInfoOfThisBuildOptimalAndOtherVersionsUnsupported) {
+  const std::string ours = compatibility_info();
+  EXPECT_EQ(Ort::GetModelCompatibilityForEpDevices({Plugin::device()}, ours.c_str()),
+            OrtCompiledModelCompatibility_EP_SUPPORTED_OPTIMAL);
+  std::string older = ours;
+  older.replace(older.find("=1;"), 3, "=0;");
+  EXPECT_EQ(Ort::GetModelCompatibilityForEpDevices({Plugin::device()}, older.c_str()),
+            OrtCompiledModelCompatibility_EP_UNSUPPORTED);
+}
+
+TEST_F(OrtPluginTest, ModelRecordingThisBuildsCompatibilityInfoRuns) {
+  Ort::AllocatorWithDefaultOptions allocator;
+  const auto recorded = Ort::GetCompatibilityInfoFromModelAllocated(model("compat_ctx.onnx").c_str(), ref::kEpName,
+                                                                    allocator);
+  ASSERT_NE(recorded.get(), nullptr);
+  EXPECT_EQ(std::string(recorded.get()), compatibility_info());
+  Ort::Session session = open_session(model("compat_ctx.onnx"), plugin_options());
+  expect_matches_cpu(session, "single_plain.onnx");
+}
+
+TEST_F(OrtPluginTest, ModelRecordingAnotherFormatVersionIsRefusedByOrt) {
+  // ORT asks the factory before it partitions and refuses what the EP calls unsupported.
+  const std::optional<Failure> failure = session_failure(model("stale_compat_ctx.onnx"), plugin_options());
   ASSERT_TRUE(failure.has_value());
-  // Nobody runs the node, so ORT's own error, not ours, is what the user sees.
-  EXPECT_EQ(failure->message.find("ctxgen"), std::string::npos) << failure->message;
-  EXPECT_NE(failure->message.find("add_node"), std::string::npos) << failure->message;
-  EXPECT_NE(failure->message.find("QNNExecutionProvider"), std::string::npos) << failure->message;
+  EXPECT_EQ(failure->code, ORT_FAIL) << failure->message;
+  EXPECT_NE(failure->message.find("Compiled model is not supported by execution provider: CtxgenRef"),
+            std::string::npos)
+      << failure->message;
+}
+
+// ORT 1.29's own error when no EP in the session claims an EPContext node.
+void expect_unclaimed(const std::optional<Failure>& failure, const std::string& source,
+                      const std::string& session_eps) {
+  ASSERT_TRUE(failure.has_value()) << "session creation succeeded";
+  EXPECT_EQ(failure->code, ORT_NOT_IMPLEMENTED) << failure->message;
+  for (const std::string& fragment :
+       {"EPContext node generated by '" + source + "' is not compatible with any execution provider added to the "
+        "session. EPContext node name: 'add_node'. Available session execution providers: [" + session_eps + "]"}) {
+    EXPECT_NE(failure->message.find(fragment), std::string::npos) << failure->message;
+  }
+}
+
+TEST_F(OrtPluginTest, EpContextNodeOfAnotherEpIsNotClaimed) {
+  // The plugin is in the session yet leaves the node to others; nobody takes it, so ORT refuses.
+  expect_unclaimed(session_failure(model("foreign_ctx.onnx"), plugin_options()), "QNNExecutionProvider",
+                   std::string(ref::kEpName) + ", CPUExecutionProvider");
 }
 
 TEST_F(OrtPluginTest, WithoutThePluginOrtCannotRunTheModel) {
   Plugin::unregister_library();
   const std::optional<Failure> failure = session_failure(model("single_ctx.onnx"), Ort::SessionOptions{});
   Plugin::register_library();
-  ASSERT_TRUE(failure.has_value());
-  EXPECT_NE(failure->message.find("EPContext"), std::string::npos) << failure->message;
-  EXPECT_NE(failure->message.find(ref::kEpName), std::string::npos) << failure->message;
+  expect_unclaimed(failure, ref::kEpName, "CPUExecutionProvider");
 }
 
 }  // namespace

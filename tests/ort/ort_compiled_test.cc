@@ -1,0 +1,104 @@
+// What `ctxgen compile` and `ctxgen share` write runs in real ONNX Runtime through the plugin EP
+// and gives what ORT's CPU EP gives on the original models (testdata/generate.py).
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+
+#include "ort_harness.h"
+#include "test_util.h"
+
+namespace fs = std::filesystem;
+
+namespace ctxgen::ort_test {
+namespace {
+
+using testing::quote;
+
+// Copies a generated model, with its external data, into `folder`.
+fs::path copy_model(const std::string& name, const fs::path& folder) {
+  const fs::path source = testing::generated_models() / name;
+  fs::copy_file(source, folder / source.filename());
+  if (name == "external.onnx") fs::copy_file(source.parent_path() / "external.weights", folder / "external.weights");
+  return folder / source.filename();
+}
+
+void ctxgen(const std::string& args) {
+  const testing::CommandResult result = testing::run_command(std::string(CTXGEN_BINARY) + " " + args);
+  ASSERT_EQ(result.exit_code, 0) << "ctxgen " << args << "\n" << result.output;
+}
+
+// Every output of `actual` equals the same-named output ORT's CPU EP computes on `original`.
+void expect_matches_original(Ort::Session& actual, const fs::path& original) {
+  const Feeds feeds = make_feeds(actual);
+  const Fetched got = run_all(actual, feeds);
+  Ort::Session reference(Plugin::env(), original.c_str(), Ort::SessionOptions{});
+  const Fetched want = run_all(reference, feeds);
+  ASSERT_EQ(got.names, want.names);
+  for (size_t o = 0; o < got.values.size(); ++o) {
+    const auto info = want.values[o].GetTensorTypeAndShapeInfo();
+    ASSERT_EQ(got.values[o].GetTensorTypeAndShapeInfo().GetShape(), info.GetShape()) << got.names[o];
+    ASSERT_EQ(info.GetElementType(), ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT) << got.names[o];
+    const float* a = got.values[o].GetTensorData<float>();
+    const float* b = want.values[o].GetTensorData<float>();
+    for (size_t i = 0; i < info.GetElementCount(); ++i) {
+      ASSERT_NEAR(a[i], b[i], 1e-4f * (1.0f + std::fabs(b[i]))) << "output '" << got.names[o] << "' element " << i;
+    }
+  }
+}
+
+class CompiledModelTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Plugin::register_library(); }
+  testing::TempDir dir_;
+};
+
+struct Compiled {
+  std::string test_name;
+  std::string model;  // in testdata/generate.py's output
+  std::string options;
+};
+void PrintTo(const Compiled& compiled, std::ostream* out) { *out << compiled.model << " " << compiled.options; }
+
+class CompileTest : public CompiledModelTest, public ::testing::WithParamInterface<Compiled> {};
+
+TEST_P(CompileTest, RunsInOrtLikeTheOriginalOnCpu) {
+  const fs::path original = copy_model(GetParam().model, dir_.path());
+  const fs::path out = dir_ / "out";
+  ASSERT_NO_FATAL_FAILURE(
+      ctxgen("compile " + quote(original) + " --output-dir " + quote(out) + " " + GetParam().options));
+  const fs::path compiled = out / (original.stem().string() + "_ctx.onnx");
+  Ort::Session session = open_session(compiled, plugin_options());
+  expect_matches_original(session, original);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Testdata, CompileTest,
+    ::testing::Values(Compiled{"Cnn", "cnn.onnx", ""},
+                      Compiled{"CnnEmbedded", "cnn.onnx", "--embed"},
+                      Compiled{"Islands", "islands.onnx", ""},
+                      Compiled{"Constants", "constants.onnx", ""},
+                      Compiled{"Subgraph", "subgraph.onnx", ""},
+                      Compiled{"ExternalData", "external.onnx", ""},
+                      Compiled{"FixedDim", "dynamic.onnx", "--fix-dim batch=3"},
+                      Compiled{"DotsInNames", "dir.v1/model.v2.onnx", "--node-name-prefix p_"}),
+    [](const auto& info) { return info.param.test_name; });
+
+TEST_F(CompiledModelTest, SharedModelsRunOnOneMappingOfTheirBinary) {
+  const fs::path prefill = copy_model("share/full/prefill.onnx", dir_.path());
+  const fs::path decode = copy_model("share/full/decode.onnx", dir_.path());
+  const fs::path out = dir_ / "out";
+  ASSERT_NO_FATAL_FAILURE(ctxgen("share " + quote(prefill) + " " + quote(decode) + " --output-dir " + quote(out)));
+
+  const PluginStats before = Plugin::stats();
+  const Ort::SessionOptions options = plugin_options({{"ep.share_ep_contexts", "1"}});
+  Ort::Session prefill_session = open_session(out / "prefill_ctx.onnx", options);
+  Ort::Session decode_session = open_session(out / "decode_ctx.onnx", options);
+  EXPECT_EQ(Plugin::stats().opened - before.opened, 1u);
+  expect_matches_original(prefill_session, prefill);
+  expect_matches_original(decode_session, decode);
+}
+
+}  // namespace
+}  // namespace ctxgen::ort_test
