@@ -68,6 +68,10 @@ struct Attr {
   std::vector<float> floats;
 };
 
+Attr int_attr(const std::string& name, int64_t value);
+Attr float_attr(const std::string& name, float value);
+Attr ints_attr(const std::string& name, std::vector<int64_t> values);
+
 struct Op {
   std::string type;  // ONNX op type, normalised as described above
   std::vector<Attr> attrs;

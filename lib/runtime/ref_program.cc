@@ -105,6 +105,30 @@ uint64_t Value::byte_size() const {
   return static_cast<uint64_t>(element_count()) * (dtype == DType::kInt64 ? 8 : 4);
 }
 
+Attr int_attr(const std::string& name, int64_t value) {
+  Attr a;
+  a.name = name;
+  a.kind = Attr::Kind::kInt;
+  a.i = value;
+  return a;
+}
+
+Attr float_attr(const std::string& name, float value) {
+  Attr a;
+  a.name = name;
+  a.kind = Attr::Kind::kFloat;
+  a.f = value;
+  return a;
+}
+
+Attr ints_attr(const std::string& name, std::vector<int64_t> values) {
+  Attr a;
+  a.name = name;
+  a.kind = Attr::Kind::kInts;
+  a.ints = std::move(values);
+  return a;
+}
+
 const Attr* Op::attr(const std::string& name) const {
   for (const auto& a : attrs)
     if (a.name == name) return &a;

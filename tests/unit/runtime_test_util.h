@@ -16,27 +16,9 @@ namespace ctxgen::testing {
 using Dims = std::vector<int64_t>;
 using Bytes = std::vector<uint8_t>;
 
-inline ref::Attr int_attr(const std::string& name, int64_t v) {
-  ref::Attr a;
-  a.name = name;
-  a.kind = ref::Attr::Kind::kInt;
-  a.i = v;
-  return a;
-}
-inline ref::Attr float_attr(const std::string& name, float v) {
-  ref::Attr a;
-  a.name = name;
-  a.kind = ref::Attr::Kind::kFloat;
-  a.f = v;
-  return a;
-}
-inline ref::Attr ints_attr(const std::string& name, Dims v) {
-  ref::Attr a;
-  a.name = name;
-  a.kind = ref::Attr::Kind::kInts;
-  a.ints = std::move(v);
-  return a;
-}
+using ref::float_attr;
+using ref::int_attr;
+using ref::ints_attr;
 
 template <typename T>
 Bytes bytes_of(const std::vector<T>& values) {

@@ -15,30 +15,6 @@
 
 namespace ctxgen::refc {
 
-ref::Attr int_attr(const std::string& name, int64_t value) {
-  ref::Attr a;
-  a.name = name;
-  a.kind = ref::Attr::Kind::kInt;
-  a.i = value;
-  return a;
-}
-
-ref::Attr float_attr(const std::string& name, float value) {
-  ref::Attr a;
-  a.name = name;
-  a.kind = ref::Attr::Kind::kFloat;
-  a.f = value;
-  return a;
-}
-
-ref::Attr ints_attr(const std::string& name, std::vector<int64_t> values) {
-  ref::Attr a;
-  a.name = name;
-  a.kind = ref::Attr::Kind::kInts;
-  a.ints = std::move(values);
-  return a;
-}
-
 ref::Activation activation_of(const std::string& op_type) {
   static const std::map<std::string, ref::Activation> kActivations = {
       {"Relu", ref::Activation::kRelu},       {"LeakyRelu", ref::Activation::kLeakyRelu},

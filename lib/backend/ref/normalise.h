@@ -27,10 +27,9 @@ NormalisedNode normalise(const Model& model, const onnx::NodeProto& node);
 // The ONNX op types normalise() may accept, sorted.
 std::vector<std::string> supported_op_types();
 
-// Attribute constructors, shared with the graph passes.
-ref::Attr int_attr(const std::string& name, int64_t value);
-ref::Attr float_attr(const std::string& name, float value);
-ref::Attr ints_attr(const std::string& name, std::vector<int64_t> values);
+using ref::float_attr;
+using ref::int_attr;
+using ref::ints_attr;
 
 // Op types an activation may be fused from, and its Activation code (kNone when it is none).
 ref::Activation activation_of(const std::string& op_type);
