@@ -133,6 +133,8 @@ RunSummary compile_models(const std::vector<fs::path>& inputs, const CompileOpti
     throw Error(ErrorCode::kUsage, "--embed cannot be combined with several models: embedded contexts cannot share one binary");
   if (share && !options.output_file.empty())
     throw Error(ErrorCode::kUsage, "-o names one output model; with several models use --output-dir");
+  if (!options.output_file.empty() && !options.output_dir.empty())
+    throw Error(ErrorCode::kUsage, "give -o or --output-dir, not both: -o already says where the outputs go");
   if (!options.external_initializers_file.empty())
     check_relative_name(options.external_initializers_file, "--external-initializers-file");
 
@@ -209,7 +211,7 @@ RunSummary compile_models(const std::vector<fs::path>& inputs, const CompileOpti
   std::unique_ptr<ExternalWeightsFile> external;
   if (!options.external_initializers_file.empty())
     external = std::make_unique<ExternalWeightsFile>(options.external_initializers_file);
-  std::map<uint32_t, bool> counted;
+  std::vector<bool> counted(store.size(), false);  // weight ids an earlier model already used
   for (auto& job : jobs) {
     onnx::ModelProto out = build_epcontext_model(job.model, job.plan, job.graphs, settings);
     record_fallbacks(out, job);
@@ -225,7 +227,8 @@ RunSummary compile_models(const std::vector<fs::path>& inputs, const CompileOpti
       for (uint32_t id : g.weight_ids) {
         w.tensors += 1;
         w.bytes += store.entry(id).blob.size;
-        if (counted.emplace(id, true).second) {
+        if (!counted[id]) {
+          counted[id] = true;
           w.new_tensors += 1;
           w.new_bytes += store.entry(id).blob.size;
         }

@@ -79,6 +79,10 @@ TEST_F(BadInput, InvalidOptionValues) {
   fails(quote(model) + " --fix-dim batch=1 --external-initializers-file ../w.bin", 2, "--external-initializers-file");
 }
 
+TEST_F(BadInput, OutputFileAndOutputDirTogether) {
+  fails(quote(copy_model("cnn.onnx", dir_ / "m")) + " -o " + quote(dir_ / "x.onnx"), 2, "give -o or --output-dir, not both");
+}
+
 TEST_F(BadInput, UnknownFlag) {
   auto r = ctxgen("compile x.onnx --frobnicate");
   EXPECT_EQ(r.exit_code, 2) << r.output;
