@@ -13,6 +13,9 @@
 #include "ctxgen/log.h"
 #include "ctxgen/pipeline.h"
 #include "ctxgen/report.h"
+#ifdef CTXGEN_WITH_VERIFY
+#include "ctxgen/verify.h"
+#endif
 
 namespace fs = std::filesystem;
 using ctxgen::Error;
@@ -66,6 +69,32 @@ std::vector<fs::path> model_list(const std::vector<std::string>& args) {
   return models;
 }
 
+#ifdef CTXGEN_WITH_VERIFY
+int print_verification(const ctxgen::verify::Result& result, bool as_json) {
+  if (as_json) {
+    nlohmann::json outputs = nlohmann::json::array();
+    for (const auto& o : result.outputs)
+      outputs.push_back({{"model", o.model.string()}, {"output", o.output}, {"max_abs_diff", o.difference.max_abs},
+                         {"max_rel_diff", o.difference.max_rel}, {"ok", o.difference.within},
+                         {"problem", o.difference.problem}});
+    std::cout << nlohmann::json{{"checks", result.checks}, {"outputs", outputs}, {"ok", result.ok()}}.dump(2) << "\n";
+  } else {
+    for (const auto& c : result.checks) std::cout << "ok  " << c << "\n";
+    for (const auto& o : result.outputs) {
+      char line[128];
+      std::snprintf(line, sizeof line, "max abs diff %.3g, max rel diff %.3g", o.difference.max_abs, o.difference.max_rel);
+      std::cout << (o.difference.within ? "ok  " : "FAIL") << "  " << o.model.string() << ": output '" << o.output
+                << "': " << (o.difference.problem.empty() ? line : o.difference.problem) << "\n";
+    }
+  }
+  if (result.ok()) return 0;
+  for (const auto& o : result.outputs)
+    if (!o.difference.within)
+      ctxgen::log().error("{}: output '{}' differs from the reference beyond tolerance", o.model.string(), o.output);
+  return ctxgen::exit_code(ErrorCode::kMismatch);
+}
+#endif
+
 void setup_logging(int verbosity, bool quiet) {
   auto logger = spdlog::stderr_color_mt(ctxgen::kLoggerName);
   logger->set_pattern("%^%l%$: %v");
@@ -116,6 +145,22 @@ int main(int argc, char** argv) {
   inspect->add_option("file", inspect_path, "A _ctx.onnx model or a .bin context binary")->required();
   inspect->add_flag("--json", inspect_as_json, "Print JSON");
 
+#ifdef CTXGEN_WITH_VERIFY
+  ctxgen::verify::Options verify_options;
+  std::vector<std::string> verify_models, verify_references, verify_shapes;
+  std::string plugin;
+  bool verify_as_json = false;
+  auto* verify = app.add_subcommand("verify", "Check compiled models: integrity, and outputs against the originals in ONNX Runtime");
+  verify->add_option("models", verify_models, "Compiled models (_ctx.onnx)")->required();
+  verify->add_option("--reference", verify_references, "The original model of each compiled model, in the same order");
+  verify->add_option("--rtol", verify_options.rtol, "Relative tolerance")->capture_default_str();
+  verify->add_option("--atol", verify_options.atol, "Absolute tolerance")->capture_default_str();
+  verify->add_option("--seed", verify_options.seed, "Seed of the random inputs")->capture_default_str();
+  verify->add_option("--input-shape", verify_shapes, "Shape for a dynamic input: INPUT=1x128 (repeatable)");
+  verify->add_option("--plugin", plugin, "The ctxgen plugin EP library (default: the one built with ctxgen)");
+  verify->add_flag("--json", verify_as_json, "Print JSON");
+#endif
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -136,6 +181,15 @@ int main(int argc, char** argv) {
       std::cout << (inspect_as_json ? inspected.dump(2) + "\n" : ctxgen::inspect_text(inspected));
       return 0;
     }
+#ifdef CTXGEN_WITH_VERIFY
+    if (*verify) {
+      verify_options.input_shapes = load_options({}, verify_shapes).input_shapes;
+      for (const auto& m : verify_models) verify_options.models.emplace_back(m);
+      for (const auto& r : verify_references) verify_options.references.emplace_back(r);
+      verify_options.plugin = plugin;
+      return print_verification(ctxgen::verify::run(verify_options), verify_as_json);
+    }
+#endif
     if (!*compile && !*share) {
       std::cout << app.help();
       return ctxgen::exit_code(ErrorCode::kUsage);

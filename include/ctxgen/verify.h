@@ -1,0 +1,80 @@
+#pragma once
+// Proof that compiled models work: ONNX Runtime runs the original on its CPU EP and the compiled
+// model through the ctxgen plugin EP, and the outputs are compared. Built only with an ONNX Runtime
+// tree (CTXGEN_ORT_ROOT).
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <onnxruntime_cxx_api.h>
+
+namespace ctxgen::verify {
+
+// ONNX Runtime with the ctxgen plugin EP library registered.
+class OrtHost {
+ public:
+  // Throws Error(kRuntime) when the plugin cannot be loaded or offers no device.
+  explicit OrtHost(const std::filesystem::path& plugin);
+  Ort::Session cpu_session(const std::filesystem::path& model);
+  Ort::Session plugin_session(const std::filesystem::path& model);
+
+ private:
+  Ort::Env env_;
+  Ort::SessionOptions plugin_options_;
+};
+
+// The plugin built with this ctxgen (overridden by the environment variable CTXGEN_ORT_EP).
+std::filesystem::path default_plugin();
+
+// A dense tensor held as bytes.
+struct Tensor {
+  ONNXTensorElementDataType type = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+  std::vector<int64_t> dims;
+  std::vector<uint8_t> bytes;
+
+  static Tensor from(const Ort::Value& value);
+  // A view for ONNX Runtime; the tensor must outlive it.
+  Ort::Value view();
+};
+
+struct Difference {
+  double max_abs = 0, max_rel = 0;
+  bool within = true;
+  std::string problem;  // set when the tensors cannot be compared (type or shape differ)
+};
+
+// Elementwise |got - expected| <= atol + rtol * |expected|; NaN matches NaN. Integers and bools
+// must be equal.
+Difference compare(const Tensor& got, const Tensor& expected, double rtol, double atol);
+
+struct Options {
+  std::vector<std::filesystem::path> models;      // compiled (_ctx.onnx)
+  std::vector<std::filesystem::path> references;  // originals, one per model, or none
+  double rtol = 1e-4, atol = 1e-5;
+  uint64_t seed = 1;
+  std::map<std::string, std::vector<int64_t>> input_shapes;
+  std::filesystem::path plugin;
+};
+
+struct OutputCheck {
+  std::filesystem::path model;
+  std::string output;
+  Difference difference;
+};
+
+struct Result {
+  std::vector<std::string> checks;  // integrity checks that passed, one line each
+  std::vector<OutputCheck> outputs;
+  bool ok() const;
+};
+
+// Integrity of every model (files present, binaries valid, weights re-hashed, identity and graphs
+// matching, loads in ONNX Runtime); with references, also outputs on the same seeded inputs.
+// Throws Error(kMismatch) for a failed integrity check, Error(kRuntime) when ONNX Runtime fails.
+Result run(const Options& options);
+
+}  // namespace ctxgen::verify

@@ -1,0 +1,192 @@
+#include <cstring>
+#include <random>
+#include <set>
+
+#include "ctxgen/error.h"
+#include "ctxgen/format.h"
+#include "ctxgen/model.h"
+#include "ctxgen/ref_identity.h"
+#include "ctxgen/verify.h"
+
+namespace fs = std::filesystem;
+
+namespace ctxgen::verify {
+namespace {
+
+Error mismatch(const fs::path& model, const std::string& what) { return Error(ErrorCode::kMismatch, model.string() + ": " + what); }
+
+const onnx::AttributeProto* attribute(const onnx::NodeProto& node, const std::string& name) {
+  for (const auto& a : node.attribute())
+    if (a.name() == name) return &a;
+  return nullptr;
+}
+
+onnx::ModelProto parse(const fs::path& path) {
+  auto file = MappedFile::open(path);
+  onnx::ModelProto proto;
+  if (file->size() > INT32_MAX || !proto.ParseFromArray(file->data(), static_cast<int>(file->size())))
+    throw mismatch(path, "not a valid ONNX model");
+  return proto;
+}
+
+// A context binary, with load errors reported as a failed integrity check.
+std::shared_ptr<const ContextBinary> load_context(const fs::path& model, const onnx::NodeProto& node,
+                                                  std::vector<std::string>& checks) {
+  const auto* cache = attribute(node, "ep_cache_context");
+  const auto* embed = attribute(node, "embed_mode");
+  if (cache == nullptr) throw mismatch(model, "EPContext node '" + node.name() + "' has main_context=1 but no ep_cache_context");
+  try {
+    if (embed != nullptr && embed->i() == 1) {
+      auto bytes = std::make_shared<std::string>(cache->s());
+      checks.push_back("node '" + node.name() + "': embedded context of " + std::to_string(bytes->size()) + " bytes");
+      return ContextBinary::from_memory(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size(), bytes,
+                                        "embedded context of node '" + node.name() + "'");
+    }
+    fs::path bin = model.parent_path() / cache->s();
+    if (!fs::exists(bin)) throw mismatch(model, "node '" + node.name() + "': context binary " + bin.string() + " is missing");
+    auto binary = ContextBinary::open(bin);
+    checks.push_back(bin.string() + ": present, format v" + std::to_string(binary->format_version()) + ", metadata and programs intact");
+    return binary;
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::kMismatch) throw;
+    throw Error(ErrorCode::kMismatch, e.what());
+  }
+}
+
+void check_integrity(const fs::path& model, OrtHost& host, std::vector<std::string>& checks) {
+  onnx::ModelProto proto = parse(model);
+  std::vector<const onnx::NodeProto*> nodes;
+  for (const auto& node : proto.graph().node()) {
+    const auto* source = attribute(node, "source");
+    if (node.op_type() == "EPContext" && source != nullptr && source->s() == ref::kEpName) nodes.push_back(&node);
+  }
+  std::vector<std::shared_ptr<const ContextBinary>> binaries;
+  for (const auto* node : nodes) {
+    const auto* main = attribute(*node, "main_context");
+    if (main == nullptr || main->i() == 1) binaries.push_back(load_context(model, *node, checks));
+  }
+  const BinaryIdentity ours{ref::kEpName, ref::kSdkVersion, ref::kHardwareArchitecture};
+  for (const auto& binary : binaries) {
+    if (!(binary->identity() == ours))
+      throw mismatch(model, binary->label() + " was made for " + binary->identity().backend + " / " +
+                                binary->identity().sdk_version + " / " + binary->identity().hardware_architecture +
+                                ", this ctxgen runs " + ours.backend + " / " + ours.sdk_version + " / " +
+                                ours.hardware_architecture);
+    try {
+      binary->verify_payloads();
+    } catch (const Error& e) {
+      throw Error(ErrorCode::kMismatch, e.what());
+    }
+    checks.push_back(binary->label() + ": " + std::to_string(binary->weights().size()) + " weights re-hashed, all match");
+  }
+  for (const auto* node : nodes) {
+    const auto* partition = attribute(*node, "partition_name");
+    std::string graph = partition != nullptr ? partition->s() : node->name();
+    const GraphRecord* record = nullptr;
+    for (const auto& binary : binaries)
+      if ((record = binary->find_graph(graph)) != nullptr) break;
+    if (record == nullptr) throw mismatch(model, "EPContext node '" + node->name() + "': no graph '" + graph + "' in its context binaries");
+    if (record->inputs.size() != static_cast<size_t>(node->input_size()) ||
+        record->outputs.size() != static_cast<size_t>(node->output_size()))
+      throw mismatch(model, "EPContext node '" + node->name() + "' has " + std::to_string(node->input_size()) + " inputs and " +
+                                std::to_string(node->output_size()) + " outputs, graph '" + graph + "' has " +
+                                std::to_string(record->inputs.size()) + " and " + std::to_string(record->outputs.size()));
+  }
+  checks.push_back(model.string() + ": " + std::to_string(nodes.size()) + " EPContext node(s), each matched to its graph");
+  host.plugin_session(model);
+  checks.push_back(model.string() + ": loads in ONNX Runtime with " + ref::kEpName);
+}
+
+Tensor random_input(const Ort::TypeInfo& type, const std::string& name, const Options& options, std::mt19937_64& rng) {
+  auto info = type.GetTensorTypeAndShapeInfo();
+  Tensor t;
+  t.type = info.GetElementType();
+  t.dims = info.GetShape();
+  auto given = options.input_shapes.find(name);
+  if (given != options.input_shapes.end()) t.dims = given->second;
+  for (int64_t d : t.dims)
+    if (d < 0) throw Error(ErrorCode::kUsage, "input '" + name + "' has a dynamic dimension; give its shape with --input-shape " + name + "=...");
+  size_t count = 1;
+  for (int64_t d : t.dims) count *= static_cast<size_t>(d);
+  auto fill = [&](auto tag, auto make) {
+    using T = decltype(tag);
+    t.bytes.resize(count * sizeof(T));
+    for (size_t i = 0; i < count; ++i) {
+      T v = make();
+      std::memcpy(t.bytes.data() + i * sizeof(T), &v, sizeof(T));
+    }
+  };
+  std::uniform_real_distribution<float> real(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> small(0, 2);
+  switch (t.type) {
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: fill(float{}, [&] { return real(rng); }); break;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE: fill(double{}, [&] { return static_cast<double>(real(rng)); }); break;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64: fill(int64_t{}, [&] { return static_cast<int64_t>(small(rng)); }); break;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32: fill(int32_t{}, [&] { return static_cast<int32_t>(small(rng)); }); break;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL: fill(uint8_t{}, [&] { return static_cast<uint8_t>(small(rng) & 1); }); break;
+    default: throw Error(ErrorCode::kUsage, "input '" + name + "': element type " + std::to_string(t.type) + " is not supported by verify");
+  }
+  return t;
+}
+
+std::vector<OutputCheck> compare_outputs(const fs::path& model, const fs::path& reference, OrtHost& host,
+                                         const Options& options) {
+  Ort::Session original = host.cpu_session(reference);
+  Ort::Session compiled = host.plugin_session(model);
+  Ort::AllocatorWithDefaultOptions allocator;
+  std::mt19937_64 rng(options.seed);
+  std::vector<std::string> input_names, output_names;
+  std::vector<Tensor> inputs;
+  for (size_t i = 0; i < original.GetInputCount(); ++i) {
+    input_names.emplace_back(original.GetInputNameAllocated(i, allocator).get());
+    inputs.push_back(random_input(original.GetInputTypeInfo(i), input_names.back(), options, rng));
+  }
+  for (size_t i = 0; i < original.GetOutputCount(); ++i)
+    output_names.emplace_back(original.GetOutputNameAllocated(i, allocator).get());
+  std::vector<Ort::Value> feeds;
+  for (auto& t : inputs) feeds.push_back(t.view());
+  std::vector<const char*> in_ptrs, out_ptrs;
+  for (const auto& n : input_names) in_ptrs.push_back(n.c_str());
+  for (const auto& n : output_names) out_ptrs.push_back(n.c_str());
+  auto run = [&](Ort::Session& session, const fs::path& which) {
+    try {
+      return session.Run(Ort::RunOptions{nullptr}, in_ptrs.data(), feeds.data(), feeds.size(), out_ptrs.data(), out_ptrs.size());
+    } catch (const Ort::Exception& e) {
+      throw Error(ErrorCode::kRuntime, which.string() + ": run failed: " + e.what());
+    }
+  };
+  auto expected = run(original, reference);
+  auto got = run(compiled, model);
+  std::vector<OutputCheck> checks;
+  for (size_t i = 0; i < output_names.size(); ++i)
+    checks.push_back({model, output_names[i],
+                      compare(Tensor::from(got[i]), Tensor::from(expected[i]), options.rtol, options.atol)});
+  return checks;
+}
+
+}  // namespace
+
+bool Result::ok() const {
+  for (const auto& o : outputs)
+    if (!o.difference.within) return false;
+  return true;
+}
+
+Result run(const Options& options) {
+  if (!options.references.empty() && options.references.size() != options.models.size())
+    throw Error(ErrorCode::kUsage, "give one --reference per compiled model (" + std::to_string(options.models.size()) +
+                                       " models, " + std::to_string(options.references.size()) + " references)");
+  OrtHost host(options.plugin.empty() ? default_plugin() : options.plugin);
+  Result result;
+  for (size_t i = 0; i < options.models.size(); ++i) {
+    if (!fs::exists(options.models[i])) throw mismatch(options.models[i], "no such file");
+    check_integrity(options.models[i], host, result.checks);
+    if (!options.references.empty()) {
+      auto outputs = compare_outputs(options.models[i], options.references[i], host, options);
+      result.outputs.insert(result.outputs.end(), outputs.begin(), outputs.end());
+    }
+  }
+  return result;
+}
+
+}  // namespace ctxgen::verify

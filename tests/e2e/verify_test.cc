@@ -1,0 +1,93 @@
+// `ctxgen verify`: integrity of compiled artifacts, and their outputs in ONNX Runtime against the
+// original model's outputs on ORT's CPU EP.
+
+#include "ctxgen/format.h"
+#include "e2e.h"
+
+namespace ctxgen::testing {
+namespace {
+
+fs::path compiled(const std::string& model, const TempDir& dir, const std::string& extra = "") {
+  fs::path in = copy_model(model, dir.path());
+  auto r = ctxgen("compile " + quote(in) + " " + extra);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return dir / (fs::path(model).stem().string() + "_ctx.onnx");
+}
+
+TEST(Verify, CompiledModelsMatchTheirOriginals) {
+  for (const char* model : {"cnn.onnx", "islands.onnx", "subgraph.onnx", "external.onnx", "constants.onnx"}) {
+    TempDir dir;
+    fs::path ctx = compiled(model, dir);
+    auto r = ctxgen("verify " + quote(ctx) + " --reference " + quote(dir / model));
+    EXPECT_EQ(r.exit_code, 0) << model << ":\n" << r.output;
+    EXPECT_NE(r.output.find("loads in ONNX Runtime with CtxgenRef"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("max abs diff"), std::string::npos) << r.output;
+  }
+}
+
+TEST(Verify, EmbeddedContextAndInputShapes) {
+  TempDir dir;
+  fs::path ctx = compiled("dynamic.onnx", dir, "--input-shape x=3x8 --embed");
+  auto r = ctxgen("verify " + quote(ctx) + " --reference " + quote(dir / "dynamic.onnx"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;  // the original's batch dimension is symbolic
+  EXPECT_NE(r.output.find("--input-shape x="), std::string::npos) << r.output;
+  r = ctxgen("verify " + quote(ctx) + " --reference " + quote(dir / "dynamic.onnx") + " --input-shape x=3x8");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("embedded context"), std::string::npos) << r.output;
+}
+
+TEST(Verify, IntegrityOnlyWithoutReference) {
+  TempDir dir;
+  fs::path ctx = compiled("islands.onnx", dir);
+  auto r = ctxgen("verify " + quote(ctx));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("3 weights re-hashed, all match"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("3 EPContext node(s)"), std::string::npos) << r.output;
+}
+
+TEST(Verify, AFlippedWeightByteFailsIntegrity) {
+  TempDir dir;
+  fs::path ctx = compiled("cnn.onnx", dir);
+  auto binary = ContextBinary::open(dir / "cnn_ref.bin");
+  uint64_t offset = binary->weights().at(1).offset;
+  binary.reset();
+  std::string bytes = read_file(dir / "cnn_ref.bin");
+  bytes[offset] = static_cast<char>(bytes[offset] ^ 0x40);
+  write_file(dir / "cnn_ref.bin", bytes);
+  auto r = ctxgen("verify " + quote(ctx));
+  EXPECT_EQ(r.exit_code, 8) << r.output;
+  EXPECT_NE(r.output.find("weight 1"), std::string::npos) << r.output;
+}
+
+TEST(Verify, AMissingBinaryFailsIntegrity) {
+  TempDir dir;
+  fs::path ctx = compiled("cnn.onnx", dir);
+  fs::remove(dir / "cnn_ref.bin");
+  auto r = ctxgen("verify " + quote(ctx));
+  EXPECT_EQ(r.exit_code, 8) << r.output;
+  EXPECT_NE(r.output.find("cnn_ref.bin is missing"), std::string::npos) << r.output;
+}
+
+TEST(Verify, DifferentWeightsAreAMismatchNamingTheOutput) {
+  TempDir dir;
+  fs::path tuned = dir / "tuned.onnx";
+  fs::copy_file(generated_models() / "share/partial/tuned.onnx", tuned);
+  ASSERT_EQ(ctxgen("compile " + quote(tuned)).exit_code, 0);
+  auto r = ctxgen("verify " + quote(dir / "tuned_ctx.onnx") + " --reference " +
+                  quote(generated_models() / "share/partial/base.onnx"));
+  EXPECT_EQ(r.exit_code, 8) << r.output;
+  EXPECT_NE(r.output.find("FAIL"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("output 'y'"), std::string::npos) << r.output;
+}
+
+TEST(Verify, SharedGroup) {
+  TempDir dir;
+  fs::path a = generated_models() / "share/full/prefill.onnx", b = generated_models() / "share/full/decode.onnx";
+  ASSERT_EQ(ctxgen("share " + quote(a) + "," + quote(b) + " --output-dir " + quote(dir.path())).exit_code, 0);
+  auto r = ctxgen("verify " + quote(dir / "prefill_ctx.onnx") + " " + quote(dir / "decode_ctx.onnx") + " --reference " +
+                  quote(a) + " --reference " + quote(b));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+}  // namespace
+}  // namespace ctxgen::testing
