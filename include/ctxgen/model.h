@@ -96,6 +96,10 @@ std::vector<std::string> node_reads(const onnx::NodeProto& node);
 size_t element_size(int32_t dtype);  // 0 for types without a fixed size (string)
 std::string dtype_name(int32_t dtype);
 
+// A numeric tensor's data as little-endian raw bytes, from raw_data or its typed fields. Throws
+// Error(kInvalidModel) for external or string data, or bytes that do not match dims and type.
+std::vector<uint8_t> tensor_bytes(const onnx::TensorProto& tensor);
+
 // The Model::weights index a tensor refers to, or -1 when it holds its own bytes.
 int64_t weight_ref(const onnx::TensorProto& tensor);
 

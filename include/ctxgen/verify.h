@@ -18,7 +18,7 @@ namespace ctxgen::verify {
 class OrtHost {
  public:
   // Throws Error(kRuntime) when the plugin cannot be loaded or offers no device.
-  explicit OrtHost(const std::filesystem::path& plugin);
+  explicit OrtHost(const std::filesystem::path& plugin, OrtLoggingLevel log_level = ORT_LOGGING_LEVEL_ERROR);
   Ort::Session cpu_session(const std::filesystem::path& model);
   Ort::Session plugin_session(const std::filesystem::path& model);
 

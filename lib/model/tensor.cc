@@ -36,6 +36,19 @@ int64_t TensorData::element_count() const {
   return n;
 }
 
+std::vector<uint8_t> tensor_bytes(const onnx::TensorProto& t) {
+  std::string what = "tensor '" + t.name() + "'";
+  if (t.data_location() == onnx::TensorProto::EXTERNAL)
+    throw Error(ErrorCode::kInvalidModel, what + ": external data is not supported here");
+  uint64_t need = model_detail::expected_bytes(t, what);
+  std::vector<uint8_t> bytes = t.has_raw_data() ? std::vector<uint8_t>(t.raw_data().begin(), t.raw_data().end())
+                                                : model_detail::typed_field_bytes(t);
+  if (bytes.size() != need)
+    throw Error(ErrorCode::kInvalidModel, what + ": holds " + std::to_string(bytes.size()) + " bytes, dims and type need " +
+                                              std::to_string(need));
+  return bytes;
+}
+
 namespace model_detail {
 
 uint64_t expected_bytes(const onnx::TensorProto& t, const std::string& what) {

@@ -54,7 +54,7 @@ std::filesystem::path default_plugin() {
   return env != nullptr && *env != '\0' ? std::filesystem::path(env) : std::filesystem::path(CTXGEN_ORT_EP_PATH);
 }
 
-OrtHost::OrtHost(const std::filesystem::path& plugin) : env_(ORT_LOGGING_LEVEL_ERROR, "ctxgen") {
+OrtHost::OrtHost(const std::filesystem::path& plugin, OrtLoggingLevel log_level) : env_(log_level, "ctxgen") {
   try {
     env_.RegisterExecutionProviderLibrary(kRegistrationName, plugin.c_str());
     std::vector<Ort::ConstEpDevice> devices;
