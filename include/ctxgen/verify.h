@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,14 +42,23 @@ struct Tensor {
   Ort::Value view();
 };
 
+// How to read one element of a numeric tensor; `exact` types must match bit for bit.
+struct ElementKind {
+  size_t size;
+  double (*read)(const uint8_t*);
+  bool exact;
+};
+// Empty for types that are not numbers (strings, complex, 4-bit types).
+std::optional<ElementKind> element_kind(ONNXTensorElementDataType type);
+
 struct Difference {
   double max_abs = 0, max_rel = 0;
   bool within = true;
   std::string problem;  // set when the tensors cannot be compared (type or shape differ)
 };
 
-// Elementwise |got - expected| <= atol + rtol * |expected|; NaN matches NaN. Integers and bools
-// must be equal.
+// Elementwise |got - expected| <= atol + rtol * |expected| for floating-point types (float16 and
+// bfloat16 too); NaN matches NaN. Integers and bools must be equal.
 Difference compare(const Tensor& got, const Tensor& expected, double rtol, double atol);
 
 struct Options {

@@ -12,42 +12,53 @@ namespace {
 
 constexpr const char* kRegistrationName = "ctxgen";
 
-size_t element_bytes(ONNXTensorElementDataType type) {
-  switch (type) {
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32:
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32: return 4;
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE: case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64:
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT64: return 8;
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT16: case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT16:
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16: case ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16: return 2;
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8: case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8:
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL: return 1;
-    default: return 0;
-  }
+template <typename T>
+double read_as(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return static_cast<double>(v);
 }
 
-template <typename T>
-Difference compare_as(const Tensor& got, const Tensor& expected, double rtol, double atol) {
-  Difference d;
-  size_t n = expected.bytes.size() / sizeof(T);
-  for (size_t i = 0; i < n; ++i) {
-    T a, b;
-    std::memcpy(&a, got.bytes.data() + i * sizeof(T), sizeof(T));
-    std::memcpy(&b, expected.bytes.data() + i * sizeof(T), sizeof(T));
-    double x = static_cast<double>(a), y = static_cast<double>(b);
-    if (std::isnan(x) && std::isnan(y)) continue;
-    double abs = std::fabs(x - y);
-    if (std::isnan(abs)) abs = INFINITY;
-    if (x == y) abs = 0;  // equal infinities
-    d.max_abs = std::max(d.max_abs, abs);
-    if (y != 0) d.max_rel = std::max(d.max_rel, abs / std::fabs(y));
-    bool exact = !std::is_floating_point_v<T>;
-    if (exact ? abs != 0 : abs > atol + rtol * std::fabs(y)) d.within = false;
-  }
-  return d;
+double read_float16(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, sizeof h);
+  int exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
+  double sign = (h & 0x8000) != 0 ? -1.0 : 1.0;
+  if (exponent == 0) return sign * std::ldexp(mantissa, -24);
+  if (exponent == 0x1f) return mantissa != 0 ? NAN : sign * INFINITY;
+  return sign * std::ldexp(mantissa + 1024, exponent - 25);
+}
+
+double read_bfloat16(const uint8_t* p) {
+  uint16_t b;
+  std::memcpy(&b, p, sizeof b);
+  uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
 }
 
 }  // namespace
+
+std::optional<ElementKind> element_kind(ONNXTensorElementDataType type) {
+  switch (type) {
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: return ElementKind{4, read_as<float>, false};
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE: return ElementKind{8, read_as<double>, false};
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16: return ElementKind{2, read_float16, false};
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16: return ElementKind{2, read_bfloat16, false};
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64: return ElementKind{8, read_as<int64_t>, true};
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT64: return ElementKind{8, read_as<uint64_t>, true};
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32: return ElementKind{4, read_as<int32_t>, true};
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32: return ElementKind{4, read_as<uint32_t>, true};
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT16: return ElementKind{2, read_as<int16_t>, true};
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT16: return ElementKind{2, read_as<uint16_t>, true};
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8: return ElementKind{1, read_as<int8_t>, true};
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8: case ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL:
+      return ElementKind{1, read_as<uint8_t>, true};
+    default: return std::nullopt;
+  }
+}
+
 
 std::filesystem::path default_plugin() {
   const char* env = std::getenv("CTXGEN_ORT_EP");
@@ -89,8 +100,9 @@ Tensor Tensor::from(const Ort::Value& value) {
   auto info = value.GetTensorTypeAndShapeInfo();
   t.type = info.GetElementType();
   t.dims = info.GetShape();
-  size_t size = info.GetElementCount() * element_bytes(t.type);
-  if (element_bytes(t.type) == 0) throw Error(ErrorCode::kRuntime, "tensor of element type " + std::to_string(t.type) + " cannot be compared");
+  auto kind = element_kind(t.type);
+  if (!kind) throw Error(ErrorCode::kRuntime, "tensor of element type " + std::to_string(t.type) + " cannot be compared");
+  size_t size = info.GetElementCount() * kind->size;
   const auto* data = static_cast<const uint8_t*>(value.GetTensorRawData());
   t.bytes.assign(data, data + size);
   return t;
@@ -108,23 +120,28 @@ Difference compare(const Tensor& got, const Tensor& expected, double rtol, doubl
     d.problem = "element type " + std::to_string(got.type) + ", expected " + std::to_string(expected.type);
     return d;
   }
-  if (got.dims != expected.dims || got.bytes.size() != expected.bytes.size()) {
+  auto kind = element_kind(expected.type);
+  if (got.dims != expected.dims || got.bytes.size() != expected.bytes.size() || !kind ||
+      expected.bytes.size() % kind->size != 0) {
     d.within = false;
-    d.problem = "shape differs from the expected shape";
+    d.problem = !kind ? "element type " + std::to_string(expected.type) + " cannot be compared"
+                      : "shape differs from the expected shape";
     return d;
   }
-  switch (got.type) {
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: return compare_as<float>(got, expected, rtol, atol);
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE: return compare_as<double>(got, expected, rtol, atol);
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64: return compare_as<int64_t>(got, expected, rtol, atol);
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32: return compare_as<int32_t>(got, expected, rtol, atol);
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8: return compare_as<int8_t>(got, expected, rtol, atol);
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8: case ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL:
-      return compare_as<uint8_t>(got, expected, rtol, atol);
-    default:
-      d.within = got.bytes == expected.bytes;
-      return d;
+  for (size_t offset = 0; offset < expected.bytes.size(); offset += kind->size) {
+    const uint8_t* a = got.bytes.data() + offset;
+    const uint8_t* b = expected.bytes.data() + offset;
+    double x = kind->read(a), y = kind->read(b);
+    // Integers compare bit for bit: 64-bit values do not all survive the trip through double.
+    if (kind->exact && std::memcmp(a, b, kind->size) != 0) d.within = false;
+    if (std::isnan(x) && std::isnan(y)) continue;
+    double diff = x == y ? 0 : std::fabs(x - y);  // x == y covers equal infinities
+    if (std::isnan(diff)) diff = INFINITY;
+    d.max_abs = std::max(d.max_abs, diff);
+    if (y != 0) d.max_rel = std::max(d.max_rel, diff / std::fabs(y));
+    if (!kind->exact && diff > atol + rtol * std::fabs(y)) d.within = false;
   }
+  return d;
 }
 
 }  // namespace ctxgen::verify

@@ -1,4 +1,6 @@
 #include <cstring>
+#include <map>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -53,6 +55,77 @@ std::shared_ptr<const ContextBinary> load_context(const fs::path& model, const o
   }
 }
 
+std::string describe(int32_t elem_type, const std::vector<int64_t>& dims) {
+  std::string text = "type " + std::to_string(elem_type) + " [";
+  for (size_t i = 0; i < dims.size(); ++i) text += (i ? "," : "") + (dims[i] < 0 ? std::string("?") : std::to_string(dims[i]));
+  return text + "]";
+}
+
+// What the model declares for a value (graph input/output or value_info); dims unknown to it are -1.
+struct Declared {
+  int32_t elem_type = 0;
+  std::optional<std::vector<int64_t>> dims;
+};
+
+std::map<std::string, Declared> declared_values(const onnx::GraphProto& graph) {
+  std::map<std::string, Declared> values;
+  auto add = [&](const onnx::ValueInfoProto& v) {
+    if (!v.type().has_tensor_type()) return;
+    const auto& tensor = v.type().tensor_type();
+    Declared d{tensor.elem_type(), std::nullopt};
+    if (tensor.has_shape()) {
+      d.dims.emplace();
+      for (const auto& dim : tensor.shape().dim()) d.dims->push_back(dim.has_dim_value() ? dim.dim_value() : -1);
+    }
+    values[v.name()] = d;
+  };
+  for (const auto& v : graph.input()) add(v);
+  for (const auto& v : graph.output()) add(v);
+  for (const auto& v : graph.value_info()) add(v);
+  return values;
+}
+
+// The node's inputs (or outputs) against the compiled graph's: same values in the same order, and
+// where the model declares their type and shape, the ones the graph was compiled for.
+void check_signature(const fs::path& model, const onnx::NodeProto& node, const char* direction,
+                     const google::protobuf::RepeatedPtrField<std::string>& names,
+                     const std::vector<IoSignature>& compiled, const std::map<std::string, Declared>& declared) {
+  std::string where = "EPContext node '" + node.name() + "'";
+  if (static_cast<size_t>(names.size()) != compiled.size())
+    throw mismatch(model, where + " has " + std::to_string(names.size()) + " " + direction + "s, its compiled graph has " +
+                              std::to_string(compiled.size()));
+  for (size_t i = 0; i < compiled.size(); ++i) {
+    const IoSignature& sig = compiled[i];
+    std::string which = where + " " + direction + " " + std::to_string(i) + " '" + names[static_cast<int>(i)] + "'";
+    if (names[static_cast<int>(i)] != sig.name) throw mismatch(model, which + ": the compiled graph expects '" + sig.name + "'");
+    auto it = declared.find(sig.name);
+    if (it == declared.end()) continue;
+    const Declared& d = it->second;
+    bool type_differs = d.elem_type != 0 && d.elem_type != sig.elem_type;
+    bool dims_differ = d.dims && d.dims->size() != sig.dims.size();
+    for (size_t k = 0; d.dims && !dims_differ && k < sig.dims.size(); ++k)
+      dims_differ = (*d.dims)[k] >= 0 && (*d.dims)[k] != sig.dims[k];
+    if (type_differs || dims_differ)
+      throw mismatch(model, which + " is declared " + describe(d.elem_type, d.dims.value_or(std::vector<int64_t>{})) +
+                                ", the compiled graph was made for " + describe(sig.elem_type, sig.dims));
+  }
+}
+
+void check_binary(const fs::path& model, const ContextBinary& binary, std::vector<std::string>& checks) {
+  const BinaryIdentity ours{ref::kEpName, ref::kSdkVersion, ref::kHardwareArchitecture};
+  if (!(binary.identity() == ours))
+    throw mismatch(model, binary.label() + " was made for " + binary.identity().backend + " / " +
+                              binary.identity().sdk_version + " / " + binary.identity().hardware_architecture +
+                              ", this ctxgen runs " + ours.backend + " / " + ours.sdk_version + " / " +
+                              ours.hardware_architecture);
+  try {
+    binary.verify_payloads();
+  } catch (const Error& e) {
+    throw Error(ErrorCode::kMismatch, e.what());
+  }
+  checks.push_back(binary.label() + ": " + std::to_string(binary.weights().size()) + " weights re-hashed, all match");
+}
+
 void check_integrity(const fs::path& model, OrtHost& host, std::vector<std::string>& checks) {
   onnx::ModelProto proto = parse(model);
   std::vector<const onnx::NodeProto*> nodes;
@@ -65,20 +138,8 @@ void check_integrity(const fs::path& model, OrtHost& host, std::vector<std::stri
     const auto* main = attribute(*node, "main_context");
     if (main == nullptr || main->i() == 1) binaries.push_back(load_context(model, *node, checks));
   }
-  const BinaryIdentity ours{ref::kEpName, ref::kSdkVersion, ref::kHardwareArchitecture};
-  for (const auto& binary : binaries) {
-    if (!(binary->identity() == ours))
-      throw mismatch(model, binary->label() + " was made for " + binary->identity().backend + " / " +
-                                binary->identity().sdk_version + " / " + binary->identity().hardware_architecture +
-                                ", this ctxgen runs " + ours.backend + " / " + ours.sdk_version + " / " +
-                                ours.hardware_architecture);
-    try {
-      binary->verify_payloads();
-    } catch (const Error& e) {
-      throw Error(ErrorCode::kMismatch, e.what());
-    }
-    checks.push_back(binary->label() + ": " + std::to_string(binary->weights().size()) + " weights re-hashed, all match");
-  }
+  for (const auto& binary : binaries) check_binary(model, *binary, checks);
+  auto declared = declared_values(proto.graph());
   for (const auto* node : nodes) {
     const auto* partition = attribute(*node, "partition_name");
     std::string graph = partition != nullptr ? partition->s() : node->name();
@@ -86,18 +147,18 @@ void check_integrity(const fs::path& model, OrtHost& host, std::vector<std::stri
     for (const auto& binary : binaries)
       if ((record = binary->find_graph(graph)) != nullptr) break;
     if (record == nullptr) throw mismatch(model, "EPContext node '" + node->name() + "': no graph '" + graph + "' in its context binaries");
-    if (record->inputs.size() != static_cast<size_t>(node->input_size()) ||
-        record->outputs.size() != static_cast<size_t>(node->output_size()))
-      throw mismatch(model, "EPContext node '" + node->name() + "' has " + std::to_string(node->input_size()) + " inputs and " +
-                                std::to_string(node->output_size()) + " outputs, graph '" + graph + "' has " +
-                                std::to_string(record->inputs.size()) + " and " + std::to_string(record->outputs.size()));
+    check_signature(model, *node, "input", node->input(), record->inputs, declared);
+    check_signature(model, *node, "output", node->output(), record->outputs, declared);
   }
-  checks.push_back(model.string() + ": " + std::to_string(nodes.size()) + " EPContext node(s), each matched to its graph");
+  checks.push_back(model.string() + ": " + std::to_string(nodes.size()) +
+                   " EPContext node(s), each matched to its graph with the same inputs and outputs");
   host.plugin_session(model);
   checks.push_back(model.string() + ": loads in ONNX Runtime with " + ref::kEpName);
 }
 
 Tensor random_input(const Ort::TypeInfo& type, const std::string& name, const Options& options, std::mt19937_64& rng) {
+  if (type.GetONNXType() != ONNX_TYPE_TENSOR)
+    throw Error(ErrorCode::kUsage, "input '" + name + "' is not a tensor; verify feeds random tensors only");
   auto info = type.GetTensorTypeAndShapeInfo();
   Tensor t;
   t.type = info.GetElementType();
@@ -108,23 +169,24 @@ Tensor random_input(const Ort::TypeInfo& type, const std::string& name, const Op
     if (d < 0) throw Error(ErrorCode::kUsage, "input '" + name + "' has a dynamic dimension; give its shape with --input-shape " + name + "=...");
   size_t count = 1;
   for (int64_t d : t.dims) count *= static_cast<size_t>(d);
-  auto fill = [&](auto tag, auto make) {
-    using T = decltype(tag);
-    t.bytes.resize(count * sizeof(T));
-    for (size_t i = 0; i < count; ++i) {
-      T v = make();
-      std::memcpy(t.bytes.data() + i * sizeof(T), &v, sizeof(T));
+  auto kind = element_kind(t.type);
+  bool real = t.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT || t.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE;
+  if (!kind || (!real && !kind->exact))
+    throw Error(ErrorCode::kUsage, "input '" + name + "': element type " + std::to_string(t.type) + " is not supported by verify");
+  t.bytes.assign(count * kind->size, 0);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  // Small non-negative integers stay valid as indices, counts and axes; bools are 0 or 1.
+  std::uniform_int_distribution<int> small(0, t.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL ? 1 : 2);
+  for (uint8_t* p = t.bytes.data(); p != t.bytes.data() + t.bytes.size(); p += kind->size) {
+    if (t.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT) {
+      float v = uniform(rng);
+      std::memcpy(p, &v, sizeof v);
+    } else if (t.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE) {
+      double v = uniform(rng);
+      std::memcpy(p, &v, sizeof v);
+    } else {
+      *p = static_cast<uint8_t>(small(rng));  // the low byte: tensors are little-endian
     }
-  };
-  std::uniform_real_distribution<float> real(-1.0f, 1.0f);
-  std::uniform_int_distribution<int> small(0, 2);
-  switch (t.type) {
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: fill(float{}, [&] { return real(rng); }); break;
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE: fill(double{}, [&] { return static_cast<double>(real(rng)); }); break;
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64: fill(int64_t{}, [&] { return static_cast<int64_t>(small(rng)); }); break;
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32: fill(int32_t{}, [&] { return static_cast<int32_t>(small(rng)); }); break;
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL: fill(uint8_t{}, [&] { return static_cast<uint8_t>(small(rng) & 1); }); break;
-    default: throw Error(ErrorCode::kUsage, "input '" + name + "': element type " + std::to_string(t.type) + " is not supported by verify");
   }
   return t;
 }
