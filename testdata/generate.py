@@ -124,7 +124,7 @@ def external(outdir):
     nodes = [
         helper.make_node("MatMul", ["x", "w1"], ["m1"], name="mm1"),
         helper.make_node("Floor", ["m1"], ["f"], name="floor"),
-        helper.make_node("Max", ["f", "scale"], ["s"], name="max_on_cpu"),
+        helper.make_node("Mod", ["f", "scale"], ["s"], name="mod_on_cpu", fmod=1),
         helper.make_node("MatMul", ["s", "w2"], ["y"], name="mm2"),
     ]
     inits = [weight("w1", [16, 16], 41), weight("w2", [16, 8], 42), weight("scale", [16], 43)]
@@ -172,13 +172,13 @@ def block(prefix, x, seq, weights, nodes, inits, style):
 
 
 def mlp(name, seq, weights, style="init", cpu_scale=None):
-    """Two blocks; with `cpu_scale`, CPU-only Floor and Max with that tensor sit between them, so a
+    """Two blocks; with `cpu_scale`, CPU-only Floor and Mod with that tensor sit between them, so a
     weight is needed by a CPU node."""
     nodes, inits = [], []
     h = block(name + ".layer0.", "x", seq, weights[0], nodes, inits, style)
     if cpu_scale is not None:
         nodes += [helper.make_node("Floor", [h], [name + ".floor"]),
-                  helper.make_node("Max", [name + ".floor", name + ".scale"], [name + ".scaled"])]
+                  helper.make_node("Mod", [name + ".floor", name + ".scale"], [name + ".scaled"], fmod=1)]
         inits.append(numpy_helper.from_array(cpu_scale, name + ".scale"))
         h = name + ".scaled"
     y = block(name + ".layer1.", h, seq, weights[1], nodes, inits, style)
@@ -219,6 +219,65 @@ def share_groups(outdir):
     save(mlp("cpu2", 1, base, cpu_scale=scale), outdir, "share/fallback/cpu2.onnx")
 
 
+def save_unchecked(m, outdir, name):
+    """For models newer than this onnx (1.12: IR 8, opset 17) knows: its checker would refuse them."""
+    path = os.path.join(outdir, name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    onnx.save(m, path)
+
+
+def modern_model(nodes, inputs, outputs, inits, opset, ir_version=10):
+    g = helper.make_graph(nodes, "modern", inputs, outputs, inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], producer_name="ctxgen-testdata")
+    m.ir_version = ir_version
+    return m
+
+
+def modern(outdir):
+    """Models written as current exporters (onnx >= 1.16) write them: IR 10, opsets 18 to 21, ops
+    whose inputs or attributes changed after opset 17. Plus versions ONNX Runtime 1.29 cannot load."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4, 8, 8])
+    axes = numpy_helper.from_array(np.array([2, 3], np.int64), "axes")
+    ones = numpy_helper.from_array(np.full(8, 1.5, np.float32), "scale")
+    tenth = numpy_helper.from_array(np.full(8, 0.1, np.float32), "bias")
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("GroupNormalization", ["c", "scale", "bias"], ["g"], num_groups=2),  # 21: per channel
+        helper.make_node("Split", ["g"], ["s0", "s1"], axis=1, num_outputs=2),                # 18: num_outputs
+        helper.make_node("Add", ["s0", "s1"], ["a"]),
+        helper.make_node("ReduceMean", ["a", "axes"], ["m"], keepdims=1),                      # 18: axes input
+        helper.make_node("Sub", ["a", "m"], ["y"]),
+    ]
+    save_unchecked(modern_model(nodes, [x], [y], [weight("w", [8, 4, 3, 3], 500), ones, tenth, axes], 21),
+                   outdir, "modern/ir10_opset21.onnx")
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 5, 6])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    inits = [numpy_helper.from_array(np.array([1, 2], np.int64), "pads"),
+             numpy_helper.from_array(np.array([3], np.int64), "pad_axes"),
+             numpy_helper.from_array(np.array([10, 12], np.int64), "sizes"),
+             numpy_helper.from_array(np.array([6, 4], np.int64), "split"),
+             numpy_helper.from_array(np.array([2], np.int64), "max_axes")]
+    nodes = [
+        helper.make_node("Pad", ["x", "pads", "", "pad_axes"], ["p"], mode="reflect"),         # 18: axes input
+        helper.make_node("Resize", ["p", "", "", "sizes"], ["r"], mode="linear", axes=[2, 3],  # 18: axes
+                         coordinate_transformation_mode="half_pixel_symmetric"),                # 19
+        helper.make_node("Split", ["r", "split"], ["r0", "r1"], axis=2),
+        helper.make_node("ReduceMax", ["r0", "max_axes"], ["mx"], keepdims=1),                 # 18: axes input
+        helper.make_node("Mul", ["r1", "mx"], ["t"]),
+        helper.make_node("AveragePool", ["t"], ["y"], kernel_shape=[2, 2], strides=[1, 2]),     # 19
+    ]
+    save_unchecked(modern_model(nodes, [x], [y], inits, 19), outdir, "modern/opset19.onnx")
+
+    relu = [helper.make_node("Relu", ["x"], ["y"])]
+    io = ([helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    save_unchecked(modern_model(relu, *io, [], 23), outdir, "modern/opset23.onnx")
+    save_unchecked(modern_model(relu, *io, [], 99), outdir, "modern/opset99.onnx")
+    save_unchecked(modern_model(relu, *io, [], 21, ir_version=99), outdir, "modern/ir99.onnx")
+
+
 def main():
     outdir = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
     save(cnn(), outdir, "cnn.onnx")
@@ -230,6 +289,7 @@ def main():
     save(unsupported(), outdir, "unsupported.onnx")
     save(cnn(), outdir, "dir.v1/model.v2.onnx")
     share_groups(outdir)
+    modern(outdir)
 
 
 if __name__ == "__main__":

@@ -127,7 +127,8 @@ int main(int argc, char** argv) {
   verify::OrtHost host(plugin.empty() ? verify::default_plugin() : fs::path(plugin), ORT_LOGGING_LEVEL_FATAL);
   BackendRegistry backends = builtin_backends();
 
-  size_t total = 0, not_applicable = 0, ceiling = 0, passed = 0, with_partition = 0, nodes = 0, compiled_nodes = 0;
+  size_t total = 0, not_applicable = 0, ceiling = 0, passed = 0, with_partition = 0, nodes = 0, compiled_nodes = 0,
+         input_nodes = 0, folded_nodes = 0, removed_nodes = 0;
   std::map<std::string, std::vector<std::string>> failures;  // cause -> "model: message"
   nlohmann::json results = nlohmann::json::array();
   for (const auto& suite : suites) {
@@ -168,9 +169,14 @@ int main(int argc, char** argv) {
         const auto& m = summary.models.front();
         nodes += m.node_count;
         compiled_nodes += m.compiled_nodes;
+        input_nodes += m.input_nodes;
+        folded_nodes += m.folded_nodes;
+        removed_nodes += m.removed_nodes;
         with_partition += m.partitions.empty() ? 0 : 1;
         r["nodes"] = m.node_count;
         r["nodes_on_ref"] = m.compiled_nodes;
+        r["nodes_in_input"] = m.input_nodes;
+        r["nodes_folded"] = m.folded_nodes;
         stage = "load error";
         Ort::Session session = host.plugin_session(m.output);
         stage = "run error";
@@ -198,8 +204,9 @@ int main(int argc, char** argv) {
   std::cout << "models: " << total << " (" << not_applicable << " not applicable: non-tensor data or not runnable by ONNX Runtime)\n"
             << "(a) ONNX Runtime CPU EP on the original matches the expected outputs: " << ceiling << "\n"
             << "(b) ctxgen + CtxgenRef plugin EP matches the expected outputs:      " << passed << "\n"
-            << "models with at least one ref partition: " << with_partition << "; nodes on ref: " << compiled_nodes
-            << " of " << nodes << "\n"
+            << "models with at least one ref partition: " << with_partition << "\n"
+            << "nodes of the input models: " << input_nodes << "; on ref: " << compiled_nodes << ", folded into constants: "
+            << folded_nodes << ", removed as dead: " << removed_nodes << ", left on CPU: " << nodes - compiled_nodes << "\n"
             << "tolerance: rtol " << kRtol << ", atol " << kAtol << " (onnx's backend test runner)\n";
   for (const auto& [cause, list] : failures) {
     std::cout << cause << ": " << list.size() << "\n";
@@ -209,7 +216,8 @@ int main(int argc, char** argv) {
     std::ofstream out(json_path);
     out << nlohmann::json{{"models", total}, {"not_applicable", not_applicable}, {"cpu_pass", ceiling},
                           {"ctxgen_pass", passed}, {"models_with_partition", with_partition}, {"nodes", nodes},
-                          {"nodes_on_ref", compiled_nodes}, {"results", results}}.dump(2)
+                          {"nodes_on_ref", compiled_nodes}, {"nodes_in_input", input_nodes},
+                          {"nodes_folded", folded_nodes}, {"nodes_removed", removed_nodes}, {"results", results}}.dump(2)
         << "\n";
   }
   std::cout << passed << " passed, " << ceiling - passed << " failed\n";

@@ -11,6 +11,7 @@
 #include "ctxgen/backend.h"
 #include "ctxgen/error.h"
 #include "ctxgen/log.h"
+#include "ctxgen/options.h"
 #include "ctxgen/pipeline.h"
 #include "ctxgen/report.h"
 #ifdef CTXGEN_WITH_VERIFY
@@ -22,36 +23,6 @@ using ctxgen::Error;
 using ctxgen::ErrorCode;
 
 namespace {
-
-std::pair<std::string, std::string> split_assignment(const std::string& text, const std::string& option) {
-  auto eq = text.find('=');
-  if (eq == std::string::npos || eq == 0 || eq + 1 == text.size())
-    throw Error(ErrorCode::kUsage, option + " '" + text + "': expected NAME=VALUE");
-  return {text.substr(0, eq), text.substr(eq + 1)};
-}
-
-int64_t parse_dim(const std::string& text, const std::string& context) {
-  if (text.empty() || text.size() > 18 || text.find_first_not_of("0123456789") != std::string::npos)
-    throw Error(ErrorCode::kUsage, context + ": '" + text + "' is not a non-negative integer");
-  return std::stoll(text);
-}
-
-ctxgen::LoadOptions load_options(const std::vector<std::string>& fix_dims, const std::vector<std::string>& shapes) {
-  ctxgen::LoadOptions load;
-  for (const auto& item : fix_dims) {
-    auto [name, value] = split_assignment(item, "--fix-dim");
-    load.fix_dims[name] = parse_dim(value, "--fix-dim " + name);
-  }
-  for (const auto& item : shapes) {
-    auto [name, value] = split_assignment(item, "--input-shape");
-    std::vector<int64_t> dims;
-    std::stringstream parts(value);
-    for (std::string part; std::getline(parts, part, 'x');) dims.push_back(parse_dim(part, "--input-shape " + name));
-    if (value.back() == 'x') throw Error(ErrorCode::kUsage, "--input-shape " + name + ": '" + value + "' ends with 'x'");
-    load.input_shapes[name] = dims;
-  }
-  return load;
-}
 
 // "a.onnx,b.onnx" and separate arguments both name models. An argument that is an existing path is
 // taken whole, so a path containing a comma still works.
@@ -116,28 +87,36 @@ int main(int argc, char** argv) {
   app.add_flag("--list-backends", list_backends, "List the backends ctxgen can compile for");
   app.set_version_flag("--version", "ctxgen 0.1.0");
 
-  ctxgen::CompileOptions options;
-  std::vector<std::string> model_args, fix_dims, input_shapes;
-  std::string report_path, output_file, output_dir;
+  ctxgen::CompileOptions options, given;  // `given`: what the command line says, over a manifest
+  std::vector<std::string> model_args;
+  ctxgen::ShapeArgs shape_args;
+  std::string report_path, output_file, manifest_path, stop_after;
   auto add_compile_options = [&](CLI::App* cmd) {
-    cmd->add_option("-e,--backend", options.backend, "Target backend (see --list-backends)")->capture_default_str();
-    cmd->add_option("--output-dir", output_dir, "Folder for all outputs (default: the first model's folder)");
-    cmd->add_option("--node-name-prefix", options.node_name_prefix, "Prefix for EPContext node, partition and graph names");
-    cmd->add_option("--external-initializers-file", options.external_initializers_file,
+    cmd->add_option("-e,--backend", given.backend, "Target backend (see --list-backends)")->capture_default_str();
+    cmd->add_option("--output-dir", given.output_dir, "Folder for all outputs (default: the first model's folder)");
+    cmd->add_option("--node-name-prefix", given.node_name_prefix, "Prefix for EPContext node, partition and graph names");
+    cmd->add_option("--external-initializers-file", given.external_initializers_file,
                     "Write the weights CPU nodes need to this file beside the outputs instead of embedding them");
-    cmd->add_flag("--force", options.force, "Overwrite existing outputs");
-    cmd->add_flag("--allow-empty", options.allow_empty, "Write a model even when none of its nodes compiled");
-    cmd->add_option("--fix-dim", fix_dims, "Freeze a symbolic dimension: NAME=VALUE (repeatable)");
-    cmd->add_option("--input-shape", input_shapes, "Fix an input's shape: INPUT=1x3x224x224 (repeatable)");
+    cmd->add_flag("--force", given.force, "Overwrite existing outputs");
+    cmd->add_flag("--allow-empty", given.allow_empty, "Write a model even when none of its nodes compiled");
+    cmd->add_option("--fix-dim", shape_args.fix_dims,
+                    "Freeze a symbolic dimension: [MODEL:]NAME=VALUE, MODEL a file stem (repeatable)");
+    cmd->add_option("--input-shape", shape_args.input_shapes,
+                    "Fix an input's shape: [MODEL:]INPUT=1x3x224x224, MODEL a file stem (repeatable)");
     cmd->add_option("--report", report_path, "Write a JSON report of the run to this file");
+    cmd->add_option("--stop-after", stop_after,
+                    "Write <stem>_<PHASE>.onnx, the model after that phase, instead of compiling: load, specialise "
+                    "or partition")
+        ->check(CLI::IsMember({"load", "specialise", "partition"}));
   };
   auto* compile = app.add_subcommand("compile", "Compile one model: <stem>_ctx.onnx + <stem>_<backend>.bin");
   compile->add_option("model", model_args, "The ONNX model")->required()->expected(1);
   compile->add_option("-o,--output", output_file, "Path of the EPContext model (default <stem>_ctx.onnx)");
-  compile->add_flag("--embed", options.embed, "Put the context binary inside the model (embed_mode=1)");
+  compile->add_flag("--embed", given.embed, "Put the context binary inside the model (embed_mode=1)");
   add_compile_options(compile);
   auto* share = app.add_subcommand("share", "Compile N models that share weights: N _ctx.onnx + one .bin");
-  share->add_option("models", model_args, "Models, as a comma-separated list and/or separate arguments")->required();
+  share->add_option("models", model_args, "Models, as a comma-separated list and/or separate arguments");
+  share->add_option("--manifest", manifest_path, "A JSON file describing the models, their shapes and the options");
   add_compile_options(share);
   std::string inspect_path;
   bool inspect_as_json = false;
@@ -183,7 +162,7 @@ int main(int argc, char** argv) {
     }
 #ifdef CTXGEN_WITH_VERIFY
     if (*verify) {
-      verify_options.input_shapes = load_options({}, verify_shapes).input_shapes;
+      verify_options.input_shapes = ctxgen::resolve_shapes({"verify"}, {{}, verify_shapes})[0].input_shapes;
       for (const auto& m : verify_models) verify_options.models.emplace_back(m);
       for (const auto& r : verify_references) verify_options.references.emplace_back(r);
       verify_options.plugin = plugin;
@@ -194,10 +173,29 @@ int main(int argc, char** argv) {
       std::cout << app.help();
       return ctxgen::exit_code(ErrorCode::kUsage);
     }
-    options.load = load_options(fix_dims, input_shapes);
+    std::vector<fs::path> models;
+    if (!manifest_path.empty()) {
+      ctxgen::Manifest manifest = ctxgen::read_manifest(manifest_path);
+      models = manifest.models;
+      options = manifest.options;
+      // Command-line shape options come after the manifest's, as global ones or scoped to a model.
+      shape_args.fix_dims.insert(shape_args.fix_dims.begin(), manifest.shapes.fix_dims.begin(), manifest.shapes.fix_dims.end());
+      shape_args.input_shapes.insert(shape_args.input_shapes.begin(), manifest.shapes.input_shapes.begin(),
+                                     manifest.shapes.input_shapes.end());
+    }
+    for (const auto& m : model_list(model_args)) models.push_back(m);
+    if (models.empty()) throw Error(ErrorCode::kUsage, "share: give the models, or --manifest FILE");
+    auto* cmd = *compile ? compile : share;
+    if (cmd->count("--backend") || manifest_path.empty()) options.backend = given.backend;
+    if (cmd->count("--output-dir")) options.output_dir = given.output_dir;
+    if (cmd->count("--node-name-prefix")) options.node_name_prefix = given.node_name_prefix;
+    if (cmd->count("--external-initializers-file")) options.external_initializers_file = given.external_initializers_file;
+    options.embed = options.embed || given.embed;
+    options.force = given.force;
+    options.allow_empty = given.allow_empty;
     options.output_file = output_file;
-    options.output_dir = output_dir;
-    auto models = model_list(model_args);
+    if (!stop_after.empty()) options.stop_after = ctxgen::parse_phase(stop_after);
+    options.per_model = ctxgen::resolve_shapes(models, shape_args);
     auto summary = ctxgen::compile_models(models, options, backends);
     if (!report_path.empty()) {
       std::ofstream report(report_path);

@@ -35,7 +35,7 @@ struct TensorData {
 };
 
 // Where a weight was found; used in messages and reports.
-enum class WeightOrigin { kInitializer, kConstantNode, kSubgraphInitializer, kSubgraphConstantNode };
+enum class WeightOrigin { kInitializer, kConstantNode, kSubgraphInitializer, kSubgraphConstantNode, kFolded };
 
 // After loading, a weight's TensorProto holds no bytes: its data_location is EXTERNAL with the single
 // entry {kWeightRefKey: index into Model::weights}. Copies of the graph keep that reference; the

@@ -5,19 +5,28 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "ctxgen/backend.h"
 #include "ctxgen/bytes.h"
 #include "ctxgen/model.h"
+#include "ctxgen/specialise.h"
 #include "ctxgen/weights.h"
 
 namespace ctxgen {
 
+// The phases of a run, in order: load (parse, fix dims, infer shapes), specialise (fold, type),
+// partition (assign nodes), then compile and write. --stop-after writes the model as it stands
+// after one of the first three, as <stem>_<phase>.onnx, instead of compiling.
+enum class Phase { kLoad, kSpecialise, kPartition };
+std::string phase_name(Phase phase);
+std::optional<Phase> parse_phase(const std::string& name);
+
 struct CompileOptions {
   std::string backend = "ref";
-  LoadOptions load;
+  std::vector<LoadOptions> per_model;  // one per input model (resolve_shapes), or empty: no shape options
   std::filesystem::path output_file;  // -o: the EPContext model path (one input model only)
   std::filesystem::path output_dir;   // default: the first model's folder
   std::string node_name_prefix;
@@ -25,6 +34,7 @@ struct CompileOptions {
   std::string external_initializers_file;  // file name beside the outputs; empty = embed them
   bool force = false;                       // overwrite existing outputs
   bool allow_empty = false;                 // write models in which nothing compiled
+  std::optional<Phase> stop_after;          // write the model after this phase instead of compiling
 };
 
 struct PartitionSummary {
@@ -48,7 +58,9 @@ struct WeightSummary {
 
 struct ModelSummary {
   std::filesystem::path input, output;
-  size_t node_count = 0, compiled_nodes = 0;
+  size_t input_nodes = 0;                     // main-graph nodes of the input model
+  size_t folded_nodes = 0, removed_nodes = 0;  // folded into constants / dead after folding
+  size_t node_count = 0, compiled_nodes = 0;   // nodes left after specialisation / on the backend
   std::vector<PartitionSummary> partitions;
   std::vector<CpuNodeSummary> cpu_nodes;
   WeightSummary weights;

@@ -28,13 +28,20 @@
 //  - elementwise binary ops broadcast numpy-style to the output dims.
 // Data is float32, except Gather indices (int64).
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace ctxgen::ref {
 
-enum class DType : uint8_t { kFloat32 = 1, kInt64 = 7 };  // ONNX TensorProto codes
+// ONNX TensorProto codes. float32 is the compute type; the integer and bool types carry indices,
+// positions, masks and the shape arithmetic of exported models.
+enum class DType : uint8_t { kFloat32 = 1, kInt32 = 6, kInt64 = 7, kBool = 9 };
+
+// Bytes per element, or 0 for a code that is not a DType.
+size_t dtype_size(DType dtype);
+std::string dtype_name(DType dtype);  // "float32", "int32", "int64", "bool"
 
 enum class Activation : int64_t {
   kNone = 0, kRelu = 1, kLeakyRelu = 2, kSigmoid = 3, kTanh = 4, kClip = 5, kHardSigmoid = 6,

@@ -20,6 +20,11 @@ using WeightLookup = std::function<const uint8_t*(uint32_t weight_id)>;
 // that every buffer fits its dims. Throws Error(kInvalidBinary) saying which op or value is wrong.
 void validate(const ref::Program& program, size_t weight_count);
 
+// The element type and dims of `op`'s output for inputs of these types (nullptr = absent optional
+// input): the rule validate() checks programs with, and the compiler builds them with. Throws
+// Error(kInvalidBinary) "<label>: <what is wrong>" when the op, its attributes or inputs are invalid.
+ref::Value infer_output(const ref::Op& op, const std::vector<const ref::Value*>& inputs, const std::string& label);
+
 // Runs a validated program. `arena` is resized to program.arena_bytes as needed.
 void execute(const ref::Program& program, const WeightLookup& weights,
              const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
@@ -45,6 +50,9 @@ class Executable {
   const GraphRecord* graph_ = nullptr;
   ref::Program program_;
 };
+
+// False for ops whose output depends on their inputs' dims only (Shape, Size).
+bool reads_input_data(const std::string& op_type);
 
 // Names of the ops the runtime can execute (the `ref` op set).
 std::vector<std::string> supported_ops();

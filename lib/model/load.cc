@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
 #include <set>
@@ -29,6 +30,72 @@ using model_detail::expected_bytes;
 
 Error invalid(const fs::path& path, const std::string& what) {
   return Error(ErrorCode::kInvalidModel, path.string() + ": " + what);
+}
+
+// What ONNX Runtime 1.29, the runtime ctxgen writes for, loads: newer models are refused at load
+// instead of compiling into something ORT cannot open.
+constexpr int64_t kMaxIrVersion = 13;
+constexpr int64_t kMaxOpset = 26;
+// What the bundled onnx (Debian's 1.12) knows. Beyond it, ctxgen's own rules take over.
+constexpr int64_t kOnnxIrVersion = onnx::IR_VERSION;
+constexpr int64_t kOnnxOpset = 17;
+// Domain onnx's checker and shape inference skip: nodes they would misread are moved there.
+constexpr const char* kUncheckedDomain = "ctxgen.unchecked";
+
+int64_t default_opset(const onnx::ModelProto& model) {
+  for (const auto& op : model.opset_import())
+    if (op.domain().empty() || op.domain() == "ai.onnx") return op.version();
+  return 0;
+}
+
+void check_versions(const fs::path& path, const onnx::ModelProto& model) {
+  if (model.ir_version() > kMaxIrVersion)
+    throw invalid(path, "IR version " + std::to_string(model.ir_version()) + " is newer than ONNX Runtime 1.29 reads (up to " +
+                            std::to_string(kMaxIrVersion) + ")");
+  int64_t opset = default_opset(model);
+  if (opset > kMaxOpset)
+    throw invalid(path, "imports opset " + std::to_string(opset) + " of the default domain; ONNX Runtime 1.29 implements up to " +
+                            std::to_string(kMaxOpset));
+}
+
+bool beyond_onnx(const onnx::ModelProto& model) {
+  return model.ir_version() > kOnnxIrVersion || default_opset(model) > kOnnxOpset;
+}
+
+// Default-domain ops whose semantics changed after opset 17 (axes as an input, new attributes):
+// onnx 1.12 would read them with its older schema.
+bool changed_after_onnx(const std::string& op) {
+  static const std::set<std::string> kChanged = {
+      "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin",
+      "ReduceProd", "ReduceSumSquare", "Split", "Pad", "Resize", "ScatterElements", "ScatterND", "LpPool",
+      "AveragePool", "GridSample", "DFT", "Col2Im"};
+  return kChanged.count(op) > 0;
+}
+
+// The model as onnx 1.12 can check and infer it: IR and opset lowered to what it knows, and every
+// default-domain node it does not know at opset 17, or would misread, moved to a domain it skips.
+// Their outputs stay untyped for onnx; ctxgen's specialise stage types them with its own rules.
+void lower_to_onnx(onnx::ModelProto& model) {
+  if (!beyond_onnx(model)) return;
+  model.set_ir_version(std::min<int64_t>(model.ir_version(), kOnnxIrVersion));
+  for (auto& op : *model.mutable_opset_import())
+    if ((op.domain().empty() || op.domain() == "ai.onnx") && op.version() > kOnnxOpset) op.set_version(kOnnxOpset);
+  auto* unchecked = model.add_opset_import();
+  unchecked->set_domain(kUncheckedDomain);
+  unchecked->set_version(1);
+  std::function<void(onnx::GraphProto&)> mask = [&](onnx::GraphProto& graph) {
+    for (auto& node : *graph.mutable_node()) {
+      bool onnx_domain = node.domain().empty() || node.domain() == "ai.onnx";
+      if (onnx_domain && (changed_after_onnx(node.op_type()) ||
+                          !onnx::OpSchemaRegistry::Schema(node.op_type(), static_cast<int>(kOnnxOpset), "")))
+        node.set_domain(kUncheckedDomain);
+      for (auto& a : *node.mutable_attribute()) {
+        if (a.has_g()) mask(*a.mutable_g());
+        for (auto& g : *a.mutable_graphs()) mask(g);
+      }
+    }
+  };
+  mask(*model.mutable_graph());
 }
 
 std::unique_ptr<onnx::ModelProto> parse(const fs::path& path) {
@@ -170,12 +237,23 @@ void apply_shapes(const fs::path& path, onnx::GraphProto& graph, const LoadOptio
 }
 
 void infer_shapes(const fs::path& path, onnx::ModelProto& model) {
+  bool lowered = beyond_onnx(model);
+  onnx::ModelProto copy;
+  if (lowered) {
+    copy = model;
+    lower_to_onnx(copy);
+  }
+  onnx::ModelProto& target = lowered ? copy : model;
   try {
-    onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(),
+    onnx::shape_inference::InferShapes(target, onnx::OpSchemaRegistry::Instance(),
                                        onnx::ShapeInferenceOptions(false, 0, true));
   } catch (const std::exception& e) {
     throw invalid(path, std::string("shape inference failed: ") + e.what());
   }
+  if (!lowered) return;
+  *model.mutable_graph()->mutable_value_info() = copy.graph().value_info();
+  for (int i = 0; i < model.graph().output_size(); ++i)
+    *model.mutable_graph()->mutable_output(i)->mutable_type() = copy.graph().output(i).type();
 }
 
 // The onnx checker would look for external data relative to the working directory, and weight
@@ -193,9 +271,20 @@ void strip_weight_refs(onnx::GraphProto& graph) {
     for_each_subgraph(node, [](const std::string&, onnx::GraphProto& g) { strip_weight_refs(g); });
 }
 
+// onnx 1.12's checker demands a shape on every tensor type; ONNX allows (and ORT reads) values of
+// unknown rank, so the checked copy gives those an empty shape the checker accepts.
+void allow_unknown_rank(onnx::GraphProto& graph) {
+  for (auto* list : {graph.mutable_input(), graph.mutable_output(), graph.mutable_value_info()})
+    for (auto& v : *list)
+      if (v.type().has_tensor_type() && !v.type().tensor_type().has_shape())
+        v.mutable_type()->mutable_tensor_type()->mutable_shape();
+}
+
 void check(const fs::path& path, const onnx::ModelProto& proto) {
   onnx::ModelProto copy = proto;
   strip_weight_refs(*copy.mutable_graph());
+  allow_unknown_rank(*copy.mutable_graph());
+  lower_to_onnx(copy);
   try {
     onnx::checker::check_model(copy);
   } catch (const std::exception& e) {
@@ -364,6 +453,7 @@ Model load_model(const fs::path& path, const LoadOptions& options) {
   model.path = path;
   model.proto = parse(path);
   auto& proto = *model.proto;
+  check_versions(path, proto);
   reject_compiled(path, proto.graph());
   drop_initializer_inputs(proto);
   hoist_constants(*proto.mutable_graph());

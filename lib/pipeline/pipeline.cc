@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <map>
+#include <optional>
 #include <unordered_set>
 
 #include <google/protobuf/io/coded_stream.h>
@@ -38,6 +39,8 @@ class StageTimer {
 
 struct Job {
   Model model;
+  size_t input_nodes = 0;
+  SpecialiseSummary specialised;
   PartitionPlan plan;
   std::vector<CompiledGraph> graphs;
   fs::path output;
@@ -84,11 +87,21 @@ ModelSummary summarize(const Job& job, const WeightSummary& weights) {
   ModelSummary s;
   s.input = job.model.path;
   s.output = job.output;
+  s.input_nodes = job.input_nodes;
+  s.folded_nodes = job.specialised.folded_nodes;
+  s.removed_nodes = job.specialised.removed_nodes;
   s.node_count = static_cast<size_t>(job.model.graph().node_size());
-  for (size_t p = 0; p < job.graphs.size(); ++p) {
-    const auto& g = job.graphs[p];
-    s.partitions.push_back({g.name, g.node_count, g.inputs.size(), g.outputs.size(), g.weight_ids.size(), g.program.size()});
-    s.compiled_nodes += g.node_count;
+  // From the partition plan, with what compiling added when it ran (--stop-after partition stops before).
+  for (size_t p = 0; p < job.plan.partitions.size(); ++p) {
+    const auto& part = job.plan.partitions[p];
+    PartitionSummary summary{"partition " + std::to_string(p), part.nodes.size(), part.inputs.size(), part.outputs.size(),
+                             part.constants.size(), 0};
+    if (p < job.graphs.size()) {
+      const auto& g = job.graphs[p];
+      summary = {g.name, g.node_count, g.inputs.size(), g.outputs.size(), g.weight_ids.size(), g.program.size()};
+    }
+    s.partitions.push_back(summary);
+    s.compiled_nodes += summary.nodes;
   }
   for (const auto& cpu : job.plan.cpu_nodes) {
     const auto& node = job.model.graph().node(static_cast<int>(cpu.node));
@@ -112,22 +125,40 @@ void record_fallbacks(onnx::ModelProto& out, const Job& job) {
   kv->set_value(list.dump());
 }
 
-}  // namespace
+// Where every output goes; planned before any work so a clash or an existing file fails fast.
+struct Plan {
+  fs::path folder;
+  std::vector<fs::path> models;  // one per input: _ctx.onnx, or _<phase>.onnx with --stop-after
+  fs::path binary;               // empty when nothing but models is written
+  fs::path external;             // the external initializers file, if any
+};
 
-std::string file_stem(const fs::path& path) { return path.filename().stem().string(); }
+Plan plan_outputs(const std::vector<fs::path>& inputs, const CompileOptions& options, const Backend& backend) {
+  Plan plan;
+  plan.folder = !options.output_file.empty() ? options.output_file.parent_path()
+                : !options.output_dir.empty() ? options.output_dir
+                                              : inputs.front().parent_path();
+  std::string suffix = options.stop_after ? "_" + phase_name(*options.stop_after) + ".onnx" : "_ctx.onnx";
+  for (const auto& in : inputs)
+    plan.models.push_back(!options.output_file.empty() ? options.output_file : plan.folder / (file_stem(in) + suffix));
+  std::string bin_stem = !options.output_file.empty() ? file_stem(options.output_file) : file_stem(inputs.front());
+  if (!options.embed && !options.stop_after) plan.binary = plan.folder / (bin_stem + "_" + backend.name() + ".bin");
+  if (!options.external_initializers_file.empty()) plan.external = plan.folder / options.external_initializers_file;
+  return plan;
+}
 
-RunSummary compile_models(const std::vector<fs::path>& inputs, const CompileOptions& options,
-                          const BackendRegistry& backends) {
-  RunSummary summary;
-  StageTimer timer(summary.timings_ms);
+std::vector<fs::path> planned_paths(const Plan& plan) {
+  std::vector<fs::path> paths = plan.models;
+  for (const auto& p : {plan.binary, plan.external})
+    if (!p.empty()) paths.push_back(p);
+  return paths;
+}
+
+void check_options(const std::vector<fs::path>& inputs, const CompileOptions& options) {
   if (inputs.empty()) throw Error(ErrorCode::kUsage, "no input model given");
-  const Backend* backend = backends.find(options.backend);
-  if (backend == nullptr) {
-    std::string known;
-    for (const auto* b : backends.list()) known += (known.empty() ? "" : ", ") + b->name();
-    throw Error(ErrorCode::kUsage, "unknown backend '" + options.backend + "' (available: " + known + ")");
-  }
-  summary.backend = backend->name();
+  if (!options.per_model.empty() && options.per_model.size() != inputs.size())
+    throw Error(ErrorCode::kInternal, "shape options for " + std::to_string(options.per_model.size()) + " models, " +
+                                          std::to_string(inputs.size()) + " models given");
   bool share = inputs.size() > 1;
   if (share && options.embed)
     throw Error(ErrorCode::kUsage, "--embed cannot be combined with several models: embedded contexts cannot share one binary");
@@ -137,117 +168,191 @@ RunSummary compile_models(const std::vector<fs::path>& inputs, const CompileOpti
     throw Error(ErrorCode::kUsage, "give -o or --output-dir, not both: -o already says where the outputs go");
   if (!options.external_initializers_file.empty())
     check_relative_name(options.external_initializers_file, "--external-initializers-file");
+}
 
-  // Plan every output path before any work, so a name clash or an existing file fails fast.
-  fs::path folder = !options.output_file.empty() ? options.output_file.parent_path()
-                    : !options.output_dir.empty() ? options.output_dir
-                                                  : inputs.front().parent_path();
-  std::vector<fs::path> ctx_paths;
-  for (const auto& in : inputs)
-    ctx_paths.push_back(!options.output_file.empty() ? options.output_file : folder / (file_stem(in) + "_ctx.onnx"));
-  std::string bin_stem = !options.output_file.empty() ? file_stem(options.output_file) : file_stem(inputs.front());
-  fs::path bin_path = folder / (bin_stem + "_" + backend->name() + ".bin");
-  std::vector<fs::path> planned = ctx_paths;
-  if (!options.embed) planned.push_back(bin_path);
-  if (!options.external_initializers_file.empty()) planned.push_back(folder / options.external_initializers_file);
-  for (const auto& in : inputs)
-    for (const auto& out : planned)
-      if (fs::weakly_canonical(fs::absolute(in)) == fs::weakly_canonical(fs::absolute(out)))
-        throw Error(ErrorCode::kUsage, out.string() + ": an output would overwrite an input model");
-  OutputSet outputs(planned, options.force);
+const Backend& find_backend(const BackendRegistry& backends, const std::string& name) {
+  if (const Backend* backend = backends.find(name)) return *backend;
+  std::string known;
+  for (const auto* b : backends.list()) known += (known.empty() ? "" : ", ") + b->name();
+  throw Error(ErrorCode::kUsage, "unknown backend '" + name + "' (available: " + known + ")");
+}
 
-  WeightStore store;
-  std::vector<Job> jobs;
-  for (size_t m = 0; m < inputs.size(); ++m) {
-    Job job{load_model(inputs[m], options.load), {}, {}, ctx_paths[m]};
-    timer.lap("load " + inputs[m].filename().string());
-    const auto& graph = job.model.graph();
-    std::unordered_set<std::string> constants;
-    for (const auto& [name, index] : job.model.constants) constants.insert(name);
-    job.plan = partition_graph(graph, constants, [&](size_t i) {
-      return backend->supports(job.model, graph.node(static_cast<int>(i)));
-    });
-    timer.lap("partition " + inputs[m].filename().string());
-    if (job.plan.partitions.empty() && !options.allow_empty)
-      throw Error(ErrorCode::kNothingCompiled,
-                  inputs[m].string() + ": nothing to compile: no node is supported by backend '" + backend->name() +
-                      "' (" + describe_fallbacks(job) + "); pass --allow-empty to write the model anyway");
-    // Output names are unique (OutputSet checks), so stems and graph names are unique too.
-    std::string stem = options.node_name_prefix + file_stem(inputs[m]);
-    for (size_t p = 0; p < job.plan.partitions.size(); ++p) {
-      std::string name = stem + "_" + backend->name() + "_" + std::to_string(p);
-      try {
-        job.graphs.push_back(backend->compile(job.model, job.plan.partitions[p], name, store));
-      } catch (const Error& e) {
-        throw e.within(inputs[m].string() + ": partition '" + name + "'");
+// ---- the phases ---------------------------------------------------------------------------------
+
+void phase_load(Job& job, const fs::path& input, const LoadOptions& load) {
+  job.model = load_model(input, load);
+  job.input_nodes = static_cast<size_t>(job.model.graph().node_size());
+}
+
+void phase_specialise(Job& job) { job.specialised = specialise(job.model); }
+
+void phase_partition(Job& job, const Backend& backend) {
+  const auto& graph = job.model.graph();
+  std::unordered_set<std::string> constants;
+  for (const auto& [name, index] : job.model.constants) constants.insert(name);
+  job.plan = partition_graph(graph, constants, [&](size_t i) {
+    return backend.supports(job.model, graph.node(static_cast<int>(i)));
+  });
+}
+
+void phase_compile(Job& job, const Backend& backend, const std::string& stem, WeightStore& store) {
+  // Output names are unique (OutputSet checks), so stems and graph names are unique too.
+  for (size_t p = 0; p < job.plan.partitions.size(); ++p) {
+    std::string name = stem + "_" + backend.name() + "_" + std::to_string(p);
+    try {
+      job.graphs.push_back(backend.compile(job.model, job.plan.partitions[p], name, store));
+    } catch (const Error& e) {
+      throw e.within(job.model.path.string() + ": partition '" + name + "'");
+    }
+  }
+}
+
+// The model as it stands after an earlier phase (--stop-after): after partition, each node's
+// doc_string says where it goes and why.
+onnx::ModelProto snapshot(const Job& job, Phase phase, const Backend& backend) {
+  onnx::ModelProto out = *job.model.proto;
+  if (phase != Phase::kPartition) return out;
+  auto* graph = out.mutable_graph();
+  for (size_t p = 0; p < job.plan.partitions.size(); ++p)
+    for (size_t node : job.plan.partitions[p].nodes)
+      graph->mutable_node(static_cast<int>(node))->set_doc_string("ctxgen: " + backend.name() + " partition " + std::to_string(p));
+  for (const auto& cpu : job.plan.cpu_nodes)
+    graph->mutable_node(static_cast<int>(cpu.node))->set_doc_string("ctxgen: CPU: " + cpu.reason);
+  record_fallbacks(out, job);
+  return out;
+}
+
+WeightSummary weight_summary(const Job& job, const WeightStore& store, std::vector<bool>& counted) {
+  WeightSummary w;
+  for (const auto& g : job.graphs)
+    for (uint32_t id : g.weight_ids) {
+      w.tensors += 1;
+      w.bytes += store.entry(id).blob.size;
+      if (!counted[id]) {
+        counted[id] = true;
+        w.new_tensors += 1;
+        w.new_bytes += store.entry(id).blob.size;
       }
     }
-    timer.lap("compile " + inputs[m].filename().string());
-    jobs.push_back(std::move(job));
+  return w;
+}
+
+void write_external_weights(const ExternalWeightsFile& external, const fs::path& path, OutputSet& outputs) {
+  OutputFile& file = outputs.open(path);
+  static const uint8_t zeros[kExternalDataAlignment] = {};
+  uint64_t at = 0;
+  for (uint32_t id = 0; id < external.store().size(); ++id) {
+    const Blob& blob = external.store().entry(id).blob;
+    file.write(zeros, external.offsets()[id] - at);
+    file.write(blob.data, blob.size);
+    blob.release();
+    at = external.offsets()[id] + blob.size;
+  }
+  outputs.finished(file.finish(path));
+}
+
+}  // namespace
+
+std::string file_stem(const fs::path& path) { return path.filename().stem().string(); }
+
+std::string phase_name(Phase phase) {
+  switch (phase) {
+    case Phase::kLoad: return "load";
+    case Phase::kSpecialise: return "specialise";
+    case Phase::kPartition: return "partition";
+  }
+  return "?";
+}
+
+std::optional<Phase> parse_phase(const std::string& name) {
+  for (Phase p : {Phase::kLoad, Phase::kSpecialise, Phase::kPartition})
+    if (phase_name(p) == name) return p;
+  return std::nullopt;
+}
+
+RunSummary compile_models(const std::vector<fs::path>& inputs, const CompileOptions& options,
+                          const BackendRegistry& backends) {
+  RunSummary summary;
+  StageTimer timer(summary.timings_ms);
+  check_options(inputs, options);
+  const Backend& backend = find_backend(backends, options.backend);
+  summary.backend = backend.name();
+  Plan plan = plan_outputs(inputs, options, backend);
+  for (const auto& in : inputs)
+    for (const auto& out : planned_paths(plan))
+      if (fs::weakly_canonical(fs::absolute(in)) == fs::weakly_canonical(fs::absolute(out)))
+        throw Error(ErrorCode::kUsage, out.string() + ": an output would overwrite an input model");
+  OutputSet outputs(planned_paths(plan), options.force);
+
+  WeightStore store;
+  std::vector<Job> jobs(inputs.size());
+  auto stops_at = [&](Phase phase) { return options.stop_after && *options.stop_after == phase; };
+  for (size_t m = 0; m < inputs.size(); ++m) {
+    Job& job = jobs[m];
+    job.output = plan.models[m];
+    std::string label = inputs[m].filename().string();
+    phase_load(job, inputs[m], options.per_model.empty() ? LoadOptions{} : options.per_model.at(m));
+    timer.lap("load " + label);
+    if (stops_at(Phase::kLoad)) continue;
+    phase_specialise(job);
+    timer.lap("specialise " + label);
+    if (stops_at(Phase::kSpecialise)) continue;
+    phase_partition(job, backend);
+    timer.lap("partition " + label);
+    if (stops_at(Phase::kPartition)) continue;
+    if (job.plan.partitions.empty() && !options.allow_empty)
+      throw Error(ErrorCode::kNothingCompiled,
+                  inputs[m].string() + ": nothing to compile: no node is supported by backend '" + backend.name() +
+                      "' (" + describe_fallbacks(job) + "); pass --allow-empty to write the model anyway");
+    phase_compile(job, backend, options.node_name_prefix + file_stem(inputs[m]), store);
+    timer.lap("compile " + label);
   }
   summary.weights = store.stats();
 
   // Context binary first: in embed mode its bytes go into the models.
-  BinaryIdentity identity{backend->ep_name(), backend->sdk_version(), backend->hardware_architecture()};
-  std::vector<WeightPayload> payloads;
-  for (uint32_t id = 0; id < store.size(); ++id) payloads.push_back({store.entry(id).hash, store.entry(id).blob});
-  std::vector<CompiledGraph> all_graphs;
-  for (const auto& job : jobs) all_graphs.insert(all_graphs.end(), job.graphs.begin(), job.graphs.end());
-  bool any_compiled = !all_graphs.empty();
   std::string embedded;
-  if (options.embed && any_compiled) {
-    write_context_binary(identity, all_graphs, payloads, [&](const uint8_t* data, size_t size) {
-      embedded.append(reinterpret_cast<const char*>(data), size);
-    });
-  } else if (any_compiled) {
-    OutputFile& file = outputs.open(bin_path);
-    write_context_binary(identity, all_graphs, payloads, file.sink());
-    outputs.finished(file.finish(bin_path));
+  if (!options.stop_after) {
+    BinaryIdentity identity{backend.ep_name(), backend.sdk_version(), backend.hardware_architecture()};
+    std::vector<WeightPayload> payloads;
+    for (uint32_t id = 0; id < store.size(); ++id) payloads.push_back({store.entry(id).hash, store.entry(id).blob});
+    std::vector<CompiledGraph> all_graphs;
+    for (const auto& job : jobs) all_graphs.insert(all_graphs.end(), job.graphs.begin(), job.graphs.end());
+    if (options.embed && !all_graphs.empty()) {
+      write_context_binary(identity, all_graphs, payloads, [&](const uint8_t* data, size_t size) {
+        embedded.append(reinterpret_cast<const char*>(data), size);
+      });
+    } else if (!all_graphs.empty()) {
+      OutputFile& file = outputs.open(plan.binary);
+      write_context_binary(identity, all_graphs, payloads, file.sink());
+      outputs.finished(file.finish(plan.binary));
+    }
+    timer.lap("write context binary");
   }
-  timer.lap("write context binary");
 
-  EpContextSettings settings{backend->ep_name(), backend->sdk_version(), backend->hardware_architecture(),
-                             options.embed, options.embed ? embedded : bin_path.filename().string(), kVersion};
+  EpContextSettings settings{backend.ep_name(), backend.sdk_version(), backend.hardware_architecture(),
+                             options.embed, options.embed ? embedded : plan.binary.filename().string(), kVersion};
   std::unique_ptr<ExternalWeightsFile> external;
   if (!options.external_initializers_file.empty())
     external = std::make_unique<ExternalWeightsFile>(options.external_initializers_file);
   std::vector<bool> counted(store.size(), false);  // weight ids an earlier model already used
   for (auto& job : jobs) {
-    onnx::ModelProto out = build_epcontext_model(job.model, job.plan, job.graphs, settings);
-    record_fallbacks(out, job);
+    onnx::ModelProto out;
+    if (options.stop_after) {
+      out = snapshot(job, *options.stop_after, backend);
+    } else {
+      out = build_epcontext_model(job.model, job.plan, job.graphs, settings);
+      record_fallbacks(out, job);
+    }
     if (external) external->externalize(out, job.model);
     else embed_weights(out, job.model);
     std::string bytes = serialize(out, job.output);
     OutputFile& file = outputs.open(job.output);
     file.write(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
     outputs.finished(file.finish(job.output));
-
-    WeightSummary w;
-    for (const auto& g : job.graphs)
-      for (uint32_t id : g.weight_ids) {
-        w.tensors += 1;
-        w.bytes += store.entry(id).blob.size;
-        if (!counted[id]) {
-          counted[id] = true;
-          w.new_tensors += 1;
-          w.new_bytes += store.entry(id).blob.size;
-        }
-      }
-    summary.models.push_back(summarize(job, w));
+    summary.models.push_back(summarize(job, weight_summary(job, store, counted)));
   }
   if (external) {
-    fs::path path = folder / external->location();
-    OutputFile& file = outputs.open(path);
-    static const uint8_t zeros[kExternalDataAlignment] = {};
-    uint64_t at = 0;
-    for (uint32_t id = 0; id < external->store().size(); ++id) {
-      const Blob& blob = external->store().entry(id).blob;
-      file.write(zeros, external->offsets()[id] - at);
-      file.write(blob.data, blob.size);
-      blob.release();
-      at = external->offsets()[id] + blob.size;
-    }
-    outputs.finished(file.finish(path));
+    write_external_weights(*external, plan.external, outputs);
     summary.external_weights = external->store().stats();
   }
   timer.lap("write models");

@@ -47,6 +47,9 @@ nlohmann::json report_json(const RunSummary& summary) {
     for (const auto& c : m.cpu_nodes) by_op[c.op_type] = by_op.value(c.op_type, 0) + 1;
     models.push_back({{"input", m.input.string()},
                       {"output", m.output.string()},
+                      {"nodes_in_input", m.input_nodes},
+                      {"nodes_folded", m.folded_nodes},
+                      {"nodes_removed", m.removed_nodes},
                       {"nodes", m.node_count},
                       {"nodes_compiled", m.compiled_nodes},
                       {"nodes_on_cpu", m.cpu_nodes.size()},
@@ -74,7 +77,11 @@ std::string report_text(const RunSummary& summary) {
   std::ostringstream out;
   for (const auto& m : summary.models) {
     out << m.input.string() << ": " << m.compiled_nodes << " of " << m.node_count << " nodes on " << summary.backend
-        << " in " << m.partitions.size() << " partition(s), " << m.cpu_nodes.size() << " on CPU\n";
+        << " in " << m.partitions.size() << " partition(s), " << m.cpu_nodes.size() << " on CPU";
+    if (m.folded_nodes + m.removed_nodes > 0)
+      out << " (of " << m.input_nodes << " input nodes, " << m.folded_nodes << " folded into constants, "
+          << m.removed_nodes << " removed as dead)";
+    out << "\n";
     for (const auto& [reason, count] : fallback_counts(m)) out << "  CPU: " << count << " x " << reason << "\n";
   }
   const auto& w = summary.weights;

@@ -84,6 +84,11 @@ void execute(const ref::Program& program, const WeightLookup& weights, const std
   }
 }
 
+bool reads_input_data(const std::string& op_type) {
+  const OpDef* def = find_op(op_type);
+  return def == nullptr || def->reads_input_data;
+}
+
 std::vector<std::string> supported_ops() {
   std::vector<std::string> names;
   for (const OpDef& def : op_defs()) names.emplace_back(def.type);

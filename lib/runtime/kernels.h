@@ -3,6 +3,8 @@
 // attribute they read has been checked by validate(), so they index without further checks.
 
 #include <cstdint>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "ctxgen/ref_program.h"
@@ -17,8 +19,12 @@ struct Tensor {
   bool present() const { return value != nullptr; }
   const Dims& dims() const { return value->dims; }
   int64_t size() const { return value->element_count(); }
-  const float* f32() const { return static_cast<const float*>(data); }
-  const int64_t* i64() const { return static_cast<const int64_t*>(data); }
+  ref::DType dtype() const { return value->dtype; }
+  template <typename T>
+  const T* as() const { return static_cast<const T*>(data); }
+  const float* f32() const { return as<float>(); }
+  const int64_t* i64() const { return as<int64_t>(); }
+  const uint8_t* bytes() const { return static_cast<const uint8_t*>(data); }
 };
 
 struct Output {
@@ -27,10 +33,34 @@ struct Output {
 
   const Dims& dims() const { return value->dims; }
   int64_t size() const { return value->element_count(); }
-  float* f32() const { return static_cast<float*>(data); }
+  ref::DType dtype() const { return value->dtype; }
+  template <typename T>
+  T* as() const { return static_cast<T*>(data); }
+  float* f32() const { return as<float>(); }
+  uint8_t* bytes() const { return static_cast<uint8_t*>(data); }
 };
 
+// Calls f(T{}) with the C++ type of `dtype` (bool is stored as uint8_t, 0 or 1).
+template <typename F>
+decltype(auto) visit_dtype(ref::DType dtype, F&& f) {
+  switch (dtype) {
+    case ref::DType::kInt32: return f(int32_t{});
+    case ref::DType::kInt64: return f(int64_t{});
+    case ref::DType::kBool: return f(uint8_t{});
+    case ref::DType::kFloat32: break;
+  }
+  return f(float{});
+}
+
 using Kernel = void (*)(const ref::Op& op, const std::vector<Tensor>& in, const Output& out);
+
+// A scalar attribute of an op writing `T`: float for float32, int otherwise (validate() checks the
+// kind matches the output type).
+template <typename T>
+T scalar_of(const ref::Op& op, const std::string& name) {
+  if constexpr (std::is_same_v<T, float>) return op.get_float(name, 0.0f);
+  else return static_cast<T>(op.get_int(name, 0));
+}
 
 // Applies the fused activation (attrs act, act_alpha, act_beta) of `op` to data[0, n) in place.
 void apply_activation(const ref::Op& op, float* data, int64_t n);
@@ -38,24 +68,48 @@ void apply_activation(const ref::Op& op, float* data, int64_t n);
 // The kernels, one per op type; kernels_*.cc hold them by family.
 namespace kernels {
 
-// Elementwise (kernels_elementwise.cc).
+// Elementwise, comparisons, casts and generated constants (kernels_elementwise.cc).
 void add(const ref::Op&, const std::vector<Tensor>&, const Output&);
 void sub(const ref::Op&, const std::vector<Tensor>&, const Output&);
 void mul(const ref::Op&, const std::vector<Tensor>&, const Output&);
 void div(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void min(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void max(const ref::Op&, const std::vector<Tensor>&, const Output&);
 void pow(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void sqrt(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void exp(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void erf(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void prelu(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void equal(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void less(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void greater(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void less_or_equal(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void greater_or_equal(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void logical_and(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void logical_or(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void logical_xor(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void logical_not(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void where(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void cast(const ref::Op&, const std::vector<Tensor>&, const Output&);
 void neg(const ref::Op&, const std::vector<Tensor>&, const Output&);
 void abs(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void sqrt(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void exp(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void log(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void erf(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void sin(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void cos(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void reciprocal(const ref::Op&, const std::vector<Tensor>&, const Output&);
 void relu(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void leaky_relu(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void hard_sigmoid(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void hard_swish(const ref::Op&, const std::vector<Tensor>&, const Output&);
 void sigmoid(const ref::Op&, const std::vector<Tensor>&, const Output&);
 void tanh(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void softplus(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void hard_swish(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void leaky_relu(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void elu(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void selu(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void hard_sigmoid(const ref::Op&, const std::vector<Tensor>&, const Output&);
 void clip(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void constant_of_shape(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void range(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void expand(const ref::Op&, const std::vector<Tensor>&, const Output&);  // a broadcast copy
 
 // Linear algebra and windows (kernels_linear.cc, kernels_pool.cc).
 void matmul(const ref::Op&, const std::vector<Tensor>&, const Output&);
@@ -63,20 +117,41 @@ void gemm(const ref::Op&, const std::vector<Tensor>&, const Output&);
 void conv(const ref::Op&, const std::vector<Tensor>&, const Output&);
 void max_pool(const ref::Op&, const std::vector<Tensor>&, const Output&);
 void average_pool(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void conv_transpose(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void resize(const ref::Op&, const std::vector<Tensor>&, const Output&);
 
 // Normalisation and reductions (kernels_norm.cc).
 void softmax(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void log_softmax(const ref::Op&, const std::vector<Tensor>&, const Output&);
 void batch_normalization(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void instance_normalization(const ref::Op&, const std::vector<Tensor>&, const Output&);
 void layer_normalization(const ref::Op&, const std::vector<Tensor>&, const Output&);
 void reduce_mean(const ref::Op&, const std::vector<Tensor>&, const Output&);
 void reduce_sum(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void reduce_max(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void reduce_min(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void reduce_prod(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void reduce_l1(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void reduce_l2(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void reduce_sum_square(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void reduce_log_sum(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void reduce_log_sum_exp(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void group_normalization(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void arg_max(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void arg_min(const ref::Op&, const std::vector<Tensor>&, const Output&);
 
 // Data movement (kernels_data.cc).
 void transpose(const ref::Op&, const std::vector<Tensor>&, const Output&);
 void reshape(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void tile(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void trilu(const ref::Op&, const std::vector<Tensor>&, const Output&);
 void concat(const ref::Op&, const std::vector<Tensor>&, const Output&);
 void slice(const ref::Op&, const std::vector<Tensor>&, const Output&);
 void gather(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void gather_elements(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void pad(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void shape(const ref::Op&, const std::vector<Tensor>&, const Output&);  // reads dims only
+void size(const ref::Op&, const std::vector<Tensor>&, const Output&);   // reads dims only
 
 }  // namespace kernels
 

@@ -79,13 +79,12 @@ bool is_pointwise(const ref::Op& op) {
 namespace kernels {
 
 void matmul(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
-  const Dims& ad = in[0].dims();
-  const Dims& bd = in[1].dims();
-  const Dims& yd = out.dims();
-  size_t rank = yd.size();
-  int64_t m = yd[rank - 2], n = yd[rank - 1], k = ad.back();
+  // Vectors seen as [1, K] (A) and [K, 1] (B), as the rule defines.
+  const Dims ad = in[0].dims().size() == 1 ? Dims{1, in[0].dims()[0]} : in[0].dims();
+  const Dims bd = in[1].dims().size() == 1 ? Dims{in[1].dims()[0], 1} : in[1].dims();
+  int64_t m = ad[ad.size() - 2], n = bd.back(), k = ad.back();
   // Batch offsets through broadcast strides over the batch dims, in units of whole matrices.
-  Dims batch(yd.begin(), yd.end() - 2);
+  Dims batch = *broadcast({ad.begin(), ad.end() - 2}, {bd.begin(), bd.end() - 2});
   Dims a_batch(ad.begin(), ad.end() - 2), b_batch(bd.begin(), bd.end() - 2);
   Dims sa = broadcast_strides(a_batch, batch), sb = broadcast_strides(b_batch, batch);
   int64_t batches = product(batch);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "kernels.h"
@@ -10,9 +11,11 @@
 namespace ctxgen::runtime {
 namespace {
 
-// Sums every input element into its output slot (reduced axes map to stride 0), walking the input
-// in memory order so reads are contiguous whichever axes are reduced.
-std::vector<double> reduce_sums(const ref::Op& op, const Tensor& x, const Output& y, int64_t* reduced_count) {
+// Folds every input element into its output slot with `combine` (reduced axes map to stride 0),
+// walking the input in memory order so reads are contiguous whichever axes are reduced.
+template <typename Acc, typename Combine>
+std::vector<Acc> reduce_into(const ref::Op& op, const Tensor& x, const Output& y, Acc initial, int64_t* reduced_count,
+                             Combine combine) {
   const Dims& xd = x.dims();
   Dims axes = op.get_ints("axes");
   if (axes.empty())
@@ -27,16 +30,30 @@ std::vector<double> reduce_sums(const ref::Op& op, const Tensor& x, const Output
     out_strides[static_cast<size_t>(a)] = 0;
     *reduced_count *= xd[static_cast<size_t>(a)];
   }
-  std::vector<double> sums(static_cast<size_t>(y.size()), 0.0);
+  std::vector<Acc> acc(static_cast<size_t>(y.size()), initial);
   const Dims strides[2] = {strides_of(xd), out_strides};
   int64_t inner = xd.empty() ? 1 : xd.back(), so = xd.empty() ? 0 : out_strides.back();
   const float* data = x.f32();
   for_each_row(xd, strides, [&](const int64_t* at) {
     const float* row = data + at[0];
-    double* dst = sums.data() + at[1];
-    for (int64_t i = 0; i < inner; ++i) dst[i * so] += row[i];
+    Acc* dst = acc.data() + at[1];
+    for (int64_t i = 0; i < inner; ++i) dst[i * so] = combine(dst[i * so], row[i]);
   });
-  return sums;
+  return acc;
+}
+
+std::vector<double> reduce_sums(const ref::Op& op, const Tensor& x, const Output& y, int64_t* reduced_count) {
+  return reduce_into<double>(op, x, y, 0.0, reduced_count, [](double a, float b) { return a + b; });
+}
+
+// Max or min of the reduced elements; a NaN among them wins, as in ONNX Runtime.
+template <typename Better>
+void reduce_extreme(const ref::Op& op, const Tensor& x, const Output& y, float initial, Better better) {
+  int64_t count = 0;
+  auto values = reduce_into<float>(op, x, y, initial, &count, [&](float a, float b) {
+    return std::isnan(a) || (!std::isnan(b) && !better(b, a)) ? a : b;
+  });
+  std::copy(values.begin(), values.end(), y.f32());
 }
 
 void store(const std::vector<double>& values, double scale, const Output& y) {
@@ -45,7 +62,7 @@ void store(const std::vector<double>& values, double scale, const Output& y) {
 
 // Softmax of `n` values spaced `stride` apart, for `inner` adjacent such columns at once so the
 // loops walk memory contiguously.
-void softmax_columns(const float* x, float* y, int64_t n, int64_t inner, std::vector<float>& peak,
+void softmax_columns(const float* x, float* y, int64_t n, int64_t inner, bool log, std::vector<float>& peak,
                      std::vector<double>& sum) {
   peak.assign(static_cast<size_t>(inner), -std::numeric_limits<float>::infinity());
   sum.assign(static_cast<size_t>(inner), 0.0);
@@ -57,15 +74,18 @@ void softmax_columns(const float* x, float* y, int64_t n, int64_t inner, std::ve
       y[k * inner + j] = e;
       sum[j] += e;
     }
+  if (log) {
+    // x - max - log(sum): exact for the largest element, no exp/log round trip.
+    for (int64_t k = 0; k < n; ++k)
+      for (int64_t j = 0; j < inner; ++j)
+        y[k * inner + j] = x[k * inner + j] - peak[j] - static_cast<float>(std::log(sum[j]));
+    return;
+  }
   for (int64_t k = 0; k < n; ++k)
     for (int64_t j = 0; j < inner; ++j) y[k * inner + j] = static_cast<float>(y[k * inner + j] / sum[j]);
 }
 
-}  // namespace
-
-namespace kernels {
-
-void softmax(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
+void softmax_of(const ref::Op& op, const std::vector<Tensor>& in, const Output& out, bool log) {
   const Dims& d = in[0].dims();
   auto axis = static_cast<size_t>(op.get_int("axis", 0));
   // coerce_2d (opset < 13): one softmax over all of dims[axis:]; otherwise along `axis` alone.
@@ -76,8 +96,15 @@ void softmax(const ref::Op& op, const std::vector<Tensor>& in, const Output& out
   std::vector<float> peak;
   std::vector<double> sum;
   for (int64_t o = 0; o < outer; ++o)
-    softmax_columns(in[0].f32() + o * n * inner, out.f32() + o * n * inner, n, inner, peak, sum);
+    softmax_columns(in[0].f32() + o * n * inner, out.f32() + o * n * inner, n, inner, log, peak, sum);
 }
+
+}  // namespace
+
+namespace kernels {
+
+void softmax(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) { softmax_of(op, in, out, false); }
+void log_softmax(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) { softmax_of(op, in, out, true); }
 
 void batch_normalization(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
   const Dims& d = in[0].dims();
@@ -91,6 +118,25 @@ void batch_normalization(const ref::Op& op, const std::vector<Tensor>& in, const
       const float* x = in[0].f32() + (b * channels + c) * inner;
       float* y = out.f32() + (b * channels + c) * inner;
       for (int64_t i = 0; i < inner; ++i) y[i] = x[i] * s + shift;
+    }
+}
+
+// Per (image, channel): y = (x - mean) / sqrt(var + eps) * scale[c] + bias[c].
+void instance_normalization(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
+  const Dims& d = in[0].dims();
+  int64_t channels = d[1], inner = product(d, 2, d.size());
+  double eps = op.get_float("epsilon", 1e-5f);
+  for (int64_t b = 0; b < d[0]; ++b)
+    for (int64_t c = 0; c < channels; ++c) {
+      const float* x = in[0].f32() + (b * channels + c) * inner;
+      float* y = out.f32() + (b * channels + c) * inner;
+      double sum = 0, sq = 0;
+      for (int64_t i = 0; i < inner; ++i) sum += x[i];
+      double mean = inner > 0 ? sum / static_cast<double>(inner) : 0.0;
+      for (int64_t i = 0; i < inner; ++i) sq += (x[i] - mean) * (x[i] - mean);
+      double inv = 1.0 / std::sqrt((inner > 0 ? sq / static_cast<double>(inner) : 0.0) + eps);
+      for (int64_t i = 0; i < inner; ++i)
+        y[i] = static_cast<float>((x[i] - mean) * inv) * in[1].f32()[c] + in[2].f32()[c];
     }
 }
 
@@ -123,6 +169,101 @@ void reduce_mean(const ref::Op& op, const std::vector<Tensor>& in, const Output&
 void reduce_sum(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
   int64_t count = 1;
   store(reduce_sums(op, in[0], out, &count), 1.0, out);
+}
+
+void reduce_prod(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
+  int64_t count = 0;
+  store(reduce_into<double>(op, in[0], out, 1.0, &count, [](double a, float b) { return a * b; }), 1.0, out);
+}
+
+void reduce_l1(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
+  int64_t count = 0;
+  store(reduce_into<double>(op, in[0], out, 0.0, &count, [](double a, float b) { return a + std::fabs(b); }), 1.0, out);
+}
+
+void reduce_sum_square(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
+  int64_t count = 0;
+  store(reduce_into<double>(op, in[0], out, 0.0, &count, [](double a, float b) { return a + double{b} * b; }), 1.0, out);
+}
+
+void reduce_l2(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
+  int64_t count = 0;
+  auto sums = reduce_into<double>(op, in[0], out, 0.0, &count, [](double a, float b) { return a + double{b} * b; });
+  for (auto& v : sums) v = std::sqrt(v);
+  store(sums, 1.0, out);
+}
+
+void reduce_log_sum(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
+  int64_t count = 0;
+  auto sums = reduce_sums(op, in[0], out, &count);
+  for (auto& v : sums) v = std::log(v);
+  store(sums, 1.0, out);
+}
+
+// Accumulated in double, which holds e^x for every float x below 709.
+void reduce_log_sum_exp(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
+  int64_t count = 0;
+  auto sums = reduce_into<double>(op, in[0], out, 0.0, &count, [](double a, float b) { return a + std::exp(double{b}); });
+  for (auto& v : sums) v = std::log(v);
+  store(sums, 1.0, out);
+}
+
+// Per (image, group of channels): normalised together, then scaled and shifted per channel.
+void group_normalization(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
+  const Dims& d = in[0].dims();
+  int64_t channels = d[1], groups = op.get_int("groups", 1), per_channel = product(d, 2, d.size());
+  int64_t per_group = channels / groups * per_channel;
+  double eps = op.get_float("epsilon", 1e-5f);
+  for (int64_t b = 0; b < d[0]; ++b)
+    for (int64_t g = 0; g < groups; ++g) {
+      int64_t at = (b * groups + g) * per_group;
+      const float* x = in[0].f32() + at;
+      float* y = out.f32() + at;
+      double sum = 0, sq = 0;
+      for (int64_t i = 0; i < per_group; ++i) sum += x[i];
+      double mean = per_group > 0 ? sum / static_cast<double>(per_group) : 0.0;
+      for (int64_t i = 0; i < per_group; ++i) sq += (x[i] - mean) * (x[i] - mean);
+      double inv = 1.0 / std::sqrt((per_group > 0 ? sq / static_cast<double>(per_group) : 0.0) + eps);
+      for (int64_t i = 0; i < per_group; ++i) {
+        int64_t c = g * (channels / groups) + i / per_channel;
+        y[i] = static_cast<float>((x[i] - mean) * inv) * in[1].f32()[c] + in[2].f32()[c];
+      }
+    }
+}
+
+// Index of the largest (ArgMax) or smallest (ArgMin) element along the axis; the first of equal
+// ones, or the last with select_last_index.
+template <typename Better>
+void arg_extreme(const ref::Op& op, const std::vector<Tensor>& in, const Output& out, Better better) {
+  const Dims& d = in[0].dims();
+  auto axis = static_cast<size_t>(op.get_int("axis", 0));
+  bool last = op.get_int("select_last_index", 0) != 0;
+  int64_t outer = product(d, 0, axis), n = d[axis], inner = product(d, axis + 1, d.size());
+  auto* y = out.as<int64_t>();
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t j = 0; j < inner; ++j) {
+      const float* x = in[0].f32() + o * n * inner + j;
+      int64_t best = 0;
+      for (int64_t k = 1; k < n; ++k)
+        if (better(x[k * inner], x[best * inner]) || (last && x[k * inner] == x[best * inner])) best = k;
+      y[o * inner + j] = best;
+    }
+}
+
+void arg_max(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
+  arg_extreme(op, in, out, std::greater<float>());
+}
+
+void arg_min(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
+  arg_extreme(op, in, out, std::less<float>());
+}
+
+void reduce_max(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
+  reduce_extreme(op, in[0], out, -std::numeric_limits<float>::infinity(), std::greater<float>());
+}
+
+void reduce_min(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
+  reduce_extreme(op, in[0], out, std::numeric_limits<float>::infinity(), std::less<float>());
 }
 
 }  // namespace kernels

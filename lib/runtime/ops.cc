@@ -1,14 +1,17 @@
-// The rule of each ref op: arity, element types, required attributes and the output dims they
+// The rule of each ref op: arity, element types, required attributes and the output type they
 // imply (the normalised semantics of include/ctxgen/ref_program.h), and the table tying each op
 // type to its rule and kernel.
 
 #include "ops.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 namespace ctxgen::runtime {
 namespace {
+
+using ref::DType;
 
 constexpr int64_t kIntMax = std::numeric_limits<int64_t>::max();
 constexpr int64_t kIntMin = std::numeric_limits<int64_t>::min();
@@ -17,40 +20,103 @@ constexpr int64_t kMaxWindow = (int64_t{1} << 31) - 1;
 // The element bound validate() puts on every value, applied to kernel scratch buffers too.
 constexpr int64_t kMaxElements = int64_t{1} << 48;
 
+const std::vector<DType> kNumeric = {DType::kFloat32, DType::kInt32, DType::kInt64};
+const std::vector<DType> kAny = {DType::kFloat32, DType::kInt32, DType::kInt64, DType::kBool};
+
 int64_t rank_of(const ref::Value& v) { return static_cast<int64_t>(v.dims.size()); }
 
 // ---- elementwise -------------------------------------------------------------------------------
 
-void unary(const OpCheck& c) {
+OutType unary(const OpCheck& c) {
   c.arity(1, 1);
-  c.expect_float32();
-  c.expect_out_dims(c.in(0).dims);
+  c.expect_inputs(DType::kFloat32);
+  return {DType::kFloat32, c.in(0).dims};
 }
 
-void leaky_relu(const OpCheck& c) {
-  unary(c);
+OutType numeric_unary(const OpCheck& c) {
+  c.arity(1, 1);
+  return {c.expect_same_inputs(kNumeric), c.in(0).dims};
+}
+
+OutType logical_not(const OpCheck& c) {
+  c.arity(1, 1);
+  c.expect_inputs(DType::kBool);
+  return {DType::kBool, c.in(0).dims};
+}
+
+OutType with_alpha(const OpCheck& c) {
   c.float_attr("alpha");
+  return unary(c);
 }
 
-void hard_sigmoid(const OpCheck& c) {
-  unary(c);
+OutType with_alpha_beta(const OpCheck& c) {
   c.float_attr("alpha");
   c.float_attr("beta");
+  return unary(c);
 }
 
-void clip(const OpCheck& c) {
-  unary(c);
+OutType selu(const OpCheck& c) {
+  c.float_attr("alpha");
+  c.float_attr("gamma");
+  return unary(c);
+}
+
+OutType clip(const OpCheck& c) {
   c.float_attr("min");
   c.float_attr("max");
+  return unary(c);
 }
 
-void binary(const OpCheck& c) {
+Dims broadcast_inputs(const OpCheck& c) {
+  Dims dims = c.in(0).dims;
+  for (size_t i = 1; i < c.input_count(); ++i) {
+    auto next = broadcast(dims, c.in(i).dims);
+    c.expect(next.has_value(), "input dims " + dims_text(dims) + " and " + dims_text(c.in(i).dims) + " do not broadcast");
+    dims = *next;
+  }
+  return dims;
+}
+
+OutType arithmetic(const OpCheck& c) {
   c.arity(2, 2);
-  c.expect_float32();
-  auto dims = broadcast(c.in(0).dims, c.in(1).dims);
-  c.expect(dims.has_value(), "input dims " + dims_text(c.in(0).dims) + " and " + dims_text(c.in(1).dims) +
-                                 " do not broadcast");
-  c.expect_out_dims(*dims);
+  DType t = c.expect_same_inputs(kNumeric);
+  return {t, broadcast_inputs(c)};
+}
+
+OutType float_binary(const OpCheck& c) {
+  c.arity(2, 2);
+  c.expect_inputs(DType::kFloat32);
+  return {DType::kFloat32, broadcast_inputs(c)};
+}
+
+OutType equal(const OpCheck& c) {
+  c.arity(2, 2);
+  c.expect_same_inputs(kAny);
+  return {DType::kBool, broadcast_inputs(c)};
+}
+
+OutType compare(const OpCheck& c) {
+  c.arity(2, 2);
+  c.expect_same_inputs(kNumeric);
+  return {DType::kBool, broadcast_inputs(c)};
+}
+
+OutType logical(const OpCheck& c) {
+  c.arity(2, 2);
+  c.expect_inputs(DType::kBool);
+  return {DType::kBool, broadcast_inputs(c)};
+}
+
+OutType where(const OpCheck& c) {
+  c.arity(3, 3);
+  c.expect_dtype(c.in(0), DType::kBool, "input 0 (condition)");
+  c.expect_dtype(c.in(2), c.in(1).dtype, "input 2");
+  return {c.in(1).dtype, broadcast_inputs(c)};
+}
+
+OutType cast(const OpCheck& c) {
+  c.arity(1, 1);
+  return {c.dtype_attr("to"), c.in(0).dims};
 }
 
 // The fused activation of Conv, Gemm and MatMul: `act` optional (none), its parameters required
@@ -63,27 +129,53 @@ void fused_activation(const OpCheck& c) {
   if (act == ref::Activation::kClip || act == ref::Activation::kHardSigmoid) c.float_attr("act_beta");
 }
 
-// ---- linear algebra ----------------------------------------------------------------------------
+// ---- constants ---------------------------------------------------------------------------------
 
-void matmul(const OpCheck& c) {
-  c.arity(2, 2);
-  c.expect_float32();
-  const Dims& a = c.in(0).dims;
-  const Dims& b = c.in(1).dims;
-  c.expect(a.size() >= 2 && b.size() >= 2, "inputs have dims " + dims_text(a) + " and " + dims_text(b) +
-                                               ", expected rank >= 2 each");
-  c.expect(a.back() == b[b.size() - 2], "inner dims differ: " + dims_text(a) + " x " + dims_text(b));
-  auto batch = broadcast({a.begin(), a.end() - 2}, {b.begin(), b.end() - 2});
-  c.expect(batch.has_value(), "batch dims of " + dims_text(a) + " and " + dims_text(b) + " do not broadcast");
-  batch->push_back(a[a.size() - 2]);
-  batch->push_back(b.back());
-  c.expect_out_dims(*batch);
-  fused_activation(c);
+// `value` is a float attribute for float32, an int attribute for the other types.
+void scalar_attr(const OpCheck& c, DType t, const std::string& name) {
+  if (t == DType::kFloat32) c.float_attr(name);
+  else c.int_attr(name, kIntMin, kIntMax);
 }
 
-void gemm(const OpCheck& c) {
+OutType constant_of_shape(const OpCheck& c) {
+  c.arity(0, 0);
+  DType t = c.dtype_attr("dtype");
+  scalar_attr(c, t, "value");
+  return {t, c.bounded(c.ints_attr("shape"), "attribute 'shape'")};
+}
+
+OutType range(const OpCheck& c) {
+  c.arity(0, 0);
+  DType t = c.dtype_attr("dtype");
+  c.expect(t != DType::kBool, "Range of bool");
+  scalar_attr(c, t, "start");
+  scalar_attr(c, t, "delta");
+  return {t, {c.int_attr("count", 0, kMaxElements)}};
+}
+
+// ---- linear algebra ----------------------------------------------------------------------------
+
+// Numpy matmul: a 1-D A is a row [1, K], a 1-D B a column [K, 1], and the added dim is not in the
+// output. Those views share their bytes with the vectors, so the kernel needs no copy.
+OutType matmul(const OpCheck& c) {
+  c.arity(2, 2);
+  c.expect_inputs(DType::kFloat32);
+  const Dims& a = c.in(0).dims;
+  const Dims& b = c.in(1).dims;
+  c.expect(!a.empty() && !b.empty(), "inputs have dims " + dims_text(a) + " and " + dims_text(b) + ", expected rank >= 1 each");
+  Dims a2 = a.size() == 1 ? Dims{1, a[0]} : a, b2 = b.size() == 1 ? Dims{b[0], 1} : b;
+  c.expect(a2.back() == b2[b2.size() - 2], "inner dims differ: " + dims_text(a) + " x " + dims_text(b));
+  auto out = broadcast({a2.begin(), a2.end() - 2}, {b2.begin(), b2.end() - 2});
+  c.expect(out.has_value(), "batch dims of " + dims_text(a) + " and " + dims_text(b) + " do not broadcast");
+  if (a.size() > 1) out->push_back(a2[a2.size() - 2]);
+  if (b.size() > 1) out->push_back(b2.back());
+  fused_activation(c);
+  return {DType::kFloat32, *out};
+}
+
+OutType gemm(const OpCheck& c) {
   c.arity(2, 3);
-  c.expect_float32();
+  c.expect_inputs(DType::kFloat32);
   bool trans_a = c.int_attr("transA", 0, 1) != 0, trans_b = c.int_attr("transB", 0, 1) != 0;
   c.float_attr("alpha");
   c.float_attr("beta");
@@ -97,8 +189,8 @@ void gemm(const OpCheck& c) {
   if (const ref::Value* cv = c.optional_in(2))
     c.expect(cv->dims.size() <= 2 && broadcast(cv->dims, mn) == mn,
              "C dims " + dims_text(cv->dims) + " do not broadcast to " + dims_text(mn));
-  c.expect_out_dims(mn);
   fused_activation(c);
+  return {DType::kFloat32, mn};
 }
 
 // ---- sliding windows ---------------------------------------------------------------------------
@@ -119,19 +211,24 @@ Window window(const OpCheck& c, const ref::Value& x, bool has_dilations) {
   return w;
 }
 
-// Output size of spatial axis `a`: floor mode, or ceil mode when `ceil`.
+// Output size of spatial axis `a`, floor or ceil mode. In ceil mode a last window that would start
+// in the end padding is dropped, as ONNX Runtime does.
 int64_t window_output(const OpCheck& c, const ref::Value& x, const Window& w, size_t a, bool ceil) {
   size_t n = w.kernel.size();
+  int64_t in = x.dims[a + 2];
   int64_t span = (w.kernel[a] - 1) * w.dilations[a] + 1;
-  int64_t room = x.dims[a + 2] + w.pads[a] + w.pads[a + n] - span;
+  int64_t room = in + w.pads[a] + w.pads[a + n] - span;
   c.expect(room >= 0, "window " + dims_text(w.kernel) + " on axis " + std::to_string(a + 2) +
                           " is larger than the padded input " + dims_text(x.dims));
-  return (ceil ? (room + w.strides[a] - 1) / w.strides[a] : room / w.strides[a]) + 1;
+  if (!ceil) return room / w.strides[a] + 1;
+  int64_t out = (room + w.strides[a] - 1) / w.strides[a] + 1;
+  if ((out - 1) * w.strides[a] >= in + w.pads[a]) --out;
+  return out;
 }
 
-void conv(const OpCheck& c) {
+OutType conv(const OpCheck& c) {
   c.arity(2, 3);
-  c.expect_float32();
+  c.expect_inputs(DType::kFloat32);
   const ref::Value& x = c.in(0);
   const ref::Value& wv = c.in(1);
   Window w = window(c, x, true);
@@ -146,61 +243,63 @@ void conv(const OpCheck& c) {
   if (const ref::Value* bias = c.optional_in(2)) c.expect_dims(*bias, {wv.dims[0]}, "bias");
   Dims out = {x.dims[0], wv.dims[0]};
   for (size_t a = 0; a < w.kernel.size(); ++a) out.push_back(window_output(c, x, w, a, false));
-  c.expect_out_dims(out);
   // The kernel's im2col scratch holds (C/group x kernel) x output-positions floats.
   int64_t scratch = 0;
   c.expect(!__builtin_mul_overflow(product(wv.dims, 1, wv.dims.size()), product(out, 2, out.size()), &scratch) &&
                scratch <= kMaxElements,
            "im2col of weight " + dims_text(wv.dims) + " over output " + dims_text(out) + " needs more than 2^48 elements");
   fused_activation(c);
+  return {DType::kFloat32, out};
 }
 
-// Pool output dims reflect ceil_mode, which is not itself an attribute: each axis may have either
-// size.
-void pool(const OpCheck& c, bool is_max) {
+OutType pool(const OpCheck& c, bool is_max) {
   c.arity(1, 1);
-  c.expect_float32();
+  c.expect_inputs(DType::kFloat32);
   const ref::Value& x = c.in(0);
   Window w = window(c, x, is_max);
   if (!is_max) c.int_attr("count_include_pad", 0, 1);
-  const Dims& y = c.out().dims;
-  c.expect(y.size() == x.dims.size() && y[0] == x.dims[0] && y[1] == x.dims[1],
-           "output has dims " + dims_text(y) + ", expected [" + std::to_string(x.dims[0]) + "," +
-               std::to_string(x.dims[1]) + ",...]");
-  for (size_t a = 0; a < w.kernel.size(); ++a) {
-    int64_t floor = window_output(c, x, w, a, false), ceil = window_output(c, x, w, a, true);
-    c.expect(y[a + 2] == floor || y[a + 2] == ceil,
-             "output has dims " + dims_text(y) + ", expected " + std::to_string(floor) +
-                 (ceil != floor ? " or " + std::to_string(ceil) : std::string()) + " on axis " +
-                 std::to_string(a + 2));
-  }
+  bool ceil = c.int_attr_or("ceil_mode", 0, 0, 1) != 0;
+  Dims out = {x.dims[0], x.dims[1]};
+  for (size_t a = 0; a < w.kernel.size(); ++a) out.push_back(window_output(c, x, w, a, ceil));
+  return {DType::kFloat32, out};
 }
 
-void max_pool(const OpCheck& c) { pool(c, true); }
-void average_pool(const OpCheck& c) { pool(c, false); }
+OutType max_pool(const OpCheck& c) { return pool(c, true); }
+OutType average_pool(const OpCheck& c) { return pool(c, false); }
 
 // ---- normalisation and reductions --------------------------------------------------------------
 
-void softmax(const OpCheck& c) {
-  unary(c);
+OutType softmax(const OpCheck& c) {
+  OutType out = unary(c);
   c.expect(!c.in(0).dims.empty(), "input is a scalar");
   c.int_attr("axis", 0, rank_of(c.in(0)) - 1);
   c.int_attr("coerce_2d", 0, 1);
+  return out;
 }
 
-void batch_normalization(const OpCheck& c) {
+OutType batch_normalization(const OpCheck& c) {
   c.arity(5, 5);
-  c.expect_float32();
+  c.expect_inputs(DType::kFloat32);
   const Dims& x = c.in(0).dims;
   c.expect(x.size() >= 2, "input 0 has dims " + dims_text(x) + ", expected N x C x ...");
   for (size_t i = 1; i <= 4; ++i) c.expect_dims(c.in(i), {x[1]}, "input " + std::to_string(i));
   c.float_attr("epsilon");
-  c.expect_out_dims(x);
+  return {DType::kFloat32, x};
 }
 
-void layer_normalization(const OpCheck& c) {
+OutType instance_normalization(const OpCheck& c) {
+  c.arity(3, 3);
+  c.expect_inputs(DType::kFloat32);
+  const Dims& x = c.in(0).dims;
+  c.expect(x.size() >= 3, "input 0 has dims " + dims_text(x) + ", expected N x C x D1 ...");
+  for (size_t i = 1; i <= 2; ++i) c.expect_dims(c.in(i), {x[1]}, "input " + std::to_string(i));
+  c.float_attr("epsilon");
+  return {DType::kFloat32, x};
+}
+
+OutType layer_normalization(const OpCheck& c) {
   c.arity(2, 3);
-  c.expect_float32();
+  c.expect_inputs(DType::kFloat32);
   const Dims& x = c.in(0).dims;
   c.expect(!x.empty(), "input 0 is a scalar");
   auto axis = static_cast<size_t>(c.int_attr("axis", 0, rank_of(c.in(0)) - 1));
@@ -211,12 +310,12 @@ void layer_normalization(const OpCheck& c) {
       c.expect(p->element_count() == block, "input " + std::to_string(i) + " dims " + dims_text(p->dims) +
                                                 " do not cover the normalised dims " +
                                                 dims_text(Dims(x.begin() + static_cast<int64_t>(axis), x.end())));
-  c.expect_out_dims(x);
+  return {DType::kFloat32, x};
 }
 
-void reduce(const OpCheck& c) {
+OutType reduce(const OpCheck& c) {
   c.arity(1, 1);
-  c.expect_float32();
+  c.expect_inputs(DType::kFloat32);
   const Dims& x = c.in(0).dims;
   auto axes = c.ints_attr("axes");
   bool keep = c.int_attr("keepdims", 0, 1) != 0;
@@ -230,14 +329,23 @@ void reduce(const OpCheck& c) {
     if (!reduced) out.push_back(x[a]);
     else if (keep) out.push_back(1);
   }
-  c.expect_out_dims(out);
+  return {DType::kFloat32, out};
+}
+
+// ReduceMax/ReduceMin have no identity element: an empty reduction is refused.
+OutType reduce_extreme(const OpCheck& c) {
+  OutType out = reduce(c);
+  auto axes = c.ints_attr("axes");
+  for (size_t a = 0; a < c.in(0).dims.size(); ++a)
+    if (axes.empty() || std::binary_search(axes.begin(), axes.end(), static_cast<int64_t>(a)))
+      c.expect(c.in(0).dims[a] > 0, "reduces the empty axis " + std::to_string(a));
+  return out;
 }
 
 // ---- data movement -----------------------------------------------------------------------------
 
-void transpose(const OpCheck& c) {
+OutType transpose(const OpCheck& c) {
   c.arity(1, 1);
-  c.expect_float32();
   const Dims& x = c.in(0).dims;
   auto perm = c.ints_attr("perm", x.size(), 0, rank_of(c.in(0)) - 1);
   auto sorted = perm;
@@ -246,22 +354,48 @@ void transpose(const OpCheck& c) {
            "attribute 'perm' " + dims_text(perm) + " is not a permutation");
   Dims out;
   for (int64_t p : perm) out.push_back(x[static_cast<size_t>(p)]);
-  c.expect_out_dims(out);
+  return {c.in(0).dtype, out};
 }
 
-void reshape(const OpCheck& c) {
+OutType reshape(const OpCheck& c) {
   c.arity(1, 1);
-  c.expect_dtype(c.out(), c.in(0).dtype, "output");
-  c.expect(c.in(0).element_count() == c.out().element_count(),
-           "output dims " + dims_text(c.out().dims) + " hold " + std::to_string(c.out().element_count()) +
-               " elements, input dims " + dims_text(c.in(0).dims) + " hold " +
-               std::to_string(c.in(0).element_count()));
+  Dims shape = c.bounded(c.ints_attr("shape"), "attribute 'shape'");
+  c.expect(product(shape) == c.in(0).element_count(),
+           "output dims " + dims_text(shape) + " hold " + std::to_string(product(shape)) + " elements, input dims " +
+               dims_text(c.in(0).dims) + " hold " + std::to_string(c.in(0).element_count()));
+  return {c.in(0).dtype, shape};
 }
 
-void concat(const OpCheck& c) {
+OutType expand(const OpCheck& c) {
+  c.arity(1, 1);
+  Dims shape = c.ints_attr("shape");
+  auto out = broadcast(c.in(0).dims, shape);
+  c.expect(out.has_value(), "input dims " + dims_text(c.in(0).dims) + " do not broadcast to " + dims_text(shape));
+  return {c.in(0).dtype, c.bounded(*out, "output")};
+}
+
+OutType tile(const OpCheck& c) {
+  c.arity(1, 1);
+  const Dims& x = c.in(0).dims;
+  auto repeats = c.ints_attr("repeats", x.size(), 0, kMaxElements);
+  Dims out = x;
+  for (size_t a = 0; a < x.size(); ++a)
+    c.expect(!__builtin_mul_overflow(x[a], repeats[a], &out[a]), "repeats " + dims_text(repeats) + " overflow");
+  return {c.in(0).dtype, c.bounded(out, "output")};
+}
+
+OutType trilu(const OpCheck& c) {
+  c.arity(1, 1);
+  c.expect(c.in(0).dims.size() >= 2, "input has dims " + dims_text(c.in(0).dims) + ", expected rank >= 2");
+  c.int_attr("upper", 0, 1);
+  c.int_attr("k", kIntMin, kIntMax);
+  return {c.in(0).dtype, c.in(0).dims};
+}
+
+OutType concat(const OpCheck& c) {
   c.arity(1, std::numeric_limits<size_t>::max());
   for (size_t i = 0; i < c.input_count(); ++i) c.in(i);  // every input present
-  c.expect_float32();
+  DType t = c.expect_same_inputs(kAny);
   const Dims& first = c.in(0).dims;
   c.expect(!first.empty(), "input 0 is a scalar");
   auto axis = static_cast<size_t>(c.int_attr("axis", 0, static_cast<int64_t>(first.size()) - 1));
@@ -277,18 +411,16 @@ void concat(const OpCheck& c) {
                              ", which differ from input 0 " + dims_text(first) + " outside axis " +
                              std::to_string(axis));
   }
-  c.expect_out_dims(out);
+  return {t, c.bounded(out, "output")};
 }
 
 // Every read in[starts + i * steps] must land inside the input, checked without overflow.
-void slice(const OpCheck& c) {
+OutType slice(const OpCheck& c) {
   c.arity(1, 1);
-  c.expect_float32();
   const Dims& x = c.in(0).dims;
-  const Dims& y = c.out().dims;
   auto starts = c.ints_attr("starts", x.size(), kIntMin, kIntMax);
   auto steps = c.ints_attr("steps", x.size(), kIntMin, kIntMax);
-  c.expect(y.size() == x.size(), "output has dims " + dims_text(y) + ", expected rank " + std::to_string(x.size()));
+  Dims y = c.ints_attr("sizes", x.size(), 0, kMaxElements);
   for (size_t a = 0; a < x.size(); ++a) {
     std::string where = " on axis " + std::to_string(a);
     c.expect(steps[a] != 0, "step 0" + where);
@@ -301,12 +433,13 @@ void slice(const OpCheck& c) {
     c.expect(fits, std::to_string(y[a]) + " elements from " + std::to_string(starts[a]) + " by step " +
                        std::to_string(steps[a]) + where + " run outside [0, " + std::to_string(x[a]) + ")");
   }
+  return {c.in(0).dtype, y};
 }
 
-void gather(const OpCheck& c) {
+OutType gather(const OpCheck& c) {
   c.arity(2, 2);
-  c.expect_float32({1});
-  c.expect_dtype(c.in(1), ref::DType::kInt64, "input 1 (indices)");
+  c.expect(c.in(1).dtype == DType::kInt64 || c.in(1).dtype == DType::kInt32,
+           "input 1 (indices) has element type " + ref::dtype_name(c.in(1).dtype) + ", expected int64 or int32");
   const Dims& d = c.in(0).dims;
   c.expect(!d.empty(), "input 0 is a scalar");
   auto axis = static_cast<size_t>(c.int_attr("axis", 0, rank_of(c.in(0)) - 1));
@@ -314,7 +447,132 @@ void gather(const OpCheck& c) {
   Dims out(d.begin(), d.begin() + static_cast<int64_t>(axis));
   out.insert(out.end(), idx.begin(), idx.end());
   out.insert(out.end(), d.begin() + static_cast<int64_t>(axis) + 1, d.end());
-  c.expect_out_dims(out);
+  return {c.in(0).dtype, c.bounded(out, "output")};
+}
+
+// pads may be negative (crop), but never below -dim.
+OutType pad(const OpCheck& c) {
+  c.arity(1, 1);
+  const Dims& x = c.in(0).dims;
+  auto pads = c.ints_attr("pads", 2 * x.size(), -kMaxElements, kMaxElements);
+  auto mode = c.int_attr("mode", 0, 2);  // constant, reflect, edge
+  scalar_attr(c, c.in(0).dtype, "value");
+  Dims out = x;
+  for (size_t a = 0; a < x.size(); ++a) {
+    out[a] = x[a] + pads[a] + pads[a + x.size()];
+    c.expect(out[a] >= 0, "pads " + dims_text(pads) + " remove more than axis " + std::to_string(a) + " holds");
+    bool grows = pads[a] > 0 || pads[a + x.size()] > 0;
+    if (mode != 0 && grows) {
+      c.expect(x[a] > 0, "pads an empty axis " + std::to_string(a) + " in reflect or edge mode");
+      // Reflection reads x[1..dim-1]: a pad must be shorter than the axis.
+      if (mode == 1)
+        c.expect(pads[a] < x[a] && pads[a + x.size()] < x[a],
+                 "reflect pads " + dims_text(pads) + " reach past axis " + std::to_string(a) + " of size " +
+                     std::to_string(x[a]));
+    }
+  }
+  return {c.in(0).dtype, c.bounded(out, "output")};
+}
+
+// Resize: `sizes` are the output dims; per axis `scales` map output to input coordinates with
+// `coord` (ref_program.h lists the codes); `mode` nearest (with `nearest_mode`) or linear.
+OutType resize(const OpCheck& c) {
+  c.arity(1, 1);
+  c.expect_inputs(DType::kFloat32);
+  const Dims& x = c.in(0).dims;
+  c.int_attr("mode", 0, 1);
+  c.int_attr("coord", 0, 5);
+  c.int_attr("nearest_mode", 0, 4);
+  const ref::Attr* scales = c.op().attr("scales");
+  c.expect(scales && scales->kind == ref::Attr::Kind::kFloats && scales->floats.size() == x.size(),
+           "attribute 'scales' (floats) must hold one scale per axis");
+  for (float f : scales->floats) c.expect(f > 0 && std::isfinite(f), "attribute 'scales' holds a value that is not positive");
+  Dims out = c.bounded(c.ints_attr("sizes", x.size(), 1, kMaxElements), "attribute 'sizes'");
+  for (size_t a = 0; a < x.size(); ++a) c.expect(x[a] > 0, "input axis " + std::to_string(a) + " is empty");
+  return {DType::kFloat32, out};
+}
+
+// ConvTranspose: W [C, M/group, k...]; `output_padding` adds to the end of each output axis.
+OutType conv_transpose(const OpCheck& c) {
+  c.arity(2, 3);
+  c.expect_inputs(DType::kFloat32);
+  const ref::Value& x = c.in(0);
+  const ref::Value& wv = c.in(1);
+  c.expect(x.dims.size() >= 3, "input 0 has dims " + dims_text(x.dims) + ", expected N x C x D1 ...");
+  size_t n = x.dims.size() - 2;
+  Dims kernel = c.ints_attr("kernel_shape", n, 1, kMaxWindow), strides = c.ints_attr("strides", n, 1, kMaxWindow);
+  Dims pads = c.ints_attr("pads", 2 * n, 0, kMaxWindow), dilations = c.ints_attr("dilations", n, 1, kMaxWindow);
+  Dims extra = c.ints_attr("output_padding", n, 0, kMaxWindow);
+  int64_t group = c.int_attr("group", 1, kIntMax);
+  c.expect(wv.dims.size() == x.dims.size() && Dims(wv.dims.begin() + 2, wv.dims.end()) == kernel,
+           "weight dims " + dims_text(wv.dims) + " do not match kernel " + dims_text(kernel));
+  c.expect(wv.dims[0] == x.dims[1] && x.dims[1] % group == 0,
+           "group " + std::to_string(group) + " does not fit input " + dims_text(x.dims) + " and weight " + dims_text(wv.dims));
+  int64_t channels = wv.dims[1] * group;
+  if (const ref::Value* bias = c.optional_in(2)) c.expect_dims(*bias, {channels}, "bias");
+  Dims out = {x.dims[0], channels};
+  for (size_t a = 0; a < n; ++a) {
+    int64_t size = strides[a] * (x.dims[a + 2] - 1) + extra[a] + (kernel[a] - 1) * dilations[a] + 1 - pads[a] - pads[a + n];
+    c.expect(size > 0, "output axis " + std::to_string(a + 2) + " would have size " + std::to_string(size));
+    out.push_back(size);
+  }
+  return {DType::kFloat32, c.bounded(out, "output")};
+}
+
+// GroupNormalization: channels in `groups` groups normalised together; scale and bias per channel.
+OutType group_normalization(const OpCheck& c) {
+  c.arity(3, 3);
+  c.expect_inputs(DType::kFloat32);
+  const Dims& x = c.in(0).dims;
+  c.expect(x.size() >= 2, "input 0 has dims " + dims_text(x) + ", expected N x C x ...");
+  int64_t groups = c.int_attr("groups", 1, kIntMax);
+  c.expect(x[1] % groups == 0, std::to_string(groups) + " groups do not divide " + std::to_string(x[1]) + " channels");
+  for (size_t i = 1; i <= 2; ++i) c.expect_dims(c.in(i), {x[1]}, "input " + std::to_string(i));
+  c.float_attr("epsilon");
+  return {DType::kFloat32, x};
+}
+
+// ArgMax/ArgMin along `axis`; `select_last_index` picks the last of equal extremes.
+OutType arg_extreme(const OpCheck& c) {
+  c.arity(1, 1);
+  c.expect_inputs(DType::kFloat32);
+  const Dims& x = c.in(0).dims;
+  c.expect(!x.empty(), "input is a scalar");
+  auto axis = static_cast<size_t>(c.int_attr("axis", 0, rank_of(c.in(0)) - 1));
+  c.expect(x[axis] > 0, "reduces the empty axis " + std::to_string(axis));
+  bool keep = c.int_attr("keepdims", 0, 1) != 0;
+  c.int_attr("select_last_index", 0, 1);
+  Dims out = x;
+  if (keep) out[axis] = 1;
+  else out.erase(out.begin() + static_cast<int64_t>(axis));
+  return {DType::kInt64, out};
+}
+
+// GatherElements: indices (int32/int64) of any shape of the data's rank, picking along `axis`.
+OutType gather_elements(const OpCheck& c) {
+  c.arity(2, 2);
+  const Dims& d = c.in(0).dims;
+  const Dims& idx = c.in(1).dims;
+  c.expect(c.in(1).dtype == DType::kInt64 || c.in(1).dtype == DType::kInt32,
+           "input 1 (indices) has element type " + ref::dtype_name(c.in(1).dtype) + ", expected int64 or int32");
+  c.expect(!d.empty() && idx.size() == d.size(), "indices " + dims_text(idx) + " must have the rank of data " + dims_text(d));
+  auto axis = static_cast<size_t>(c.int_attr("axis", 0, rank_of(c.in(0)) - 1));
+  for (size_t a = 0; a < d.size(); ++a)
+    c.expect(a == axis || idx[a] <= d[a], "indices " + dims_text(idx) + " exceed data " + dims_text(d) + " on axis " + std::to_string(a));
+  return {c.in(0).dtype, idx};
+}
+
+// Shape and Size read only the dims of their input, never its data.
+OutType shape(const OpCheck& c) {
+  c.arity(1, 1);
+  int64_t rank = rank_of(c.in(0));
+  int64_t start = c.int_attr("start", 0, rank), end = c.int_attr("end", start, rank);
+  return {DType::kInt64, {end - start}};
+}
+
+OutType size(const OpCheck& c) {
+  c.arity(1, 1);
+  return {DType::kInt64, {}};
 }
 
 }  // namespace
@@ -322,38 +580,83 @@ void gather(const OpCheck& c) {
 const std::vector<OpDef>& op_defs() {
   namespace k = kernels;
   static const std::vector<OpDef> kOps = {
-      {"Add", binary, k::add},
-      {"Sub", binary, k::sub},
-      {"Mul", binary, k::mul},
-      {"Div", binary, k::div},
-      {"Pow", binary, k::pow},
+      {"Add", arithmetic, k::add},
+      {"Sub", arithmetic, k::sub},
+      {"Mul", arithmetic, k::mul},
+      {"Div", arithmetic, k::div},
+      {"Min", arithmetic, k::min},
+      {"Max", arithmetic, k::max},
+      {"Pow", float_binary, k::pow},
+      {"PRelu", float_binary, k::prelu},
+      {"Equal", equal, k::equal},
+      {"Less", compare, k::less},
+      {"Greater", compare, k::greater},
+      {"LessOrEqual", compare, k::less_or_equal},
+      {"GreaterOrEqual", compare, k::greater_or_equal},
+      {"And", logical, k::logical_and},
+      {"Or", logical, k::logical_or},
+      {"Xor", logical, k::logical_xor},
+      {"Not", logical_not, k::logical_not},
+      {"Where", where, k::where},
+      {"Cast", cast, k::cast},
+      {"Neg", numeric_unary, k::neg},
+      {"Abs", numeric_unary, k::abs},
       {"Sqrt", unary, k::sqrt},
       {"Exp", unary, k::exp},
+      {"Log", unary, k::log},
       {"Erf", unary, k::erf},
-      {"Neg", unary, k::neg},
-      {"Abs", unary, k::abs},
+      {"Sin", unary, k::sin},
+      {"Cos", unary, k::cos},
+      {"Reciprocal", unary, k::reciprocal},
       {"Relu", unary, k::relu},
       {"Sigmoid", unary, k::sigmoid},
       {"Tanh", unary, k::tanh},
+      {"Softplus", unary, k::softplus},
       {"HardSwish", unary, k::hard_swish},
-      {"LeakyRelu", leaky_relu, k::leaky_relu},
-      {"HardSigmoid", hard_sigmoid, k::hard_sigmoid},
+      {"LeakyRelu", with_alpha, k::leaky_relu},
+      {"Elu", with_alpha, k::elu},
+      {"Selu", selu, k::selu},
+      {"HardSigmoid", with_alpha_beta, k::hard_sigmoid},
       {"Clip", clip, k::clip},
+      {"ConstantOfShape", constant_of_shape, k::constant_of_shape},
+      {"Range", range, k::range},
       {"Softmax", softmax, k::softmax},
+      {"LogSoftmax", softmax, k::log_softmax},
       {"MatMul", matmul, k::matmul},
       {"Gemm", gemm, k::gemm},
       {"Conv", conv, k::conv},
       {"MaxPool", max_pool, k::max_pool},
       {"AveragePool", average_pool, k::average_pool},
       {"BatchNormalization", batch_normalization, k::batch_normalization},
+      {"InstanceNormalization", instance_normalization, k::instance_normalization},
       {"LayerNormalization", layer_normalization, k::layer_normalization},
       {"ReduceMean", reduce, k::reduce_mean},
       {"ReduceSum", reduce, k::reduce_sum},
+      {"ReduceMax", reduce_extreme, k::reduce_max},
+      {"ReduceMin", reduce_extreme, k::reduce_min},
       {"Transpose", transpose, k::transpose},
       {"Reshape", reshape, k::reshape},
+      {"Expand", expand, k::expand},
+      {"Tile", tile, k::tile},
+      {"Trilu", trilu, k::trilu},
       {"Concat", concat, k::concat},
       {"Slice", slice, k::slice},
       {"Gather", gather, k::gather},
+      {"Pad", pad, k::pad},
+      {"Resize", resize, k::resize},
+      {"ConvTranspose", conv_transpose, k::conv_transpose},
+      {"GroupNormalization", group_normalization, k::group_normalization},
+      {"ArgMax", arg_extreme, k::arg_max},
+      {"ArgMin", arg_extreme, k::arg_min},
+      {"GatherElements", gather_elements, k::gather_elements},
+      {"ReduceProd", reduce, k::reduce_prod},
+      {"ReduceL1", reduce, k::reduce_l1},
+      {"ReduceL2", reduce, k::reduce_l2},
+      {"ReduceSumSquare", reduce, k::reduce_sum_square},
+      {"ReduceLogSum", reduce, k::reduce_log_sum},
+      {"ReduceLogSumExp", reduce, k::reduce_log_sum_exp},
+      {"Shape", shape, k::shape, false},
+      {"Size", size, k::size, false},
   };
   return kOps;
 }

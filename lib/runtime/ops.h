@@ -1,6 +1,8 @@
 #pragma once
-// The ref op set: for each op type, the rule validate() applies and the kernel execute() runs.
-// One table, so the two can never disagree about which ops exist.
+// The ref op set: for each op type, the rule that gives its output type (and checks its inputs
+// and attributes) and the kernel execute() runs. One table, used by validate(), by the compiler
+// (through runtime::infer_output) and by the constant folder, so they can never disagree about
+// which ops exist or what shape an op produces.
 
 #include <cstdint>
 #include <string>
@@ -11,11 +13,17 @@
 
 namespace ctxgen::runtime {
 
-// What one op's rule sees: its inputs and output as values, its attributes, and how to fail with
-// a message naming the op ("op 3 (Conv): ...").
+// The output type a rule computes.
+struct OutType {
+  ref::DType dtype = ref::DType::kFloat32;
+  Dims dims;
+};
+
+// What one op's rule sees: its inputs as values (nullptr = absent optional input), its
+// attributes, and how to fail with a message naming the op ("op 3 (Conv): ...").
 class OpCheck {
  public:
-  OpCheck(const ref::Program& program, size_t index);
+  OpCheck(const ref::Op& op, std::vector<const ref::Value*> inputs, std::string label);
 
   const ref::Op& op() const { return op_; }
   [[noreturn]] void fail(const std::string& what) const;
@@ -23,39 +31,45 @@ class OpCheck {
     if (!ok) fail(what);
   }
 
-  // Requires between `required` and `max` inputs, the first `required` present (not -1).
+  // Requires between `required` and `max` inputs, the first `required` present.
   void arity(size_t required, size_t max) const;
-  size_t input_count() const { return op_.inputs.size(); }
+  size_t input_count() const { return inputs_.size(); }
   const ref::Value& in(size_t i) const;            // present
   const ref::Value* optional_in(size_t i) const;   // nullptr when absent or beyond the list
-  const ref::Value& out() const;
 
   // Required attributes of the right kind, within [lo, hi].
   int64_t int_attr(const std::string& name, int64_t lo, int64_t hi) const;
+  // Optional int attribute: `fallback` when absent.
+  int64_t int_attr_or(const std::string& name, int64_t fallback, int64_t lo, int64_t hi) const;
   float float_attr(const std::string& name) const;
   std::vector<int64_t> ints_attr(const std::string& name, size_t count, int64_t lo, int64_t hi) const;
   std::vector<int64_t> ints_attr(const std::string& name) const;  // any length, any values
+  ref::DType dtype_attr(const std::string& name) const;           // an int attribute naming a DType
 
-  // Every input present is float32 (except those listed in `other`), as is the output.
-  void expect_float32(const std::vector<size_t>& other = {}) const;
+  // Every input present has element type `dtype` (except those listed in `other`).
+  void expect_inputs(ref::DType dtype, const std::vector<size_t>& other = {}) const;
+  // Every input present has the element type of input 0, which is one of `allowed`.
+  ref::DType expect_same_inputs(const std::vector<ref::DType>& allowed) const;
   void expect_dtype(const ref::Value& v, ref::DType dtype, const std::string& what) const;
   void expect_dims(const ref::Value& v, const Dims& want, const std::string& what) const;
-  void expect_out_dims(const Dims& want) const { expect_dims(out(), want, "output"); }
+  // Bounds a shape the rule computed: no negative dim, at most 2^48 elements.
+  Dims bounded(Dims dims, const std::string& what) const;
 
  private:
-  const ref::Program& program_;
   const ref::Op& op_;
-  size_t index_;
+  std::vector<const ref::Value*> inputs_;
+  std::string label_;
 };
 
 std::string dims_text(const Dims& dims);
 
-using Check = void (*)(const OpCheck& check);
+using Rule = OutType (*)(const OpCheck& check);
 
 struct OpDef {
   const char* type;
-  Check check;
+  Rule rule;
   Kernel kernel;
+  bool reads_input_data = true;  // false: the output depends on the input dims only
 };
 
 // nullptr when `type` is not a ref op.

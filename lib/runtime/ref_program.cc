@@ -13,7 +13,7 @@ namespace ctxgen::ref {
 namespace {
 
 constexpr char kMagic[4] = {'R', 'P', 'G', 'M'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 
 class Writer {
  public:
@@ -101,8 +101,25 @@ int64_t Value::element_count() const {
   return n;
 }
 
-uint64_t Value::byte_size() const {
-  return static_cast<uint64_t>(element_count()) * (dtype == DType::kInt64 ? 8 : 4);
+uint64_t Value::byte_size() const { return static_cast<uint64_t>(element_count()) * dtype_size(dtype); }
+
+size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: case DType::kInt32: return 4;
+    case DType::kInt64: return 8;
+    case DType::kBool: return 1;
+  }
+  return 0;
+}
+
+std::string dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return "float32";
+    case DType::kInt32: return "int32";
+    case DType::kInt64: return "int64";
+    case DType::kBool: return "bool";
+  }
+  return "dtype " + std::to_string(static_cast<int>(dtype));
 }
 
 Attr int_attr(const std::string& name, int64_t value) {
@@ -199,7 +216,7 @@ Program deserialize(const uint8_t* data, size_t size) {
   for (size_t i = 0; i < p.values.size(); ++i) {
     Value& v = p.values[i];
     auto dtype = in.get<uint8_t>("value dtype");
-    if (dtype != static_cast<uint8_t>(DType::kFloat32) && dtype != static_cast<uint8_t>(DType::kInt64))
+    if (dtype_size(static_cast<DType>(dtype)) == 0)
       in.fail("value " + std::to_string(i) + " has unknown dtype " + std::to_string(dtype));
     v.dtype = static_cast<DType>(dtype);
     auto kind = in.get<uint8_t>("value kind");

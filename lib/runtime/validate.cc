@@ -1,6 +1,7 @@
 // Program-level validation: values, ids, the arena and the order of writes; each op's own rule
 // lives in ops.cc. After validate() passes, execute() indexes nothing out of bounds.
 
+#include <algorithm>
 #include <string>
 
 #include "ctxgen/error.h"
@@ -32,10 +33,16 @@ const char* kind_name(ValueKind kind) {
 
 std::string value_name(size_t id) { return "value " + std::to_string(id); }
 
+std::string op_label(size_t k, const ref::Op& op) { return "ref program: op " + std::to_string(k) + " (" + op.type + ")"; }
+
+[[noreturn]] void fail_op(const std::string& label, const std::string& what) {
+  throw Error(ErrorCode::kInvalidBinary, label + ": " + what);
+}
+
 void check_value(const ref::Program& p, size_t id, size_t weight_count) {
   const Value& v = p.values[id];
   std::string what = value_name(id) + " (" + kind_name(v.kind) + ")";
-  if (v.dtype != ref::DType::kFloat32 && v.dtype != ref::DType::kInt64)
+  if (ref::dtype_size(v.dtype) == 0)
     fail(what + " has unknown dtype " + std::to_string(static_cast<int>(v.dtype)));
   int64_t n = 1;
   for (int64_t d : v.dims)
@@ -95,7 +102,7 @@ bool overlap(const Value& a, const Value& b) {
 // inputs while writing the output.
 void check_dataflow(const ref::Program& p, size_t k, std::vector<bool>& written) {
   const ref::Op& op = p.ops[k];
-  OpCheck c(p, k);
+  OpCheck c(op, {}, op_label(k, op));
   auto in_range = [&](int32_t id) { return id >= 0 && static_cast<size_t>(id) < p.values.size(); };
   c.expect(op.outputs.size() == 1, "has " + std::to_string(op.outputs.size()) + " outputs, expected 1");
   int32_t out = op.outputs[0];
@@ -129,19 +136,17 @@ std::string dims_text(const Dims& dims) {
   return s + "]";
 }
 
-OpCheck::OpCheck(const ref::Program& program, size_t index)
-    : program_(program), op_(program.ops[index]), index_(index) {}
+OpCheck::OpCheck(const ref::Op& op, std::vector<const ref::Value*> inputs, std::string label)
+    : op_(op), inputs_(std::move(inputs)), label_(std::move(label)) {}
 
-void OpCheck::fail(const std::string& what) const {
-  throw Error(ErrorCode::kInvalidBinary, "ref program: op " + std::to_string(index_) + " (" + op_.type + "): " + what);
-}
+void OpCheck::fail(const std::string& what) const { throw Error(ErrorCode::kInvalidBinary, label_ + ": " + what); }
 
 void OpCheck::arity(size_t required, size_t max) const {
-  size_t n = op_.inputs.size();
+  size_t n = inputs_.size();
   if (n < required || n > max)
     fail("has " + std::to_string(n) + " inputs, expected " +
          (required == max ? std::to_string(required) : std::to_string(required) + " to " + std::to_string(max)));
-  for (size_t i = 0; i < required; ++i) expect(op_.inputs[i] >= 0, "required input " + std::to_string(i) + " is absent");
+  for (size_t i = 0; i < required; ++i) expect(inputs_[i] != nullptr, "required input " + std::to_string(i) + " is absent");
 }
 
 const ref::Value& OpCheck::in(size_t i) const {
@@ -150,12 +155,7 @@ const ref::Value& OpCheck::in(size_t i) const {
   return *v;
 }
 
-const ref::Value* OpCheck::optional_in(size_t i) const {
-  if (i >= op_.inputs.size() || op_.inputs[i] < 0) return nullptr;
-  return &program_.values[static_cast<size_t>(op_.inputs[i])];
-}
-
-const ref::Value& OpCheck::out() const { return program_.values[static_cast<size_t>(op_.outputs[0])]; }
+const ref::Value* OpCheck::optional_in(size_t i) const { return i < inputs_.size() ? inputs_[i] : nullptr; }
 
 int64_t OpCheck::int_attr(const std::string& name, int64_t lo, int64_t hi) const {
   const ref::Attr* a = op_.attr(name);
@@ -163,6 +163,10 @@ int64_t OpCheck::int_attr(const std::string& name, int64_t lo, int64_t hi) const
   expect(a->i >= lo && a->i <= hi, "attribute '" + name + "' is " + std::to_string(a->i) + ", expected a value in [" +
                                        std::to_string(lo) + ", " + std::to_string(hi) + "]");
   return a->i;
+}
+
+int64_t OpCheck::int_attr_or(const std::string& name, int64_t fallback, int64_t lo, int64_t hi) const {
+  return op_.attr(name) ? int_attr(name, lo, hi) : fallback;
 }
 
 float OpCheck::float_attr(const std::string& name) const {
@@ -187,23 +191,52 @@ std::vector<int64_t> OpCheck::ints_attr(const std::string& name, size_t count, i
   return values;
 }
 
-void OpCheck::expect_dtype(const ref::Value& v, ref::DType dtype, const std::string& what) const {
-  auto name = [](ref::DType d) { return d == ref::DType::kFloat32 ? "float32" : "int64"; };
-  expect(v.dtype == dtype, what + " has element type " + name(v.dtype) + ", expected " + name(dtype));
+ref::DType OpCheck::dtype_attr(const std::string& name) const {
+  auto code = int_attr(name, 0, 255);
+  auto dtype = static_cast<ref::DType>(code);
+  expect(ref::dtype_size(dtype) != 0, "attribute '" + name + "' is " + std::to_string(code) + ", not a ref element type");
+  return dtype;
 }
 
-void OpCheck::expect_float32(const std::vector<size_t>& other) const {
-  for (size_t i = 0; i < op_.inputs.size(); ++i) {
-    bool excluded = false;
-    for (size_t o : other) excluded = excluded || o == i;
-    if (const ref::Value* v = optional_in(i); v && !excluded)
-      expect_dtype(*v, ref::DType::kFloat32, "input " + std::to_string(i));
+void OpCheck::expect_dtype(const ref::Value& v, ref::DType dtype, const std::string& what) const {
+  expect(v.dtype == dtype, what + " has element type " + ref::dtype_name(v.dtype) + ", expected " + ref::dtype_name(dtype));
+}
+
+void OpCheck::expect_inputs(ref::DType dtype, const std::vector<size_t>& other) const {
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    bool excluded = std::find(other.begin(), other.end(), i) != other.end();
+    if (const ref::Value* v = optional_in(i); v && !excluded) expect_dtype(*v, dtype, "input " + std::to_string(i));
   }
-  expect_dtype(out(), ref::DType::kFloat32, "output");
+}
+
+ref::DType OpCheck::expect_same_inputs(const std::vector<ref::DType>& allowed) const {
+  ref::DType t = in(0).dtype;
+  expect(std::find(allowed.begin(), allowed.end(), t) != allowed.end(),
+         "input 0 has element type " + ref::dtype_name(t) + ", which this op does not take");
+  expect_inputs(t);
+  return t;
 }
 
 void OpCheck::expect_dims(const ref::Value& v, const Dims& want, const std::string& what) const {
   expect(v.dims == want, what + " has dims " + dims_text(v.dims) + ", expected " + dims_text(want));
+}
+
+Dims OpCheck::bounded(Dims dims, const std::string& what) const {
+  int64_t n = 1;
+  for (int64_t d : dims)
+    expect(d >= 0 && !__builtin_mul_overflow(n, d, &n) && n <= kMaxElements,
+           what + " dims " + dims_text(dims) + " are negative or hold more than 2^48 elements");
+  return dims;
+}
+
+ref::Value infer_output(const ref::Op& op, const std::vector<const ref::Value*>& inputs, const std::string& label) {
+  const OpDef* def = find_op(op.type);
+  if (!def) throw Error(ErrorCode::kInvalidBinary, label + ": unknown op type '" + op.type + "'");
+  OutType out = def->rule(OpCheck(op, inputs, label));
+  ref::Value v;
+  v.dtype = out.dtype;
+  v.dims = std::move(out.dims);
+  return v;
 }
 
 void validate(const ref::Program& program, size_t weight_count) {
@@ -218,12 +251,18 @@ void validate(const ref::Program& program, size_t weight_count) {
     written[id] = kind == ValueKind::kInput || kind == ValueKind::kWeight;
   }
   for (size_t k = 0; k < program.ops.size(); ++k) {
-    const OpDef* def = find_op(program.ops[k].type);
-    if (!def)
-      throw Error(ErrorCode::kInvalidBinary,
-                  "ref program: op " + std::to_string(k) + " has unknown type '" + program.ops[k].type + "'");
+    const ref::Op& op = program.ops[k];
+    if (!find_op(op.type))
+      throw Error(ErrorCode::kInvalidBinary, "ref program: op " + std::to_string(k) + " has unknown type '" + op.type + "'");
     check_dataflow(program, k, written);
-    def->check(OpCheck(program, k));
+    std::vector<const Value*> inputs;
+    for (int32_t id : op.inputs) inputs.push_back(id < 0 ? nullptr : &program.values[static_cast<size_t>(id)]);
+    std::string label = op_label(k, op);
+    Value want = infer_output(op, inputs, label);
+    const Value& y = program.values[static_cast<size_t>(op.outputs[0])];
+    if (y.dtype != want.dtype)
+      fail_op(label, "output has element type " + ref::dtype_name(y.dtype) + ", expected " + ref::dtype_name(want.dtype));
+    if (y.dims != want.dims) fail_op(label, "output has dims " + dims_text(y.dims) + ", expected " + dims_text(want.dims));
   }
   for (size_t i = 0; i < program.outputs.size(); ++i)
     if (!written[static_cast<size_t>(program.outputs[i])])

@@ -156,13 +156,18 @@ void check_integrity(const fs::path& model, OrtHost& host, std::vector<std::stri
   checks.push_back(model.string() + ": loads in ONNX Runtime with " + ref::kEpName);
 }
 
-Tensor random_input(const Ort::TypeInfo& type, const std::string& name, const Options& options, std::mt19937_64& rng) {
+Tensor random_input(const Ort::TypeInfo& type, const std::vector<int64_t>& compiled_dims, const std::string& name,
+                    const Options& options, std::mt19937_64& rng) {
   if (type.GetONNXType() != ONNX_TYPE_TENSOR)
     throw Error(ErrorCode::kUsage, "input '" + name + "' is not a tensor; verify feeds random tensors only");
   auto info = type.GetTensorTypeAndShapeInfo();
   Tensor t;
   t.type = info.GetElementType();
   t.dims = info.GetShape();
+  // Dims the original leaves open take what the compiled model was specialised for.
+  if (compiled_dims.size() == t.dims.size())
+    for (size_t d = 0; d < t.dims.size(); ++d)
+      if (t.dims[d] < 0) t.dims[d] = compiled_dims[d];
   auto given = options.input_shapes.find(name);
   if (given != options.input_shapes.end()) t.dims = given->second;
   for (int64_t d : t.dims)
@@ -199,9 +204,16 @@ std::vector<OutputCheck> compare_outputs(const fs::path& model, const fs::path& 
   std::mt19937_64 rng(options.seed);
   std::vector<std::string> input_names, output_names;
   std::vector<Tensor> inputs;
+  std::map<std::string, std::vector<int64_t>> compiled_dims;
+  for (size_t i = 0; i < compiled.GetInputCount(); ++i) {
+    auto type = compiled.GetInputTypeInfo(i);
+    if (type.GetONNXType() == ONNX_TYPE_TENSOR)
+      compiled_dims[compiled.GetInputNameAllocated(i, allocator).get()] = type.GetTensorTypeAndShapeInfo().GetShape();
+  }
   for (size_t i = 0; i < original.GetInputCount(); ++i) {
     input_names.emplace_back(original.GetInputNameAllocated(i, allocator).get());
-    inputs.push_back(random_input(original.GetInputTypeInfo(i), input_names.back(), options, rng));
+    inputs.push_back(random_input(original.GetInputTypeInfo(i), compiled_dims[input_names.back()], input_names.back(),
+                                  options, rng));
   }
   for (size_t i = 0; i < original.GetOutputCount(); ++i)
     output_names.emplace_back(original.GetOutputNameAllocated(i, allocator).get());

@@ -70,9 +70,18 @@ TEST_F(BadInput, UnknownBackend) {
   fails(quote(copy_model("cnn.onnx", dir_ / "m")) + " -e npu9000", 2, "unknown backend 'npu9000' (available: ref)");
 }
 
+// What ONNX Runtime 1.29 cannot load is refused before any work; what it loads but ref has no
+// rules for yet stays on CPU with the reason.
+TEST_F(BadInput, VersionsBeyondOnnxRuntime) {
+  fs::path modern = generated_models() / "modern";
+  fails(quote(modern / "opset99.onnx"), 3, "imports opset 99 of the default domain; ONNX Runtime 1.29 implements up to 26");
+  fails(quote(modern / "ir99.onnx"), 3, "IR version 99 is newer than ONNX Runtime 1.29 reads (up to 13)");
+  fails(quote(modern / "opset23.onnx"), 4, "Relu: opset 23: ref knows the semantics of ops up to opset 21");
+}
+
 TEST_F(BadInput, InvalidOptionValues) {
   fs::path model = copy_model("dynamic.onnx", dir_ / "m");
-  fails(quote(model) + " --fix-dim batch", 2, "--fix-dim 'batch': expected NAME=VALUE");
+  fails(quote(model) + " --fix-dim batch", 2, "--fix-dim 'batch': expected [MODEL:]NAME=VALUE");
   fails(quote(model) + " --fix-dim batch=-1", 2, "--fix-dim batch: '-1' is not a non-negative integer");
   fails(quote(model) + " --input-shape x=2xbig", 2, "'big' is not a non-negative integer");
   fails(quote(model) + " --fix-dim typo=1", 2, "--fix-dim typo: no dimension of that name");

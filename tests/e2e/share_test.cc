@@ -129,7 +129,7 @@ TEST(Share, ReportDescribesModelsOutputsAndTimings) {
   const auto& m = report["models"][0];
   EXPECT_EQ(m["nodes_on_cpu"], 2);
   EXPECT_EQ(m["cpu_nodes_by_op"]["Floor"], 1);
-  EXPECT_EQ(m["cpu_nodes_by_op"]["Max"], 1);
+  EXPECT_EQ(m["cpu_nodes_by_op"]["Mod"], 1);
   EXPECT_EQ(m["partitions"].size(), 2u);
   ASSERT_EQ(report["outputs"].size(), 3u);
   for (const auto& f : report["outputs"]) {

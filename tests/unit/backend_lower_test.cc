@@ -7,12 +7,14 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <random>
 
 #include "../../lib/backend/ref/lower.h"
 #include "../../lib/backend/ref/memory_plan.h"
 #include "backend_test_util.h"
 #include "ctxgen/error.h"
+#include "ctxgen/runtime.h"
 
 namespace ctxgen {
 namespace {
@@ -60,6 +62,35 @@ std::vector<float> weight_floats(const Lowered& l, int32_t id) {
   std::vector<float> out(b.size / 4);
   std::memcpy(out.data(), b.data, b.size);
   return out;
+}
+
+// Validates and runs a lowered program with its weights from the store; returns each output's bytes.
+std::vector<std::vector<uint8_t>> run_lowered(const Lowered& l, const std::vector<std::vector<uint8_t>>& inputs) {
+  const ref::Program& p = l.program();
+  runtime::validate(p, l.store.size());
+  std::vector<const void*> in;
+  for (const auto& b : inputs) in.push_back(b.data());
+  std::vector<std::vector<uint8_t>> outs;
+  for (int32_t id : p.outputs) outs.emplace_back(value(p, id).byte_size(), uint8_t{0xAB});
+  std::vector<void*> out;
+  for (auto& o : outs) out.push_back(o.data());
+  std::vector<uint8_t> arena;
+  runtime::execute(p, [&](uint32_t id) { return l.store.entry(id).blob.data; }, in, out, arena);
+  return outs;
+}
+
+template <typename T>
+std::vector<uint8_t> bytes_of(const std::vector<T>& values) {
+  std::vector<uint8_t> b(values.size() * sizeof(T));
+  if (!b.empty()) std::memcpy(b.data(), values.data(), b.size());
+  return b;
+}
+
+template <typename T>
+std::vector<T> values_of(const std::vector<uint8_t>& bytes) {
+  std::vector<T> v(bytes.size() / sizeof(T));
+  if (!v.empty()) std::memcpy(v.data(), bytes.data(), v.size() * sizeof(T));
+  return v;
 }
 
 std::vector<float> iota_floats(size_t n, float scale) {
@@ -121,8 +152,11 @@ TEST(RefLower, ShapeOpsBecomeReshapeCopies) {
                      .load());
   EXPECT_EQ(op_types(l->program()), std::vector<std::string>(5, "Reshape"));
   for (const auto& op : l->program().ops) {
-    EXPECT_TRUE(op.attrs.empty());
-    EXPECT_EQ(op.inputs.size(), 1u);  // the axes/shape constants are baked into the output dims
+    // The axes/shape constants are resolved into one `shape` attribute: the output dims.
+    ASSERT_EQ(op.attrs.size(), 1u);
+    EXPECT_EQ(op.attrs[0].name, "shape");
+    EXPECT_EQ(op.get_ints("shape"), value(l->program(), op.outputs[0]).dims);
+    EXPECT_EQ(op.inputs.size(), 1u);
   }
   EXPECT_EQ(value(l->program(), l->program().ops[0].outputs[0]).dims, (std::vector<int64_t>{2, 3}));
   EXPECT_EQ(value(l->program(), l->program().ops[2].outputs[0]).dims, (std::vector<int64_t>{1, 6}));
@@ -144,6 +178,7 @@ TEST(RefLower, SliceStartsAndStepsCoverEveryAxisClamped) {
   const auto& op = only_op(l->program(), "Slice");
   EXPECT_EQ(op.get_ints("starts"), (std::vector<int64_t>{0, 4, 0}));
   EXPECT_EQ(op.get_ints("steps"), (std::vector<int64_t>{1, -2, 2}));
+  EXPECT_EQ(op.get_ints("sizes"), (std::vector<int64_t>{4, 2, 3}));
   EXPECT_EQ(op.inputs.size(), 1u);
   EXPECT_EQ(value(l->program(), op.outputs[0]).dims, (std::vector<int64_t>{4, 2, 3}));
 }
@@ -208,27 +243,104 @@ TEST(RefLower, PoolCeilModeIsInTheOutputDims) {
   EXPECT_EQ(value(l->program(), mp.outputs[0]).dims, (std::vector<int64_t>{1, 1, 3, 3}));
   EXPECT_EQ(mp.get_ints("pads"), (std::vector<int64_t>{0, 0, 0, 0}));
   EXPECT_EQ(mp.get_ints("dilations"), (std::vector<int64_t>{1, 1}));
+  EXPECT_EQ(mp.get_int("ceil_mode", -1), 1);
   const auto& ap = only_op(l->program(), "AveragePool");
   EXPECT_EQ(ap.get_int("count_include_pad", -1), 1);
+  EXPECT_EQ(ap.get_int("ceil_mode", -1), 0);
   EXPECT_EQ(ap.get_ints("strides"), (std::vector<int64_t>{1, 1}));
   EXPECT_EQ(value(l->program(), ap.outputs[0]).dims, (std::vector<int64_t>{1, 1, 5, 5}));
 }
 
-TEST(RefLower, GatherInt32ConstantIndicesBecomeInt64) {
+// The runtime takes int32 indices directly, so int32 constant indices stay int32 weights (no
+// widening to int64) and the program gathers the right rows.
+TEST(RefLower, GatherInt32ConstantIndicesStayInt32) {
   auto l = lower(TestModel().input("d", {5, 2}).int32s("i", {3}, {0, -1, 4}).node("Gather", {"d", "i"}, {"y"})
                      .attr("axis", int64_t{-2}).output("y").load());
   const auto& op = only_op(l->program(), "Gather");
   EXPECT_EQ(op.get_int("axis", -1), 0);
   const auto& idx = value(l->program(), op.inputs[1]);
-  EXPECT_EQ(idx.dtype, ref::DType::kInt64);
+  EXPECT_EQ(idx.dtype, ref::DType::kInt32);
+  EXPECT_EQ(idx.dims, (std::vector<int64_t>{3}));
   ASSERT_EQ(idx.kind, ValueKind::kWeight);
   const Blob& b = l->store.entry(static_cast<uint32_t>(idx.index)).blob;
-  ASSERT_EQ(b.size, 24u);
-  int64_t got[3];
-  std::memcpy(got, b.data, 24);
+  ASSERT_EQ(b.size, 12u);
+  int32_t got[3];
+  std::memcpy(got, b.data, 12);
   EXPECT_EQ(got[0], 0);
   EXPECT_EQ(got[1], -1);
   EXPECT_EQ(got[2], 4);
+  // Rows 0, 4 (as -1) and 4 of [[0,1],[2,3],...,[8,9]].
+  auto out = run_lowered(*l, {bytes_of(std::vector<float>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9})});
+  EXPECT_EQ(values_of<float>(out[0]), (std::vector<float>{0, 1, 8, 9, 8, 9}));
+}
+
+TEST(RefLower, GatherInt32RuntimeIndicesAreAProgramInput) {
+  auto l = lower(TestModel().input("d", {5, 2}).input("i", {2}, onnx::TensorProto::INT32)
+                     .node("Gather", {"d", "i"}, {"y"}).output("y").load());
+  const auto& p = l->program();
+  const auto& op = only_op(p, "Gather");
+  EXPECT_EQ(value(p, op.inputs[1]).kind, ValueKind::kInput);
+  EXPECT_EQ(value(p, op.inputs[1]).dtype, ref::DType::kInt32);
+  ASSERT_EQ(l->result.inputs.size(), 2u);
+  for (const auto& sig : l->result.inputs) {
+    if (sig.name == "i") {
+      EXPECT_EQ(sig.elem_type, onnx::TensorProto::INT32);
+    }
+  }
+  // Inputs in partition order.
+  std::vector<std::vector<uint8_t>> in(2);
+  for (size_t k = 0; k < 2; ++k)
+    in[k] = l->result.inputs[k].name == "d" ? bytes_of(std::vector<float>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9})
+                                            : bytes_of(std::vector<int32_t>{3, -5});
+  EXPECT_EQ(values_of<float>(run_lowered(*l, in)[0]), (std::vector<float>{6, 7, 0, 1}));
+}
+
+// Integer and bool values keep their element types through lowering: the shape arithmetic of
+// exported models (Shape, Gather, Mul on int64, comparisons, Where, Cast) runs in the program.
+TEST(RefLower, IntegerAndBoolValuesKeepTheirTypes) {
+  auto l = lower(TestModel(15)
+                     .input("x", {2, 3})
+                     .int64s("k", {}, {1})
+                     .int64s("two", {}, {2})
+                     .floats("c", {}, {3.5f})
+                     .node("Shape", {"x"}, {"s"})
+                     .node("Gather", {"s", "k"}, {"n"}).attr("axis", int64_t{0})
+                     .node("Mul", {"n", "two"}, {"m"})
+                     .node("Less", {"x", "c"}, {"lt"})
+                     .node("Not", {"lt"}, {"t"})
+                     .node("Cast", {"m"}, {"f"}).attr("to", int64_t{onnx::TensorProto::FLOAT})
+                     .node("Where", {"t", "x", "f"}, {"y"})
+                     .output("m", onnx::TensorProto::INT64)
+                     .output("t", onnx::TensorProto::BOOL)
+                     .output("y")
+                     .load());
+  const auto& p = l->program();
+  EXPECT_EQ(op_types(p), (std::vector<std::string>{"Shape", "Gather", "Mul", "Less", "Not", "Cast", "Where"}));
+  EXPECT_EQ(only_op(p, "Shape").get_int("start", -1), 0);
+  EXPECT_EQ(only_op(p, "Shape").get_int("end", -1), 2);
+  EXPECT_EQ(value(p, only_op(p, "Shape").outputs[0]).dtype, ref::DType::kInt64);
+  EXPECT_EQ(value(p, only_op(p, "Gather").outputs[0]).dims, (std::vector<int64_t>{}));
+  EXPECT_EQ(value(p, only_op(p, "Less").outputs[0]).dtype, ref::DType::kBool);
+  EXPECT_EQ(only_op(p, "Cast").get_int("to", -1), static_cast<int64_t>(ref::DType::kFloat32));
+  ASSERT_EQ(l->result.outputs.size(), 3u);
+  std::map<std::string, int32_t> types;
+  for (const auto& sig : l->result.outputs) types[sig.name] = sig.elem_type;
+  EXPECT_EQ(types["m"], onnx::TensorProto::INT64);
+  EXPECT_EQ(types["t"], onnx::TensorProto::BOOL);
+  EXPECT_EQ(types["y"], onnx::TensorProto::FLOAT);
+  auto outs = run_lowered(*l, {bytes_of(std::vector<float>{1, 2, 3, 4, 5, 6})});
+  for (size_t i = 0; i < 3; ++i) {
+    const std::string& name = l->result.outputs[i].name;
+    // m = 3 * 2; t = !(x < 3.5); y = t ? x : float(m).
+    if (name == "m") {
+      EXPECT_EQ(values_of<int64_t>(outs[i]), (std::vector<int64_t>{6}));
+    } else if (name == "t") {
+      EXPECT_EQ(outs[i], (std::vector<uint8_t>{0, 0, 0, 1, 1, 1}));
+    } else {
+      EXPECT_EQ(values_of<float>(outs[i]), (std::vector<float>{6, 6, 6, 4, 5, 6}));
+    }
+  }
+  check_memory_plan(p);
 }
 
 TEST(RefLower, TransposeDefaultPermIsReversed) {
@@ -339,20 +451,17 @@ TEST(RefLower, GemmConstantBIsPackedToKN) {
   EXPECT_EQ(only_op(r->program(), "Gemm").get_int("transB", -1), 1);
 }
 
-TEST(RefLower, OneDimensionalMatMulOperandsAreReshaped) {
+// A 1-D operand is a row (A) or a column (B) with the same bytes, so numpy's vector products need
+// no copies: the MatMul reads the vectors as they are, and the outputs drop the added dims.
+TEST(RefLower, OneDimensionalMatMulOperandsAreReadInPlace) {
   auto l = lower(TestModel().input("a", {4}).floats("b", {3}, {1, 2, 3}).input("c", {2, 4, 3})
                      .node("MatMul", {"a", "c"}, {"ac"}).node("MatMul", {"c", "b"}, {"cb"})
                      .output("ac").output("cb").load());
   const auto& p = l->program();
-  ASSERT_EQ(op_types(p), (std::vector<std::string>{"Reshape", "MatMul", "Reshape", "MatMul", "Reshape"}));
-  for (const auto& op : p.ops) {
-    if (op.type != "MatMul") continue;
-    for (int32_t in : op.inputs) EXPECT_GE(value(p, in).dims.size(), 2u);
-  }
-  EXPECT_EQ(value(p, p.ops[0].outputs[0]).dims, (std::vector<int64_t>{1, 4}));
-  EXPECT_EQ(value(p, p.ops[1].outputs[0]).dims, (std::vector<int64_t>{2, 1, 3}));
-  EXPECT_EQ(value(p, p.ops[3].inputs[1]).dims, (std::vector<int64_t>{3, 1}));  // the weight, re-viewed
-  EXPECT_EQ(value(p, p.ops[3].inputs[1]).kind, ValueKind::kWeight);
+  ASSERT_EQ(op_types(p), (std::vector<std::string>{"MatMul", "MatMul"}));
+  EXPECT_EQ(value(p, p.ops[0].inputs[0]).dims, (std::vector<int64_t>{4}));
+  EXPECT_EQ(value(p, p.ops[1].inputs[1]).dims, (std::vector<int64_t>{3}));
+  EXPECT_EQ(value(p, p.ops[1].inputs[1]).kind, ValueKind::kWeight);
   EXPECT_EQ(value(p, p.outputs[0]).dims, (std::vector<int64_t>{2, 3}));
   EXPECT_EQ(value(p, p.outputs[1]).dims, (std::vector<int64_t>{2, 4}));
 }
@@ -409,7 +518,7 @@ TEST(RefLower, OutputsNotProducedInsideAreCopied) {
 }
 
 TEST(RefLower, RefusedNodeOrBrokenPartitionIsAnInternalError) {
-  auto m = TestModel().input("x", {2}).node("Cos", {"x"}, {"y"}).output("y").load();
+  auto m = TestModel().input("x", {2}).node("Round", {"x"}, {"y"}).output("y").load();
   Partition part;
   part.nodes = {0};
   part.inputs = {"x"};
@@ -420,7 +529,7 @@ TEST(RefLower, RefusedNodeOrBrokenPartitionIsAnInternalError) {
     FAIL() << "lowering a refused node succeeded";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInternal);
-    EXPECT_NE(std::string(e.what()).find("node 'y_node' (Cos) is not supported by ref: unsupported op"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("node 'y_node' (Round) is not supported by ref: unsupported op"), std::string::npos) << e.what();
   }
   auto ok = TestModel().input("x", {2}).node("Relu", {"x"}, {"y"}).output("y").load();
   Partition missing_input;

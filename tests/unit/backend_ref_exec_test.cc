@@ -27,6 +27,8 @@ struct Tensor {
   std::vector<uint8_t> bytes;
 };
 
+// Dense little-endian bytes of any fixed-size element type, raw or in a typed field (int32 and
+// bool tensors keep their values in int32_data).
 Tensor read_tensor(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream buf;
@@ -36,14 +38,14 @@ Tensor read_tensor(const fs::path& path) {
   Tensor out;
   out.dtype = t.data_type();
   out.dims.assign(t.dims().begin(), t.dims().end());
-  auto take = [&](const auto& field, size_t size) {
-    out.bytes.resize(static_cast<size_t>(field.size()) * size);
-    if (!out.bytes.empty()) std::memcpy(out.bytes.data(), field.data(), out.bytes.size());
-  };
-  if (t.has_raw_data()) out.bytes.assign(t.raw_data().begin(), t.raw_data().end());
-  else if (t.data_type() == onnx::TensorProto::FLOAT) take(t.float_data(), 4);
-  else if (t.data_type() == onnx::TensorProto::INT64) take(t.int64_data(), 8);
+  out.bytes = tensor_bytes(t);
   return out;
+}
+
+uint64_t byte_size(const IoSignature& sig) {
+  uint64_t n = element_size(sig.elem_type);
+  for (int64_t d : sig.dims) n *= static_cast<uint64_t>(d);
+  return n;
 }
 
 enum class Outcome { kNotSupported, kPass, kMismatch };
@@ -54,7 +56,7 @@ struct Case {
   std::string detail;
 };
 
-std::string compare(const std::vector<float>& got, const std::vector<float>& want) {
+std::string compare_floats(const std::vector<float>& got, const std::vector<float>& want) {
   if (got.size() != want.size()) return "size " + std::to_string(got.size()) + " vs " + std::to_string(want.size());
   for (size_t i = 0; i < got.size(); ++i) {
     bool both_nan = std::isnan(got[i]) && std::isnan(want[i]);
@@ -62,6 +64,32 @@ std::string compare(const std::vector<float>& got, const std::vector<float>& wan
     if (!both_nan && !same_inf && !(std::fabs(got[i] - want[i]) <= 1e-5f + 1e-4f * std::fabs(want[i])))
       return "element " + std::to_string(i) + ": got " + std::to_string(got[i]) + ", expected " + std::to_string(want[i]);
   }
+  return {};
+}
+
+template <typename T>
+std::vector<T> values_of(const std::vector<uint8_t>& bytes) {
+  std::vector<T> v(bytes.size() / sizeof(T));
+  if (!v.empty()) std::memcpy(v.data(), bytes.data(), v.size() * sizeof(T));
+  return v;
+}
+
+// float32 within tolerance; integers and bools exactly.
+std::string compare(int32_t dtype, const std::vector<uint8_t>& got, const Tensor& want) {
+  if (want.dtype != dtype) return "element type " + dtype_name(dtype) + ", expected " + dtype_name(want.dtype);
+  if (dtype == onnx::TensorProto::FLOAT) return compare_floats(values_of<float>(got), values_of<float>(want.bytes));
+  if (got.size() != want.bytes.size()) return "size " + std::to_string(got.size()) + " vs " + std::to_string(want.bytes.size()) + " bytes";
+  size_t es = element_size(dtype);
+  for (size_t at = 0; at < got.size(); at += es)
+    if (std::memcmp(got.data() + at, want.bytes.data() + at, es) != 0) {
+      auto text = [&](const uint8_t* p) {
+        if (dtype == onnx::TensorProto::INT64) return std::to_string(values_of<int64_t>({p, p + 8})[0]);
+        if (dtype == onnx::TensorProto::INT32) return std::to_string(values_of<int32_t>({p, p + 4})[0]);
+        return std::to_string(static_cast<int>(p[0]));
+      };
+      return "element " + std::to_string(at / es) + ": got " + text(got.data() + at) + ", expected " +
+             text(want.bytes.data() + at);
+    }
   return {};
 }
 
@@ -106,23 +134,27 @@ Case run_case(const fs::path& dir) {
     for (const auto& v : m.graph().output())
       expected[v.name()] = read_tensor(dir / "test_data_set_0" / ("output_" + std::to_string(k++) + ".pb"));
 
+    // Buffers sized from the compiled signature, so the runtime never reads or writes past them.
     std::vector<const void*> in_ptrs;
-    for (const auto& name : part.inputs) in_ptrs.push_back(inputs.at(name).bytes.data());
-    std::vector<std::vector<float>> outs;
-    std::vector<void*> out_ptrs;
-    for (const auto& sig : graph.outputs) {
-      int64_t n = 1;
-      for (int64_t d : sig.dims) n *= d;
-      outs.emplace_back(static_cast<size_t>(n));
+    for (size_t i = 0; i < part.inputs.size(); ++i) {
+      const Tensor& t = inputs.at(part.inputs[i]);
+      const IoSignature& sig = graph.inputs.at(i);
+      if (t.dtype != sig.elem_type || t.bytes.size() != byte_size(sig)) {
+        c.detail = "input '" + part.inputs[i] + "' is " + dtype_name(t.dtype) + " of " + std::to_string(t.bytes.size()) +
+                   " bytes, the compiled graph takes " + dtype_name(sig.elem_type) + " of " + std::to_string(byte_size(sig));
+        return c;
+      }
+      in_ptrs.push_back(t.bytes.data());
     }
+    std::vector<std::vector<uint8_t>> outs;
+    std::vector<void*> out_ptrs;
+    for (const auto& sig : graph.outputs) outs.emplace_back(byte_size(sig), uint8_t{0xAB});
     for (auto& o : outs) out_ptrs.push_back(o.data());
     std::vector<uint8_t> arena;
     runtime::execute(program, [&](uint32_t id) { return store.entry(id).blob.data; }, in_ptrs, out_ptrs, arena);
     for (size_t i = 0; i < outs.size(); ++i) {
       const Tensor& want = expected.at(part.outputs[i]);
-      std::vector<float> w(want.bytes.size() / 4);
-      std::memcpy(w.data(), want.bytes.data(), want.bytes.size());
-      std::string diff = compare(outs[i], w);
+      std::string diff = compare(graph.outputs[i].elem_type, outs[i], want);
       if (!diff.empty()) {
         c.detail = "output '" + part.outputs[i] + "' " + diff;
         return c;

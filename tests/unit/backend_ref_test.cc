@@ -19,6 +19,8 @@ using testing::TestModel;
 constexpr int32_t kFloat = onnx::TensorProto::FLOAT;
 constexpr int32_t kInt32 = onnx::TensorProto::INT32;
 constexpr int32_t kInt64 = onnx::TensorProto::INT64;
+constexpr int32_t kBool = onnx::TensorProto::BOOL;
+constexpr int32_t kDouble = onnx::TensorProto::DOUBLE;
 
 void expect_yes(const NodeSupport& s) { EXPECT_TRUE(s.supported) << s.reason; }
 void expect_no(const NodeSupport& s, const std::string& reason) {
@@ -61,8 +63,11 @@ TEST(RefSupports, RefusesDynamicShapes) {
 }
 
 TEST(RefSupports, RefusesUnknownOpsAndOtherDomains) {
-  auto m = TestModel().input("x", {2}).node("Cos", {"x"}, {"y"}).output("y").load();
-  expect_no(support_of(m, "Cos"), "unsupported op");
+  // Round (like Floor) is not a ref op; Cos used to be refused too but is supported now.
+  auto m = TestModel().input("x", {2}).node("Round", {"x"}, {"y"}).output("y").load();
+  expect_no(support_of(m, "Round"), "unsupported op");
+  auto hardmax = TestModel().input("x", {2, 3}).node("Hardmax", {"x"}, {"y"}).output("y").load();
+  expect_no(support_of(hardmax, "Hardmax"), "unsupported op");
 
   TestModel ms;
   auto* op = ms.proto().add_opset_import();
@@ -72,12 +77,65 @@ TEST(RefSupports, RefusesUnknownOpsAndOtherDomains) {
   expect_no(support_of(m2, "Gelu"), "domain 'com.microsoft' is not supported");
 }
 
-TEST(RefSupports, RefusesNonFloatElementTypes) {
-  auto m = TestModel().input("a", {2}, kInt32).input("b", {2}, kInt32).node("Add", {"a", "b"}, {"y"})
-               .output("y", kInt32).load();
-  expect_no(support_of(m, "Add"), "element type int32 on input 0 'a' (ref supports float32)");
+TEST(RefSupports, ElementTypes) {
+  // Arithmetic takes int32 and int64 as well as float32.
+  auto add32 = TestModel().input("a", {2}, kInt32).input("b", {2}, kInt32).node("Add", {"a", "b"}, {"y"})
+                   .output("y", kInt32).load();
+  expect_yes(support_of(add32, "Add"));
+  auto div64 = TestModel().input("a", {2}, kInt64).int64s("b", {}, {3}).node("Div", {"a", "b"}, {"y"})
+                   .output("y", kInt64).load();
+  expect_yes(support_of(div64, "Div"));
+  // Float-only ops refuse other types through the input check, before the runtime rule.
+  auto relu = TestModel().input("a", {2}, kInt32).node("Relu", {"a"}, {"y"}).output("y", kInt32).load();
+  expect_no(support_of(relu, "Relu"), "element type int32 on input 0 'a' (ref supports float32)");
+  // Pow with an integer exponent stays refused, now by the runtime's rule for Pow.
   auto p = TestModel().input("a", {2}).input("e", {2}, kInt64).node("Pow", {"a", "e"}, {"y"}).output("y").load();
-  expect_no(support_of(p, "Pow"), "element type int64 on input 1 'e' (ref supports float32)");
+  expect_no(support_of(p, "Pow"), "Pow: input 1 has element type int64, expected float32");
+  // Bool arithmetic: a type ref holds, but not one Add takes.
+  auto add_bool = TestModel().input("a", {2}, kBool).input("b", {2}, kBool).node("Add", {"a", "b"}, {"y"})
+                      .output("y", kBool).load();
+  expect_no(support_of(add_bool, "Add"), "Add: input 0 has element type bool, which this op does not take");
+  // Types ref does not hold at all.
+  auto f64 = TestModel().input("a", {2}, kDouble).input("b", {2}, kDouble).node("Add", {"a", "b"}, {"y"})
+                 .output("y", kDouble).load();
+  expect_no(support_of(f64, "Add"), "element type float64 on input 0 'a' (ref supports float32, int32, int64, bool)");
+  auto cast16 = TestModel().input("a", {2}).node("Cast", {"a"}, {"y"}).attr("to", int64_t{onnx::TensorProto::FLOAT16})
+                    .output("y", onnx::TensorProto::FLOAT16).load();
+  expect_no(support_of(cast16, "Cast"), "element type float16 on attribute to (ref supports float32, int32, int64, bool)");
+}
+
+// Ops added with the integer/bool types: supported on static shapes, refused with a reason where
+// their inputs cannot be attributes or their mode has no ref form.
+TEST(RefSupports, NewOps) {
+  for (const char* op : {"Cos", "Sin", "Log", "Reciprocal", "Softplus", "Elu", "Selu", "LogSoftmax"}) {
+    auto m = TestModel().input("x", {2, 3}).node(op, {"x"}, {"y"}).output("y").load();
+    expect_yes(support_of(m, op));
+  }
+  auto max2 = TestModel().input("a", {2}).input("b", {2}).node("Max", {"a", "b"}, {"y"}).output("y").load();
+  expect_yes(support_of(max2, "Max"));
+  auto max3 = TestModel().input("a", {2}).input("b", {2}).input("c", {2}).node("Max", {"a", "b", "c"}, {"y"}).output("y").load();
+  expect_no(support_of(max3, "Max"), "Max with 3 inputs (ref takes 1 or 2)");
+  auto eq = TestModel().input("a", {2, 3}, kInt64).input("b", {3}, kInt64).node("Equal", {"a", "b"}, {"y"})
+                .output("y", kBool).load();
+  expect_yes(support_of(eq, "Equal"));
+  auto range = TestModel(11).int64s("s", {}, {0}).int64s("l", {}, {5}).int64s("d", {}, {2})
+                   .node("Range", {"s", "l", "d"}, {"y"}).output("y", kInt64).load();
+  expect_yes(support_of(range, "Range"));
+  auto range0 = TestModel(11).int64s("s", {}, {0}).int64s("l", {}, {5}).int64s("d", {}, {0})
+                    .node("Range", {"s", "l", "d"}, {"y"}).output("y", kInt64, std::vector<int64_t>{-1}).load();
+  expect_no(support_of(range0, "Range"), "Range with delta 0");
+  auto expand = TestModel().input("x", {3, 1}).int64s("shape", {3}, {2, 1, 4}).node("Expand", {"x", "shape"}, {"y"})
+                    .output("y").load();
+  expect_yes(support_of(expand, "Expand"));
+  auto expand_dyn = TestModel().input("x", {3, 1}).input("shape", {2}, kInt64).node("Expand", {"x", "shape"}, {"y"})
+                        .output("y", kFloat, std::vector<int64_t>{-1, -1}).load();
+  expect_no(support_of(expand_dyn, "Expand"), "input 1 'shape' is not a constant");
+  auto pad = TestModel().input("x", {2, 3}).int64s("pads", {4}, {0, 1, 0, 1}).node("Pad", {"x", "pads"}, {"y"})
+                 .attr("mode", std::string("reflect")).output("y").load();
+  expect_yes(support_of(pad, "Pad"));
+  auto wrap = TestModel(19).input("x", {2, 3}).int64s("pads", {4}, {0, 1, 0, 1}).node("Pad", {"x", "pads"}, {"y"})
+                  .attr("mode", std::string("wrap")).output("y").load();
+  expect_no(support_of(wrap, "Pad"), "Pad mode 'wrap'");
 }
 
 TEST(RefSupports, RefusesZeroSizedTensors) {
@@ -144,8 +202,12 @@ TEST(RefSupports, BatchNormalizationInferenceOnly) {
 TEST(RefSupports, GatherIndexTypes) {
   auto runtime64 = TestModel().input("d", {5, 2}).input("i", {3}, kInt64).node("Gather", {"d", "i"}, {"y"}).output("y").load();
   expect_yes(support_of(runtime64, "Gather"));
+  // int32 indices computed at run time are supported now (they used to be refused).
   auto runtime32 = TestModel().input("d", {5, 2}).input("i", {3}, kInt32).node("Gather", {"d", "i"}, {"y"}).output("y").load();
-  expect_no(support_of(runtime32, "Gather"), "element type int32 on input 1 'i' (ref supports int64, or int32 constants)");
+  expect_yes(support_of(runtime32, "Gather"));
+  auto int_data = TestModel().input("d", {5, 2}, kInt64).input("i", {3}, kInt32).node("Gather", {"d", "i"}, {"y"})
+                      .output("y", kInt64).load();
+  expect_yes(support_of(int_data, "Gather"));
   auto const32 = TestModel().input("d", {5, 2}).int32s("i", {3}, {0, -1, 4}).node("Gather", {"d", "i"}, {"y"}).output("y").load();
   expect_yes(support_of(const32, "Gather"));
   auto out_of_range = TestModel().input("d", {5, 2}).int64s("i", {1}, {5}).node("Gather", {"d", "i"}, {"y"}).output("y").load();

@@ -21,7 +21,7 @@ ref::Program sample() {
   b.op("Gemm", {x, w, -1}, t,
        {int_attr("transA", 0), int_attr("transB", 0), float_attr("alpha", 1.5f), float_attr("beta", 1)});
   b.op("Gather", {t, idx}, g, {int_attr("axis", 0)});
-  b.op("Slice", {g}, y, {ints_attr("starts", {1, 0}), ints_attr("steps", {-1, 1})});
+  b.op("Slice", {g}, y, {ints_attr("starts", {1, 0}), ints_attr("steps", {-1, 1}), ints_attr("sizes", {2, 2})});
   ref::Attr floats;
   floats.name = "unused";
   floats.kind = ref::Attr::Kind::kFloats;
@@ -102,6 +102,38 @@ TEST(RuntimeProgram, RoundTripKeepsEveryField) {
   expect_near(out[0], {6, 7.5f, 15, 16.5f});
 }
 
+// int32 and bool values survive the encoding, and codes that are no DType are refused.
+TEST(RuntimeProgram, ElementTypesRoundTrip) {
+  ProgramBuilder b;
+  int32_t x = b.input({3}, ref::DType::kInt32);
+  int32_t m = b.arena({3}, -1, ref::DType::kBool);
+  int32_t y = b.output({3}, ref::DType::kBool);
+  b.op("Cast", {x}, m, {int_attr("to", static_cast<int64_t>(ref::DType::kBool))});
+  b.op("Not", {m}, y);
+  Bytes bytes = ref::serialize(b.program());
+  ref::Program q = ref::deserialize(bytes.data(), bytes.size());
+  ASSERT_EQ(q.values.size(), 3u);
+  EXPECT_EQ(q.values[0].dtype, ref::DType::kInt32);
+  EXPECT_EQ(q.values[1].dtype, ref::DType::kBool);
+  EXPECT_EQ(q.values[2].dtype, ref::DType::kBool);
+  EXPECT_EQ(q.values[1].byte_size(), 3u);
+  EXPECT_EQ(run_bytes(q, {i32({0, -5, 1})})[0], (Bytes{1, 0, 0}));
+  EXPECT_EQ(ref::dtype_size(ref::DType::kFloat32), 4u);
+  EXPECT_EQ(ref::dtype_size(ref::DType::kInt32), 4u);
+  EXPECT_EQ(ref::dtype_size(ref::DType::kInt64), 8u);
+  EXPECT_EQ(ref::dtype_size(ref::DType::kBool), 1u);
+  EXPECT_EQ(ref::dtype_size(static_cast<ref::DType>(2)), 0u);
+  EXPECT_EQ(ref::dtype_name(ref::DType::kInt32), "int32");
+  EXPECT_EQ(ref::dtype_name(ref::DType::kBool), "bool");
+  // The first value's dtype is byte 12 (after magic, version and value count).
+  for (uint8_t code : {uint8_t{0}, uint8_t{2}, uint8_t{10}, uint8_t{16}}) {
+    Bytes bad = bytes;
+    bad[12] = code;
+    expect_error([&] { ref::deserialize(bad.data(), bad.size()); }, ErrorCode::kInvalidBinary,
+                 "value 0 has unknown dtype " + std::to_string(code));
+  }
+}
+
 TEST(RuntimeProgram, EveryTruncationIsRejected) {
   Bytes bytes = ref::serialize(sample());
   for (size_t n = 0; n < bytes.size(); ++n)
@@ -114,9 +146,13 @@ TEST(RuntimeProgram, HeaderAndTrailerDamageIsRejected) {
   bad[0] = 'X';
   expect_error([&] { ref::deserialize(bad.data(), bad.size()); }, ErrorCode::kInvalidBinary, "bad magic");
   bad = bytes;
-  bad[4] = 2;
+  bad[4] = 1;  // programs of the previous encoding (no int32/bool, no Reshape `shape`) are refused
   expect_error([&] { ref::deserialize(bad.data(), bad.size()); }, ErrorCode::kInvalidBinary,
-               "encoding version 2, this build reads version 1");
+               "encoding version 1, this build reads version 2");
+  bad = bytes;
+  bad[4] = 3;
+  expect_error([&] { ref::deserialize(bad.data(), bad.size()); }, ErrorCode::kInvalidBinary,
+               "encoding version 3, this build reads version 2");
   bad = bytes;
   bad.push_back(0);
   expect_error([&] { ref::deserialize(bad.data(), bad.size()); }, ErrorCode::kInvalidBinary,

@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "ctxgen/error.h"
@@ -28,6 +29,29 @@ Bytes bytes_of(const std::vector<T>& values) {
 }
 inline Bytes f32(const std::vector<float>& v) { return bytes_of(v); }
 inline Bytes i64(const std::vector<int64_t>& v) { return bytes_of(v); }
+inline Bytes i32(const std::vector<int32_t>& v) { return bytes_of(v); }
+// bool tensors hold one byte per element, 0 or 1.
+inline Bytes b8(const std::vector<uint8_t>& v) { return v; }
+
+// The element values of `bytes` read as T.
+template <typename T>
+std::vector<T> values_of(const Bytes& bytes) {
+  std::vector<T> values(bytes.size() / sizeof(T));
+  if (!values.empty()) std::memcpy(values.data(), bytes.data(), values.size() * sizeof(T));
+  return values;
+}
+
+// The ref element type stored as T (bool as uint8_t).
+template <typename T>
+constexpr ref::DType dtype_of() {
+  if constexpr (std::is_same_v<T, float>) return ref::DType::kFloat32;
+  else if constexpr (std::is_same_v<T, int32_t>) return ref::DType::kInt32;
+  else if constexpr (std::is_same_v<T, int64_t>) return ref::DType::kInt64;
+  else {
+    static_assert(std::is_same_v<T, uint8_t>, "float, int32_t, int64_t or uint8_t (bool)");
+    return ref::DType::kBool;
+  }
+}
 
 class ProgramBuilder {
  public:
@@ -36,8 +60,8 @@ class ProgramBuilder {
     p_.inputs.push_back(id);
     return id;
   }
-  int32_t output(Dims dims) {
-    int32_t id = add(std::move(dims), ref::ValueKind::kOutput, p_.outputs.size(), ref::DType::kFloat32);
+  int32_t output(Dims dims, ref::DType dtype = ref::DType::kFloat32) {
+    int32_t id = add(std::move(dims), ref::ValueKind::kOutput, p_.outputs.size(), dtype);
     p_.outputs.push_back(id);
     return id;
   }
@@ -45,13 +69,14 @@ class ProgramBuilder {
     return add(std::move(dims), ref::ValueKind::kWeight, weight_id, dtype);
   }
   // An arena value after every other one, or at `offset` (to share bytes with another value).
-  int32_t arena(Dims dims, int64_t offset = -1) {
+  int32_t arena(Dims dims, int64_t offset = -1, ref::DType dtype = ref::DType::kFloat32) {
     ref::Value v;
+    v.dtype = dtype;
     v.dims = dims;
     uint64_t at = offset >= 0 ? static_cast<uint64_t>(offset) : p_.arena_bytes;
     uint64_t end = (at + v.byte_size() + 63) / 64 * 64;
     if (end > p_.arena_bytes) p_.arena_bytes = end;
-    return add(std::move(dims), ref::ValueKind::kArena, at, ref::DType::kFloat32);
+    return add(std::move(dims), ref::ValueKind::kArena, at, dtype);
   }
   ref::Op& op(const std::string& type, std::vector<int32_t> inputs, int32_t output, std::vector<ref::Attr> attrs = {}) {
     ref::Op o;
@@ -77,15 +102,16 @@ class ProgramBuilder {
   ref::Program p_;
 };
 
-// Validates and runs `program`; returns each output as floats.
-inline std::vector<std::vector<float>> run(const ref::Program& program, const std::vector<Bytes>& inputs,
-                                           const std::vector<Bytes>& weights = {}) {
+// Validates and runs `program`; returns the bytes of each output (sized from its dtype and dims,
+// pre-filled with 0xAB so unwritten bytes show).
+inline std::vector<Bytes> run_bytes(const ref::Program& program, const std::vector<Bytes>& inputs,
+                                    const std::vector<Bytes>& weights = {}) {
   runtime::validate(program, weights.size());
   std::vector<const void*> in;
   for (const auto& b : inputs) in.push_back(b.data());
-  std::vector<std::vector<float>> outs;
+  std::vector<Bytes> outs;
   for (int32_t id : program.outputs)
-    outs.emplace_back(static_cast<size_t>(program.values[static_cast<size_t>(id)].element_count()), -12345.0f);
+    outs.emplace_back(static_cast<size_t>(program.values[static_cast<size_t>(id)].byte_size()), uint8_t{0xAB});
   std::vector<void*> out;
   for (auto& o : outs) out.push_back(o.data());
   std::vector<uint8_t> arena;
@@ -93,15 +119,27 @@ inline std::vector<std::vector<float>> run(const ref::Program& program, const st
   return outs;
 }
 
-// Runs a one-op program: inputs given as (dims, bytes), with `out_dims`.
+// Validates and runs `program`, whose outputs are float32; returns each output as floats.
+inline std::vector<std::vector<float>> run(const ref::Program& program, const std::vector<Bytes>& inputs,
+                                           const std::vector<Bytes>& weights = {}) {
+  for (int32_t id : program.outputs)
+    EXPECT_EQ(program.values[static_cast<size_t>(id)].dtype, ref::DType::kFloat32) << "run() reads float32 outputs only";
+  std::vector<std::vector<float>> outs;
+  for (const auto& b : run_bytes(program, inputs, weights)) outs.push_back(values_of<float>(b));
+  return outs;
+}
+
+// One input of a one-op program.
 struct In {
   Dims dims;
   Bytes data;
   ref::DType dtype = ref::DType::kFloat32;
 };
 
-inline std::vector<float> run_op(const std::string& type, const std::vector<In>& inputs, const Dims& out_dims,
-                                 std::vector<ref::Attr> attrs = {}) {
+// The output bytes of a one-op program: inputs given as (dims, bytes, dtype), an input with no
+// dims and no bytes is absent; the output has `out_dims` and `out_dtype`.
+inline Bytes run_op_bytes(const std::string& type, const std::vector<In>& inputs, const Dims& out_dims,
+                          ref::DType out_dtype, std::vector<ref::Attr> attrs = {}) {
   ProgramBuilder b;
   std::vector<int32_t> ids;
   std::vector<Bytes> data;
@@ -109,9 +147,21 @@ inline std::vector<float> run_op(const std::string& type, const std::vector<In>&
     ids.push_back(in.dims.empty() && in.data.empty() ? -1 : b.input(in.dims, in.dtype));
     if (ids.back() >= 0) data.push_back(in.data);
   }
-  int32_t y = b.output(out_dims);
+  int32_t y = b.output(out_dims, out_dtype);
   b.op(type, ids, y, std::move(attrs));
-  return run(b.program(), data)[0];
+  return run_bytes(b.program(), data)[0];
+}
+
+// A one-op program whose output is of the element type stored as T, its values read exactly.
+template <typename T>
+std::vector<T> run_op_as(const std::string& type, const std::vector<In>& inputs, const Dims& out_dims,
+                         std::vector<ref::Attr> attrs = {}) {
+  return values_of<T>(run_op_bytes(type, inputs, out_dims, dtype_of<T>(), std::move(attrs)));
+}
+
+inline std::vector<float> run_op(const std::string& type, const std::vector<In>& inputs, const Dims& out_dims,
+                                 std::vector<ref::Attr> attrs = {}) {
+  return run_op_as<float>(type, inputs, out_dims, std::move(attrs));
 }
 
 inline void expect_near(const std::vector<float>& got, const std::vector<float>& want, float tol = 1e-5f) {

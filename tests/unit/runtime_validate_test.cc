@@ -214,16 +214,17 @@ TEST(RuntimeValidate, RejectsBadDataflow) {
 
 // One op over small inputs, for the per-op rules.
 ref::Program single(const std::string& type, const std::vector<std::pair<Dims, ref::DType>>& inputs, Dims out,
-                    std::vector<ref::Attr> attrs) {
+                    std::vector<ref::Attr> attrs, ref::DType out_dtype = ref::DType::kFloat32) {
   ProgramBuilder b;
   std::vector<int32_t> ids;
   for (const auto& [dims, dtype] : inputs) ids.push_back(b.input(dims, dtype));
-  int32_t y = b.output(std::move(out));
+  int32_t y = b.output(std::move(out), out_dtype);
   b.op(type, ids, y, std::move(attrs));
   return b.program();
 }
 
-constexpr ref::DType kF = ref::DType::kFloat32, kI = ref::DType::kInt64;
+constexpr ref::DType kF = ref::DType::kFloat32, kI = ref::DType::kInt64, kI32 = ref::DType::kInt32,
+                     kB = ref::DType::kBool;
 
 TEST(RuntimeValidate, PerOpShapeRules) {
   expect_invalid(single("MatMul", {{{2, 3}, kF}, {{4, 5}, kF}}, {2, 5}, {}), "inner dims differ: [2,3] x [4,5]", 0);
@@ -231,7 +232,11 @@ TEST(RuntimeValidate, PerOpShapeRules) {
   expect_invalid(single("Gemm", {{{2, 3}, kF}, {{3, 4}, kF}, {{3}, kF}}, {2, 4},
                         {int_attr("transA", 0), int_attr("transB", 0), float_attr("alpha", 1), float_attr("beta", 1)}),
                  "C dims [3] do not broadcast to [2,4]", 0);
-  expect_invalid(single("Reshape", {{{2, 3}, kF}}, {5}, {}), "output dims [5] hold 5 elements, input dims [2,3] hold 6", 0);
+  expect_invalid(single("Reshape", {{{2, 3}, kF}}, {5}, {ints_attr("shape", {5})}),
+                 "output dims [5] hold 5 elements, input dims [2,3] hold 6", 0);
+  // The output dims are the `shape` attribute, not whatever the output value says.
+  expect_invalid(single("Reshape", {{{2, 3}, kF}}, {3, 2}, {ints_attr("shape", {6})}), "output has dims [3,2], expected [6]", 0);
+  expect_invalid(single("Reshape", {{{2, 3}, kF}}, {6}, {}), "op 0 (Reshape): attribute 'shape' (ints) is missing", 0);
   expect_invalid(single("Concat", {{{2, 3}, kF}, {{3, 3}, kF}}, {2, 6}, {int_attr("axis", 1)}),
                  "input 1 has dims [3,3], which differ from input 0 [2,3] outside axis 1", 0);
   expect_invalid(single("Transpose", {{{2, 3}, kF}}, {3, 2}, {ints_attr("perm", {1, 1})}), "is not a permutation", 0);
@@ -246,13 +251,74 @@ TEST(RuntimeValidate, PerOpShapeRules) {
   expect_invalid(single("ReduceSum", {{{2, 3}, kF}}, {2, 1}, {ints_attr("axes", {1}), int_attr("keepdims", 0)}),
                  "output has dims [2,1], expected [2]", 0);
   expect_invalid(single("Gather", {{{3, 2}, kF}, {{2}, kF}}, {2, 2}, {int_attr("axis", 0)}),
-                 "input 1 (indices) has element type float32, expected int64", 0);
+                 "input 1 (indices) has element type float32, expected int64 or int32", 0);
+  EXPECT_NO_THROW(runtime::validate(single("Gather", {{{3, 2}, kF}, {{2}, kI32}}, {2, 2}, {int_attr("axis", 0)}), 0));
   expect_invalid(single("Gather", {{{3, 2}, kF}, {{2}, kI}}, {2, 3}, {int_attr("axis", 0)}),
                  "output has dims [2,3], expected [2,2]", 0);
   expect_invalid(single("Relu", {{{2}, kI}}, {2}, {}), "input 0 has element type int64, expected float32", 0);
   expect_invalid(single("BatchNormalization", {{{1, 2, 2}, kF}, {{2}, kF}, {{2}, kF}, {{3}, kF}, {{2}, kF}}, {1, 2, 2},
                         {float_attr("epsilon", 0)}),
                  "input 3 has dims [3], expected [2]", 0);
+}
+
+// Each rule computes the output element type from its inputs: mixed types are refused, and the
+// output value must have the type the rule computes.
+TEST(RuntimeValidate, PerOpElementTypeRules) {
+  EXPECT_NO_THROW(runtime::validate(single("Add", {{{2}, kI32}, {{2}, kI32}}, {2}, {}, kI32), 0));
+  expect_invalid(single("Add", {{{2}, kI32}, {{2}, kI}}, {2}, {}, kI32),
+                 "op 0 (Add): input 1 has element type int64, expected int32", 0);
+  expect_invalid(single("Add", {{{2}, kB}, {{2}, kB}}, {2}, {}, kB), "input 0 has element type bool, which this op does not take", 0);
+  expect_invalid(single("Add", {{{2}, kI}, {{2}, kI}}, {2}, {}), "output has element type float32, expected int64", 0);
+  expect_invalid(single("Equal", {{{2}, kF}, {{2}, kF}}, {2}, {}), "output has element type float32, expected bool", 0);
+  expect_invalid(single("Less", {{{2}, kB}, {{2}, kB}}, {2}, {}, kB), "input 0 has element type bool, which this op does not take", 0);
+  expect_invalid(single("And", {{{2}, kI32}, {{2}, kI32}}, {2}, {}, kB), "input 0 has element type int32, expected bool", 0);
+  expect_invalid(single("Where", {{{2}, kF}, {{2}, kF}, {{2}, kF}}, {2}, {}),
+                 "input 0 (condition) has element type float32, expected bool", 0);
+  expect_invalid(single("Where", {{{2}, kB}, {{2}, kF}, {{2}, kI}}, {2}, {}), "input 2 has element type int64, expected float32", 0);
+  expect_invalid(single("Where", {{{3}, kB}, {{2}, kF}, {{2}, kF}}, {2}, {}), "input dims [3] and [2] do not broadcast", 0);
+  expect_invalid(single("Cast", {{{2}, kF}}, {2}, {int_attr("to", 2)}), "attribute 'to' is 2, not a ref element type", 0);
+  expect_invalid(single("Cast", {{{2}, kF}}, {2}, {int_attr("to", static_cast<int64_t>(kI))}),
+                 "output has element type float32, expected int64", 0);
+  expect_invalid(single("Sqrt", {{{2}, kI32}}, {2}, {}, kI32), "input 0 has element type int32, expected float32", 0);
+  expect_invalid(single("Shape", {{{2, 3, 4}, kF}}, {1}, {int_attr("start", 2), int_attr("end", 1)}, kI),
+                 "attribute 'end' is 1, expected a value in [2, 3]", 0);
+  expect_invalid(single("Size", {{{2, 3}, kF}}, {1}, {}, kI), "output has dims [1], expected []", 0);
+}
+
+TEST(RuntimeValidate, GeneratedAndDataMovementRules) {
+  auto constant = [](ref::DType dtype, ref::Attr value, Dims out) {
+    return single("ConstantOfShape", {}, out, {int_attr("dtype", static_cast<int64_t>(dtype)), value, ints_attr("shape", {2})},
+                  dtype);
+  };
+  EXPECT_NO_THROW(runtime::validate(constant(kI, int_attr("value", 3), {2}), 0));
+  // The fill value is an int attribute for integer types and a float for float32.
+  expect_invalid(constant(kI, float_attr("value", 3), {2}), "attribute 'value' (int) is missing", 0);
+  expect_invalid(constant(kF, int_attr("value", 3), {2}), "attribute 'value' (float) is missing", 0);
+  expect_invalid(constant(kI, int_attr("value", 3), {3}), "output has dims [3], expected [2]", 0);
+  expect_invalid(single("Range", {}, {0}, {int_attr("dtype", static_cast<int64_t>(kB)), int_attr("start", 0),
+                                           int_attr("delta", 1), int_attr("count", 0)}, kB),
+                 "Range of bool", 0);
+  expect_invalid(single("Range", {}, {4}, {int_attr("dtype", static_cast<int64_t>(kI)), int_attr("start", 0),
+                                           int_attr("delta", 1), int_attr("count", 3)}, kI),
+                 "output has dims [4], expected [3]", 0);
+  expect_invalid(single("Expand", {{{3}, kF}}, {2}, {ints_attr("shape", {2})}), "input dims [3] do not broadcast to [2]", 0);
+  expect_invalid(single("Tile", {{{2, 2}, kF}}, {4, 2}, {ints_attr("repeats", {2})}), "attribute 'repeats' has 1 values, expected 2", 0);
+  expect_invalid(single("Trilu", {{{3}, kF}}, {3}, {int_attr("upper", 1), int_attr("k", 0)}), "input has dims [3], expected rank >= 2", 0);
+  auto pad = [](Dims x, Dims pads, int64_t mode, Dims out) {
+    return single("Pad", {{x, kF}}, out, {ints_attr("pads", pads), int_attr("mode", mode), float_attr("value", 0)});
+  };
+  EXPECT_NO_THROW(runtime::validate(pad({3}, {2, 2}, 1, {7}), 0));
+  expect_invalid(pad({3}, {3, 0}, 1, {6}), "reflect pads [3,0] reach past axis 0 of size 3", 0);
+  expect_invalid(pad({0}, {1, 0}, 2, {1}), "pads an empty axis 0 in reflect or edge mode", 0);
+  expect_invalid(pad({3}, {-2, -2}, 0, {0}), "pads [-2,-2] remove more than axis 0 holds", 0);
+  expect_invalid(pad({3}, {0, 0}, 3, {3}), "attribute 'mode' is 3, expected a value in [0, 2]", 0);
+  // ReduceMax/ReduceMin have no value for an empty reduction.
+  expect_invalid(single("ReduceMax", {{{2, 0}, kF}}, {2}, {ints_attr("axes", {1}), int_attr("keepdims", 0)}),
+                 "reduces the empty axis 1", 0);
+  // Data movement keeps the element type.
+  EXPECT_NO_THROW(runtime::validate(single("Transpose", {{{2, 3}, kB}}, {3, 2}, {ints_attr("perm", {1, 0})}, kB), 0));
+  expect_invalid(single("Transpose", {{{2, 3}, kB}}, {3, 2}, {ints_attr("perm", {1, 0})}),
+                 "output has element type float32, expected bool", 0);
 }
 
 TEST(RuntimeValidate, ConvScratchStaysBounded) {
@@ -266,7 +332,7 @@ TEST(RuntimeValidate, ConvScratchStaysBounded) {
 
 TEST(RuntimeValidate, SliceReadsStayInBounds) {
   auto slice = [](Dims starts, Dims steps, Dims out) {
-    return single("Slice", {{{2, 4}, kF}}, std::move(out), {ints_attr("starts", starts), ints_attr("steps", steps)});
+    return single("Slice", {{{2, 4}, kF}}, out, {ints_attr("starts", starts), ints_attr("steps", steps), ints_attr("sizes", out)});
   };
   EXPECT_NO_THROW(runtime::validate(slice({1, 3}, {-1, -2}, {2, 2}), 0));
   expect_invalid(slice({1, 3}, {-1, -2}, {2, 3}), "3 elements from 3 by step -2 on axis 1 run outside [0, 4)", 0);
@@ -274,17 +340,46 @@ TEST(RuntimeValidate, SliceReadsStayInBounds) {
   expect_invalid(slice({0, 0}, {1, INT64_MAX}, {1, 2}), "run outside", 0);
   expect_invalid(slice({0, 3}, {1, INT64_MIN}, {1, 2}), "run outside", 0);
   expect_invalid(slice({0, 0}, {1, 0}, {1, 4}), "step 0 on axis 1", 0);
+  // An empty axis reads nothing, so its start is not checked.
+  EXPECT_NO_THROW(runtime::validate(slice({0, 9}, {1, 1}, {2, 0}), 0));
+  // The output value must have the dims `sizes` gives.
+  expect_invalid(single("Slice", {{{2, 4}, kF}}, {2, 3}, {ints_attr("starts", {0, 0}), ints_attr("steps", {1, 1}), ints_attr("sizes", {2, 2})}),
+                 "output has dims [2,3], expected [2,2]", 0);
+  expect_invalid(single("Slice", {{{2, 4}, kF}}, {2, 2}, {ints_attr("starts", {0, 0}), ints_attr("steps", {1, 1})}),
+                 "attribute 'sizes' (ints) is missing", 0);
 }
 
-TEST(RuntimeValidate, PoolOutputDimsMayReflectCeilMode) {
-  auto pool = [](Dims out) {
-    return single("MaxPool", {{{1, 1, 5, 5}, kF}}, std::move(out),
-                  {ints_attr("kernel_shape", {2, 2}), ints_attr("strides", {2, 2}), ints_attr("pads", {0, 0, 0, 0}),
-                   ints_attr("dilations", {1, 1})});
+// The rule computes pool output dims exactly: floor, or ceil with `ceil_mode` = 1.
+TEST(RuntimeValidate, PoolOutputDimsFollowCeilMode) {
+  auto pool = [](Dims out, std::vector<ref::Attr> more = {}, Dims pads = {0, 0, 0, 0}) {
+    std::vector<ref::Attr> attrs = {ints_attr("kernel_shape", {2, 2}), ints_attr("strides", {2, 2}), ints_attr("pads", pads),
+                                    ints_attr("dilations", {1, 1})};
+    attrs.insert(attrs.end(), more.begin(), more.end());
+    return single("MaxPool", {{{1, 1, 5, 5}, kF}}, std::move(out), attrs);
   };
-  EXPECT_NO_THROW(runtime::validate(pool({1, 1, 2, 2}), 0));  // floor
-  EXPECT_NO_THROW(runtime::validate(pool({1, 1, 3, 2}), 0));  // ceil on one axis
-  expect_invalid(pool({1, 1, 4, 2}), "output has dims [1,1,4,2], expected 2 or 3 on axis 2", 0);
+  EXPECT_NO_THROW(runtime::validate(pool({1, 1, 2, 2}), 0));                              // floor, ceil_mode absent
+  EXPECT_NO_THROW(runtime::validate(pool({1, 1, 2, 2}, {int_attr("ceil_mode", 0)}), 0));  // floor
+  EXPECT_NO_THROW(runtime::validate(pool({1, 1, 3, 3}, {int_attr("ceil_mode", 1)}), 0));  // ceil
+  // No longer "either": the other rounding, or ceil on one axis only, is refused.
+  expect_invalid(pool({1, 1, 3, 2}), "output has dims [1,1,3,2], expected [1,1,2,2]", 0);
+  expect_invalid(pool({1, 1, 3, 3}), "output has dims [1,1,3,3], expected [1,1,2,2]", 0);
+  expect_invalid(pool({1, 1, 2, 2}, {int_attr("ceil_mode", 1)}), "output has dims [1,1,2,2], expected [1,1,3,3]", 0);
+  expect_invalid(pool({1, 1, 4, 2}), "output has dims [1,1,4,2], expected [1,1,2,2]", 0);
+  expect_invalid(pool({1, 1, 2, 2}, {int_attr("ceil_mode", 2)}), "attribute 'ceil_mode' is 2, expected a value in [0, 1]", 0);
+  // Pads 1 on both ends: ceil((5 + 2 - 2) / 2) + 1 = 4 windows, but the last would start at input
+  // index 5, inside the end padding, so ONNX Runtime (and ref) drop it: 3, as floor gives too.
+  EXPECT_NO_THROW(runtime::validate(pool({1, 1, 3, 3}, {int_attr("ceil_mode", 1)}, {1, 1, 1, 1}), 0));
+  expect_invalid(pool({1, 1, 4, 4}, {int_attr("ceil_mode", 1)}, {1, 1, 1, 1}), "output has dims [1,1,4,4], expected [1,1,3,3]", 0);
+  // Input 6, kernel 3, stride 2: ceil gives 3 windows starting at 0, 2, 4 (the last clipped to
+  // [4, 6)), floor gives 2.
+  auto avg = [](Dims out, int64_t ceil_mode) {
+    return single("AveragePool", {{{1, 1, 1, 6}, kF}}, std::move(out),
+                  {ints_attr("kernel_shape", {1, 3}), ints_attr("strides", {1, 2}), ints_attr("pads", {0, 0, 0, 0}),
+                   int_attr("count_include_pad", 0), int_attr("ceil_mode", ceil_mode)});
+  };
+  EXPECT_NO_THROW(runtime::validate(avg({1, 1, 1, 3}, 1), 0));
+  EXPECT_NO_THROW(runtime::validate(avg({1, 1, 1, 2}, 0), 0));
+  expect_invalid(avg({1, 1, 1, 3}, 0), "output has dims [1,1,1,3], expected [1,1,1,2]", 0);
   expect_invalid(single("AveragePool", {{{1, 1, 5, 5}, kF}}, {1, 1, 2, 2},
                         {ints_attr("kernel_shape", {6, 2}), ints_attr("strides", {1, 1}), ints_attr("pads", {0, 0, 0, 0}),
                          int_attr("count_include_pad", 0)}),

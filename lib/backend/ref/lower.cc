@@ -59,6 +59,16 @@ struct Draft {
   const Blob& weight(int32_t id) const { return *bytes[static_cast<size_t>(id)]; }
 };
 
+// A Reshape from `from` to `to`: a byte copy into a value of `dims`.
+ref::Op copy_op(int32_t from, int32_t to, std::vector<int64_t> dims) {
+  ref::Op copy;
+  copy.type = "Reshape";
+  copy.attrs = {ints_attr("shape", std::move(dims))};
+  copy.inputs = {from};
+  copy.outputs = {to};
+  return copy;
+}
+
 // ---- building from ONNX ------------------------------------------------------------------------
 
 class Lowerer {
@@ -91,24 +101,16 @@ class Lowerer {
   }
 
   static ref::DType dtype_of(int32_t onnx_type, const std::string& what) {
-    if (onnx_type == onnx::TensorProto::FLOAT) return ref::DType::kFloat32;
-    if (onnx_type == onnx::TensorProto::INT64) return ref::DType::kInt64;
-    throw internal(what + " has element type " + dtype_name(onnx_type) + ", which ref cannot hold");
+    try {
+      return ref_dtype(onnx_type, what);
+    } catch (const Refusal& r) {
+      throw internal(r.reason);
+    }
   }
 
   int32_t add_constant(const std::string& name, const Weight& w) {
     const TensorData& t = w.data;
-    if (t.dtype != onnx::TensorProto::INT32)
-      return draft_.add_weight(name, dtype_of(t.dtype, "constant '" + name + "'"), t.dims, t.blob());
-    // Gather accepts int32 constant indices; the runtime reads int64 only.
-    std::vector<uint8_t> wide(static_cast<size_t>(t.element_count()) * sizeof(int64_t));
-    for (size_t k = 0; k < wide.size() / sizeof(int64_t); ++k) {
-      int32_t narrow;
-      std::memcpy(&narrow, t.data + k * sizeof(int32_t), sizeof(int32_t));
-      int64_t v = narrow;
-      std::memcpy(wide.data() + k * sizeof(int64_t), &v, sizeof(int64_t));
-    }
-    return draft_.add_weight(name, ref::DType::kInt64, t.dims, Blob::owned(std::move(wide)));
+    return draft_.add_weight(name, dtype_of(t.dtype, "constant '" + name + "'"), t.dims, t.blob());
   }
 
   int32_t read(const std::string& name) {
@@ -117,29 +119,31 @@ class Lowerer {
     throw internal("value '" + name + "' is read before any partition node produces it, and is neither a partition input nor a constant");
   }
 
-  int32_t write(const std::string& name, std::vector<int64_t> dims) {
+  int32_t write(const std::string& name, const ref::Value& type) {
     if (by_name_.count(name)) throw internal("value '" + name + "' is produced twice");
     auto out = output_position_.find(name);
     int32_t id = out == output_position_.end()
-                     ? draft_.add(name, ref::DType::kFloat32, std::move(dims), ValueKind::kArena)
-                     : draft_.add(name, ref::DType::kFloat32, std::move(dims), ValueKind::kOutput, out->second);
+                     ? draft_.add(name, type.dtype, type.dims, ValueKind::kArena)
+                     : draft_.add(name, type.dtype, type.dims, ValueKind::kOutput, out->second);
     by_name_[name] = id;
     return id;
   }
 
   void lower_node(const onnx::NodeProto& node, size_t index) {
-    NormalisedNode n;
+    std::vector<NormalisedNode> parts;
     try {
-      n = normalise(model_, node);
+      parts = normalise_all(model_, node);
     } catch (const Refusal& r) {
       throw internal("node " + describe_node(node, index) + " is not supported by ref: " + r.reason);
     }
-    ref::Op op;
-    op.type = n.type;
-    op.attrs = std::move(n.attrs);
-    for (const auto& in : n.inputs) op.inputs.push_back(in.empty() ? -1 : read(in));
-    op.outputs.push_back(write(n.output, n.output_dims));
-    draft_.program.ops.push_back(std::move(op));
+    for (auto& n : parts) {
+      ref::Op op;
+      op.type = n.type;
+      op.attrs = std::move(n.attrs);
+      for (const auto& in : n.inputs) op.inputs.push_back(in.empty() ? -1 : read(in));
+      op.outputs.push_back(write(n.output, n.output_type));
+      draft_.program.ops.push_back(std::move(op));
+    }
   }
 
   // An output no partition node produces (a constant or a partition input passed through) gets a
@@ -150,11 +154,7 @@ class Lowerer {
     if (draft_.value(source).kind != ValueKind::kOutput) {
       const ref::Value& src = draft_.value(source);
       int32_t out = draft_.add(name, src.dtype, src.dims, ValueKind::kOutput, position);
-      ref::Op copy;
-      copy.type = "Reshape";
-      copy.inputs = {source};
-      copy.outputs = {out};
-      draft_.program.ops.push_back(std::move(copy));
+      draft_.program.ops.push_back(copy_op(source, out, src.dims));
       source = out;
     }
     draft_.program.outputs.push_back(source);
@@ -307,44 +307,6 @@ void pack_gemm_weights(Draft& d) {
   }
 }
 
-// The runtime's MatMul takes operands of rank >= 2: a 1-D operand becomes [1, K] (A) or [K, 1]
-// (B), and a Reshape after the op drops the added dim again, as numpy matmul does.
-void promote_matmul_vectors(Draft& d) {
-  std::vector<ref::Op> ops;
-  auto reshaped = [&](int32_t v, std::vector<int64_t> dims) {
-    std::string name = d.names[static_cast<size_t>(v)] + "/as_matrix";
-    if (d.is_weight(v)) return d.add_weight(name, ref::DType::kFloat32, std::move(dims), d.weight(v));
-    int32_t out = d.add(name, ref::DType::kFloat32, std::move(dims), ValueKind::kArena);
-    ref::Op copy;
-    copy.type = "Reshape";
-    copy.inputs = {v};
-    copy.outputs = {out};
-    ops.push_back(std::move(copy));
-    return out;
-  };
-  for (auto& op : d.program.ops) {
-    if (op.type != "MatMul" || (d.value(op.inputs[0]).dims.size() > 1 && d.value(op.inputs[1]).dims.size() > 1)) {
-      ops.push_back(std::move(op));
-      continue;
-    }
-    auto a = d.value(op.inputs[0]).dims, b = d.value(op.inputs[1]).dims;
-    if (a.size() == 1) op.inputs[0] = reshaped(op.inputs[0], a = {1, a[0]});
-    if (b.size() == 1) op.inputs[1] = reshaped(op.inputs[1], b = {b[0], 1});
-    auto dims = broadcast_dims({a.begin(), a.end() - 2}, {b.begin(), b.end() - 2});
-    dims.push_back(a[a.size() - 2]);
-    dims.push_back(b.back());
-    int32_t final_out = op.outputs[0];
-    op.outputs[0] = d.add(d.names[static_cast<size_t>(final_out)] + "/as_matrix", ref::DType::kFloat32, dims, ValueKind::kArena);
-    ref::Op copy;
-    copy.type = "Reshape";
-    copy.inputs = {op.outputs[0]};
-    copy.outputs = {final_out};
-    ops.push_back(std::move(op));
-    ops.push_back(std::move(copy));
-  }
-  d.program.ops = std::move(ops);
-}
-
 // ---- finishing ---------------------------------------------------------------------------------
 
 // Keeps only values the program uses, numbered inputs first and then in order of first use, so
@@ -391,7 +353,6 @@ LoweredPartition lower_partition(const Model& model, const Partition& partition,
   fold_batch_norms(draft);
   fuse_activations(draft);
   pack_gemm_weights(draft);
-  promote_matmul_vectors(draft);
   Draft done = compact(draft);
 
   LoweredPartition lowered;

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "ctxgen/error.h"
+
 namespace ctxgen::refc {
 
 void refuse(std::string reason) { throw Refusal{std::move(reason)}; }
@@ -92,6 +94,47 @@ std::vector<int64_t> NodeView::ints_attr(const std::string& name, std::vector<in
   return {a->ints().begin(), a->ints().end()};
 }
 
+std::vector<float> NodeView::floats_attr(const std::string& name) const {
+  const auto* a = find_attr(name);
+  if (!a) return {};
+  if (a->type() != onnx::AttributeProto::FLOATS) refuse("attribute " + name + " is not a list of floats");
+  return {a->floats().begin(), a->floats().end()};
+}
+
+const onnx::TensorProto* NodeView::tensor_attr(const std::string& name) const {
+  const auto* a = find_attr(name);
+  if (!a) return nullptr;
+  if (a->type() != onnx::AttributeProto::TENSOR) refuse("attribute " + name + " is not a tensor");
+  return &a->t();
+}
+
+Scalar scalar_value(const onnx::TensorProto& tensor, const std::string& what) {
+  std::vector<uint8_t> bytes;
+  try {
+    bytes = tensor_bytes(tensor);
+  } catch (const Error& e) {
+    refuse(what + ": " + e.what());
+  }
+  size_t size = element_size(tensor.data_type());
+  if (size == 0 || bytes.size() != size) refuse(what + " is not a single element");
+  Scalar v;
+  switch (tensor.data_type()) {
+    case onnx::TensorProto::FLOAT:
+      v.is_float = true;
+      std::memcpy(&v.f, bytes.data(), 4);
+      return v;
+    case onnx::TensorProto::INT32: {
+      int32_t i;
+      std::memcpy(&i, bytes.data(), 4);
+      v.i = i;
+      return v;
+    }
+    case onnx::TensorProto::INT64: std::memcpy(&v.i, bytes.data(), 8); return v;
+    case onnx::TensorProto::BOOL: v.i = bytes[0] != 0 ? 1 : 0; return v;
+    default: refuse(what + " has element type " + dtype_name(tensor.data_type()) + " (ref supports float32, int32, int64, bool)");
+  }
+}
+
 size_t NodeView::input_count() const {
   size_t n = static_cast<size_t>(node_.input_size());
   while (n > 0 && node_.input(static_cast<int>(n - 1)).empty()) --n;
@@ -107,14 +150,14 @@ const std::string& NodeView::input(size_t i) const {
 
 std::string NodeView::input_label(size_t i) const { return "input " + std::to_string(i) + " '" + input(i) + "'"; }
 
-std::vector<int64_t> NodeView::static_dims(const std::string& label, const std::string& name,
-                                           bool must_be_nonempty) const {
+std::vector<int64_t> static_dims(const Model& model, const std::string& name, const std::string& label,
+                                 bool must_be_nonempty) {
   std::vector<int64_t> dims;
-  if (const auto* type = model_.type_of(name)) {
+  if (const auto* type = model.type_of(name)) {
     if (type->elem_type == 0 || !type->dims) refuse("unknown shape on " + label);
     dims = *type->dims;
     if (!type->is_static()) refuse("dynamic shape on " + label + " (dims " + dims_text(dims) + ")");
-  } else if (const auto* w = model_.constant(name)) {
+  } else if (const auto* w = model.constant(name)) {
     dims = w->data.dims;
   } else {
     refuse("unknown shape on " + label);
@@ -124,7 +167,17 @@ std::vector<int64_t> NodeView::static_dims(const std::string& label, const std::
   return dims;
 }
 
-std::vector<int64_t> NodeView::input_dims(size_t i) const { return static_dims(input_label(i), input(i), true); }
+ref::DType ref_dtype(int32_t onnx_type, const std::string& what) {
+  switch (onnx_type) {
+    case onnx::TensorProto::FLOAT: return ref::DType::kFloat32;
+    case onnx::TensorProto::INT32: return ref::DType::kInt32;
+    case onnx::TensorProto::INT64: return ref::DType::kInt64;
+    case onnx::TensorProto::BOOL: return ref::DType::kBool;
+    default: refuse("element type " + dtype_name(onnx_type) + " on " + what + " (ref supports float32, int32, int64, bool)");
+  }
+}
+
+std::vector<int64_t> NodeView::input_dims(size_t i) const { return static_dims(model_, input(i), input_label(i), true); }
 
 int32_t NodeView::input_elem_type(size_t i) const {
   if (const auto* type = model_.type_of(input(i)); type && type->elem_type != 0) return type->elem_type;
@@ -138,6 +191,14 @@ std::vector<int64_t> NodeView::float_input(size_t i) const {
   if (type != onnx::TensorProto::FLOAT)
     refuse("element type " + dtype_name(type) + " on " + input_label(i) + " (ref supports float32)");
   return input_dims(i);
+}
+
+ref::Value NodeView::typed_input(size_t i) const {
+  if (!has_input(i)) refuse("missing input " + std::to_string(i));
+  ref::Value v;
+  v.dtype = ref_dtype(input_elem_type(i), input_label(i));
+  v.dims = input_dims(i);
+  return v;
 }
 
 const Weight* NodeView::constant(size_t i) const { return has_input(i) ? model_.constant(input(i)) : nullptr; }
@@ -174,36 +235,33 @@ float NodeView::const_float(size_t i) const {
   return v;
 }
 
+std::vector<float> NodeView::const_floats(size_t i) const {
+  const Weight* w = constant(i);
+  if (!w) refuse(input_label(i) + " is not a constant");
+  const TensorData& t = w->data;
+  if (t.dtype != onnx::TensorProto::FLOAT)
+    refuse("element type " + dtype_name(t.dtype) + " on " + input_label(i) + " (expected float32)");
+  std::vector<float> values(t.size / sizeof(float));
+  if (!values.empty()) std::memcpy(values.data(), t.data, values.size() * sizeof(float));
+  return values;
+}
+
+Scalar NodeView::const_scalar(size_t i) const {
+  const Weight* w = constant(i);
+  if (!w) refuse(input_label(i) + " is not a constant");
+  // The weight's bytes, seen as the one-element tensor they are.
+  onnx::TensorProto t;
+  t.set_data_type(w->data.dtype);
+  for (int64_t d : w->data.dims) t.add_dims(d);
+  t.set_raw_data(w->data.data, w->data.size);
+  return scalar_value(t, input_label(i));
+}
+
 const std::string& NodeView::single_output(const std::string& extra_output_reason) const {
   if (node_.output_size() < 1 || node_.output(0).empty()) refuse("output 0 is absent");
   for (int i = 1; i < node_.output_size(); ++i)
     if (!node_.output(i).empty()) refuse(extra_output_reason);
-  const std::string& name = node_.output(0);
-  const std::string label = "output 0 '" + name + "'";
-  const auto* type = model_.type_of(name);
-  if (type && type->elem_type != 0 && type->elem_type != onnx::TensorProto::FLOAT)
-    refuse("element type " + dtype_name(type->elem_type) + " on " + label + " (ref supports float32)");
-  static_dims(label, name, true);
-  return name;
-}
-
-std::vector<int64_t> NodeView::output_dims() const {
-  return static_dims("output 0 '" + node_.output(0) + "'", node_.output(0), true);
-}
-
-void NodeView::expect_output_dims(const std::vector<int64_t>& computed) const {
-  auto inferred = output_dims();
-  if (inferred != computed)
-    refuse("inferred dims " + dims_text(inferred) + " of output 0 '" + node_.output(0) + "' differ from " +
-           dims_text(computed) + " computed by ref");
-}
-
-void NodeView::expect_same_element_count(size_t i) const {
-  auto in = input_dims(i);
-  auto out = output_dims();
-  if (element_count(in) != element_count(out))
-    refuse("output 0 dims " + dims_text(out) + " hold a different number of elements than input " +
-           std::to_string(i) + " dims " + dims_text(in));
+  return node_.output(0);
 }
 
 }  // namespace ctxgen::refc

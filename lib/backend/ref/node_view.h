@@ -10,8 +10,16 @@
 #include <onnx/onnx_pb.h>
 
 #include "ctxgen/model.h"
+#include "ctxgen/ref_program.h"
 
 namespace ctxgen::refc {
+
+// One element of a tensor, exact: float32 as float, integers and bools as int64.
+struct Scalar {
+  bool is_float = false;
+  float f = 0;
+  int64_t i = 0;
+};
 
 // Why a node cannot run on ref. Internal to the backend: supports() turns it into NodeSupport.
 struct Refusal {
@@ -35,6 +43,8 @@ class NodeView {
   float float_attr(const std::string& name, float fallback) const;
   std::string string_attr(const std::string& name, const std::string& fallback) const;
   std::vector<int64_t> ints_attr(const std::string& name, std::vector<int64_t> fallback) const;
+  const onnx::TensorProto* tensor_attr(const std::string& name) const;  // nullptr when absent
+  std::vector<float> floats_attr(const std::string& name) const;         // empty when absent
 
   // Inputs. Trailing empty names do not count; an empty name in the middle is an absent input.
   size_t input_count() const;
@@ -42,6 +52,8 @@ class NodeView {
   const std::string& input(size_t i) const;
   // A float32 input with a static, non-empty shape; returns its dims.
   std::vector<int64_t> float_input(size_t i) const;
+  // An input of a ref element type (float32, int32, int64, bool) with a static, non-empty shape.
+  ref::Value typed_input(size_t i) const;
   // Static dims and element type of an input, whatever the type.
   std::vector<int64_t> input_dims(size_t i) const;
   int32_t input_elem_type(size_t i) const;
@@ -49,28 +61,38 @@ class NodeView {
   const Weight* constant(size_t i) const;
   // An input that must be a constant integer tensor (int32 or int64), as values.
   std::vector<int64_t> const_ints(size_t i) const;
+  // An input that must be a constant float32 tensor, as values.
+  std::vector<float> const_floats(size_t i) const;
   // An input that must be a constant float32 scalar (one element).
   float const_float(size_t i) const;
+  // An input that must be a constant scalar (one element of float32, int32, int64 or bool).
+  Scalar const_scalar(size_t i) const;
 
-  // The single output the backend produces, a float32 static non-empty tensor. Outputs after the
-  // first must be absent; `extra_output_reason` says why when they are not.
+  // The single output the backend produces. Outputs after the first must be absent;
+  // `extra_output_reason` says why when they are not.
   const std::string& single_output(const std::string& extra_output_reason) const;
-  std::vector<int64_t> output_dims() const;  // dims of output 0
-
-  // Refuses when `computed` differs from the inferred dims of output 0.
-  void expect_output_dims(const std::vector<int64_t>& computed) const;
-  // Refuses when output 0 does not hold as many elements as input `i` (shape-only ops).
-  void expect_same_element_count(size_t i) const;
+  size_t output_count() const { return static_cast<size_t>(node_.output_size()); }
+  const std::string& output(size_t i) const { return node_.output(static_cast<int>(i)); }
 
  private:
   const onnx::AttributeProto* find_attr(const std::string& name) const;
   std::string input_label(size_t i) const;
-  std::vector<int64_t> static_dims(const std::string& label, const std::string& name, bool must_be_nonempty) const;
 
   const Model& model_;
   const onnx::NodeProto& node_;
   int64_t opset_;
 };
+
+// The ref element type of an ONNX one; refuses types ref does not hold. `what` names the value.
+ref::DType ref_dtype(int32_t onnx_type, const std::string& what);
+
+// Static dims of a value (from shape inference or a constant); refuses unknown or dynamic ones,
+// and zero-sized ones when `must_be_nonempty`. `label` names the value in the reason.
+std::vector<int64_t> static_dims(const Model& model, const std::string& name, const std::string& label,
+                                 bool must_be_nonempty);
+
+// The one element of a numeric tensor (float32, int32, int64, bool), exactly; refuses others.
+Scalar scalar_value(const onnx::TensorProto& tensor, const std::string& what);
 
 // Bounded so byte sizes derived from it cannot overflow; refuses beyond.
 inline constexpr int64_t kMaxElements = int64_t{1} << 48;

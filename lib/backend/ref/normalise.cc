@@ -1,5 +1,7 @@
 // Per-op support rules and normalisation. Each rule reads the node through NodeView, which
-// refuses anything not static float32, and returns the op exactly as the ref runtime expects it.
+// refuses anything not static or of a type ref does not hold, and returns the op exactly as the
+// ref runtime expects it. The output type is not computed here: normalise() asks the runtime's
+// rule for the op (runtime::infer_output), the one definition of every op's shape.
 
 #include "normalise.h"
 
@@ -11,6 +13,8 @@
 #include <map>
 #include <numeric>
 
+#include "ctxgen/error.h"
+#include "ctxgen/runtime.h"
 #include "node_view.h"
 
 namespace ctxgen::refc {
@@ -28,6 +32,9 @@ ref::Activation activation_of(const std::string& op_type) {
 
 namespace {
 
+// The newest default-domain opset whose op semantics the rules below implement.
+constexpr int64_t kMaxOpset = 21;
+
 const std::string kNoExtraOutputs = "more than one output";
 
 NormalisedNode make(const NodeView& v, std::string type, std::vector<std::string> inputs,
@@ -37,43 +44,83 @@ NormalisedNode make(const NodeView& v, std::string type, std::vector<std::string
   n.attrs = std::move(attrs);
   n.inputs = std::move(inputs);
   n.output = v.single_output(extra_output_reason);
-  n.output_dims = v.output_dims();
   return n;
 }
 
-// A byte copy whose output dims give the shape: Reshape, Flatten, Squeeze, Unsqueeze, Identity.
-NormalisedNode copy_of_input0(const NodeView& v, const std::string& extra_output_reason = kNoExtraOutputs) {
-  v.float_input(0);
-  auto n = make(v, "Reshape", {v.input(0)}, {}, extra_output_reason);
-  v.expect_same_element_count(0);
-  return n;
+// A byte copy to `shape`: Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout.
+NormalisedNode reshaped(const NodeView& v, std::vector<int64_t> shape,
+                        const std::string& extra_output_reason = kNoExtraOutputs) {
+  v.typed_input(0);
+  return make(v, "Reshape", {v.input(0)}, {ints_attr("shape", std::move(shape))}, extra_output_reason);
 }
 
-NormalisedNode identity(const NodeView& v) { return copy_of_input0(v); }
+NormalisedNode identity(const NodeView& v) { return reshaped(v, v.typed_input(0).dims); }
 
 // ---- elementwise -------------------------------------------------------------------------------
 
 NormalisedNode unary(const NodeView& v) {
-  auto dims = v.float_input(0);
-  auto n = make(v, v.op(), {v.input(0)});
-  v.expect_output_dims(dims);
-  return n;
+  v.float_input(0);
+  return make(v, v.op(), {v.input(0)});
+}
+
+// Ops the runtime takes on several element types (Neg, Abs, Not, Cast's input ...).
+NormalisedNode typed_unary(const NodeView& v) {
+  v.typed_input(0);
+  return make(v, v.op(), {v.input(0)});
 }
 
 NormalisedNode binary(const NodeView& v) {
-  auto a = v.float_input(0);
-  auto b = v.float_input(1);
+  auto a = v.typed_input(0).dims;
+  auto b = v.typed_input(1).dims;
   if (v.opset() < 7 && a != b)
     refuse("legacy broadcast semantics (opset " + std::to_string(v.opset()) + " < 7) with shapes " + dims_text(a) +
            " and " + dims_text(b));
-  auto n = make(v, v.op(), {v.input(0), v.input(1)});
-  v.expect_output_dims(broadcast_dims(a, b));
-  return n;
+  return make(v, v.op(), {v.input(0), v.input(1)});
+}
+
+// Min/Max take any number of inputs; ref takes one (a copy) or two.
+NormalisedNode min_max(const NodeView& v) {
+  if (v.input_count() == 1) return identity(v);
+  if (v.input_count() != 2) refuse(v.op() + " with " + std::to_string(v.input_count()) + " inputs (ref takes 1 or 2)");
+  return binary(v);
+}
+
+NormalisedNode prelu(const NodeView& v) {
+  auto x = v.float_input(0);
+  auto slope = v.float_input(1);
+  // PRelu broadcasts the slope to X only; ONNX before 7 even required one slope per channel.
+  if (v.opset() < 7 || broadcast_dims(x, slope) != x)
+    refuse("slope dims " + dims_text(slope) + " do not broadcast to X dims " + dims_text(x));
+  return make(v, "PRelu", {v.input(0), v.input(1)});
+}
+
+NormalisedNode where(const NodeView& v) {
+  for (size_t i = 0; i < 3; ++i) v.typed_input(i);
+  return make(v, "Where", {v.input(0), v.input(1), v.input(2)});
+}
+
+NormalisedNode cast(const NodeView& v) {
+  v.typed_input(0);
+  auto to = v.op() == "CastLike" ? v.typed_input(1).dtype : ref_dtype(static_cast<int32_t>(v.int_attr("to", 0)), "attribute to");
+  return make(v, "Cast", {v.input(0)}, {int_attr("to", static_cast<int64_t>(to))});
 }
 
 NormalisedNode leaky_relu(const NodeView& v) {
   auto n = unary(v);
   n.attrs = {float_attr("alpha", v.float_attr("alpha", 0.01f))};
+  return n;
+}
+
+NormalisedNode elu(const NodeView& v) {
+  auto n = unary(v);
+  n.attrs = {float_attr("alpha", v.float_attr("alpha", 1.0f))};
+  return n;
+}
+
+NormalisedNode selu(const NodeView& v) {
+  auto n = unary(v);
+  n.attrs = {float_attr("alpha", v.float_attr("alpha", 1.67326319217681884765625f)),
+             float_attr("gamma", v.float_attr("gamma", 1.05070102214813232421875f))};
   return n;
 }
 
@@ -93,10 +140,56 @@ NormalisedNode clip(const NodeView& v) {
     if (v.has_input(1)) lo = v.const_float(1);
     if (v.has_input(2)) hi = v.const_float(2);
   }
-  auto dims = v.float_input(0);
-  auto n = make(v, "Clip", {v.input(0)}, {float_attr("min", lo), float_attr("max", hi)});
-  v.expect_output_dims(dims);
-  return n;
+  v.float_input(0);
+  return make(v, "Clip", {v.input(0)}, {float_attr("min", lo), float_attr("max", hi)});
+}
+
+// ---- generated constants -----------------------------------------------------------------------
+
+// A scalar of `dtype` as the attribute kind the runtime reads: float for float32, int otherwise.
+ref::Attr scalar_attr(const std::string& name, ref::DType dtype, const Scalar& value) {
+  if (dtype == ref::DType::kFloat32) return float_attr(name, value.is_float ? value.f : static_cast<float>(value.i));
+  if (!value.is_float) return int_attr(name, value.i);
+  // A float for integer data (Pad's `value` attribute before opset 11): only whole numbers convert.
+  if (!(std::fabs(value.f) < 9.0e15f) || std::trunc(value.f) != value.f)
+    refuse(name + " " + std::to_string(value.f) + " is not a whole number for a tensor of " + ref::dtype_name(dtype));
+  return int_attr(name, static_cast<int64_t>(value.f));
+}
+
+NormalisedNode constant_of_shape(const NodeView& v) {
+  auto shape = v.const_ints(0);
+  ref::DType dtype = ref::DType::kFloat32;
+  Scalar value{true, 0.0f, 0};
+  if (const onnx::TensorProto* fill = v.tensor_attr("value")) {
+    dtype = ref_dtype(fill->data_type(), "attribute value");
+    value = scalar_value(*fill, "attribute value");
+  }
+  return make(v, "ConstantOfShape", {},
+              {int_attr("dtype", static_cast<int64_t>(dtype)), scalar_attr("value", dtype, value), ints_attr("shape", shape)});
+}
+
+// The element count ONNX Runtime computes: ceil((limit - start) / delta), at least 0; for floats
+// (limit - start) in float, then the division in double; for integers exactly.
+NormalisedNode range(const NodeView& v) {
+  ref::DType dtype = ref_dtype(v.input_elem_type(0), "input 0 '" + v.input(0) + "'");
+  if (dtype == ref::DType::kBool) refuse("Range of bool");
+  Scalar start = v.const_scalar(0), limit = v.const_scalar(1), delta = v.const_scalar(2);
+  int64_t count = 0;
+  if (dtype == ref::DType::kFloat32) {
+    if (delta.f == 0) refuse("Range with delta 0");
+    double n = std::ceil(static_cast<double>(limit.f - start.f) / delta.f);
+    if (!(n < static_cast<double>(kMaxElements))) refuse("Range of more than 2^48 elements");
+    count = n > 0 ? static_cast<int64_t>(n) : 0;
+  } else {
+    if (delta.i == 0) refuse("Range with delta 0");
+    __int128 span = static_cast<__int128>(limit.i) - start.i, step = delta.i;
+    __int128 n = span / step + ((span % step != 0 && ((span > 0) == (step > 0))) ? 1 : 0);
+    if (n > kMaxElements) refuse("Range of more than 2^48 elements");
+    count = n > 0 ? static_cast<int64_t>(n) : 0;
+  }
+  return make(v, "Range", {},
+              {int_attr("dtype", static_cast<int64_t>(dtype)), scalar_attr("start", dtype, start),
+               scalar_attr("delta", dtype, delta), int_attr("count", count)});
 }
 
 // ---- normalisation and softmax -----------------------------------------------------------------
@@ -104,12 +197,10 @@ NormalisedNode clip(const NodeView& v) {
 NormalisedNode softmax(const NodeView& v) {
   auto dims = v.float_input(0);
   auto rank = static_cast<int64_t>(dims.size());
-  if (rank == 0) refuse("Softmax of a scalar");
+  if (rank == 0) refuse(v.op() + " of a scalar");
   bool legacy = v.opset() < 13;
   int64_t axis = normalise_axis(v.int_attr("axis", legacy ? 1 : -1), rank, "axis");
-  auto n = make(v, "Softmax", {v.input(0)}, {int_attr("axis", axis), int_attr("coerce_2d", legacy ? 1 : 0)});
-  v.expect_output_dims(dims);
-  return n;
+  return make(v, v.op(), {v.input(0)}, {int_attr("axis", axis), int_attr("coerce_2d", legacy ? 1 : 0)});
 }
 
 NormalisedNode batch_norm(const NodeView& v) {
@@ -123,10 +214,14 @@ NormalisedNode batch_norm(const NodeView& v) {
       refuse("input " + std::to_string(i) + " '" + v.input(i) + "' has dims " + dims_text(p) + ", expected [" +
              std::to_string(x[1]) + "]");
   }
-  auto n = make(v, "BatchNormalization", {v.input(0), v.input(1), v.input(2), v.input(3), v.input(4)},
-                {float_attr("epsilon", v.float_attr("epsilon", 1e-5f))}, "BatchNormalization with training outputs");
-  v.expect_output_dims(x);
-  return n;
+  return make(v, "BatchNormalization", {v.input(0), v.input(1), v.input(2), v.input(3), v.input(4)},
+              {float_attr("epsilon", v.float_attr("epsilon", 1e-5f))}, "BatchNormalization with training outputs");
+}
+
+NormalisedNode instance_norm(const NodeView& v) {
+  for (size_t i = 0; i < 3; ++i) v.float_input(i);
+  return make(v, "InstanceNormalization", {v.input(0), v.input(1), v.input(2)},
+              {float_attr("epsilon", v.float_attr("epsilon", 1e-5f))});
 }
 
 NormalisedNode layer_norm(const NodeView& v) {
@@ -144,30 +239,17 @@ NormalisedNode layer_norm(const NodeView& v) {
       refuse("input " + std::to_string(i) + " '" + v.input(i) + "' dims " + dims_text(p) +
              " do not match the normalised dims " + dims_text(normalised));
   }
-  auto n = make(v, "LayerNormalization", inputs,
-                {int_attr("axis", axis), float_attr("epsilon", v.float_attr("epsilon", 1e-5f))},
-                "LayerNormalization with Mean or InvStdDev output");
-  v.expect_output_dims(x);
-  return n;
+  return make(v, "LayerNormalization", inputs,
+              {int_attr("axis", axis), float_attr("epsilon", v.float_attr("epsilon", 1e-5f))},
+              "LayerNormalization with Mean or InvStdDev output");
 }
 
 // ---- linear algebra ----------------------------------------------------------------------------
 
 NormalisedNode matmul(const NodeView& v) {
-  auto a = v.float_input(0);
-  auto b = v.float_input(1);
-  if (a.empty() || b.empty()) refuse("MatMul of a scalar");
-  // Numpy matmul: 1-D operands are promoted to matrices and the added dim removed afterwards.
-  auto a2 = a.size() == 1 ? std::vector<int64_t>{1, a[0]} : a;
-  auto b2 = b.size() == 1 ? std::vector<int64_t>{b[0], 1} : b;
-  int64_t k_a = a2.back(), k_b = b2[b2.size() - 2];
-  if (k_a != k_b) refuse("MatMul inner dims differ: " + dims_text(a) + " x " + dims_text(b));
-  auto batch = broadcast_dims({a2.begin(), a2.end() - 2}, {b2.begin(), b2.end() - 2});
-  if (a.size() != 1) batch.push_back(a2[a2.size() - 2]);
-  if (b.size() != 1) batch.push_back(b2.back());
-  auto n = make(v, "MatMul", {v.input(0), v.input(1)}, {int_attr("act", 0)});
-  v.expect_output_dims(batch);
-  return n;
+  v.float_input(0);
+  v.float_input(1);
+  return make(v, "MatMul", {v.input(0), v.input(1)}, {int_attr("act", 0)});
 }
 
 NormalisedNode gemm(const NodeView& v) {
@@ -187,12 +269,10 @@ NormalisedNode gemm(const NodeView& v) {
       refuse("Gemm C dims " + dims_text(c) + " do not broadcast to " + dims_text(mn));
     inputs[2] = v.input(2);
   }
-  auto n = make(v, "Gemm", inputs,
-                {int_attr("transA", trans_a ? 1 : 0), int_attr("transB", trans_b ? 1 : 0),
-                 float_attr("alpha", v.float_attr("alpha", 1.0f)), float_attr("beta", v.float_attr("beta", 1.0f)),
-                 int_attr("act", 0)});
-  v.expect_output_dims({m, nn});
-  return n;
+  return make(v, "Gemm", inputs,
+              {int_attr("transA", trans_a ? 1 : 0), int_attr("transB", trans_b ? 1 : 0),
+               float_attr("alpha", v.float_attr("alpha", 1.0f)), float_attr("beta", v.float_attr("beta", 1.0f)),
+               int_attr("act", 0)});
 }
 
 // ---- sliding windows (Conv, pools) -------------------------------------------------------------
@@ -274,13 +354,9 @@ NormalisedNode conv(const NodeView& v) {
     inputs[2] = v.input(2);
   }
   auto win = resolve_window(v, spatial(x), kernel, true, false);
-  auto n = make(v, "Conv", inputs,
-                {ints_attr("kernel_shape", win.kernel), ints_attr("strides", win.strides), ints_attr("pads", win.pads),
-                 ints_attr("dilations", win.dilations), int_attr("group", group), int_attr("act", 0)});
-  std::vector<int64_t> out = {x[0], w[0]};
-  out.insert(out.end(), win.output.begin(), win.output.end());
-  v.expect_output_dims(out);
-  return n;
+  return make(v, "Conv", inputs,
+              {ints_attr("kernel_shape", win.kernel), ints_attr("strides", win.strides), ints_attr("pads", win.pads),
+               ints_attr("dilations", win.dilations), int_attr("group", group), int_attr("act", 0)});
 }
 
 NormalisedNode pool(const NodeView& v) {
@@ -295,16 +371,12 @@ NormalisedNode pool(const NodeView& v) {
   bool ceil_mode = v.opset() >= 10 && v.int_attr("ceil_mode", 0) != 0;
   auto win = resolve_window(v, spatial(x), kernel, is_max, ceil_mode);
   std::vector<ref::Attr> attrs = {ints_attr("kernel_shape", win.kernel), ints_attr("strides", win.strides),
-                                  ints_attr("pads", win.pads)};
+                                  ints_attr("pads", win.pads), int_attr("ceil_mode", ceil_mode ? 1 : 0)};
   if (is_max)
     attrs.push_back(ints_attr("dilations", win.dilations));
   else
     attrs.push_back(int_attr("count_include_pad", v.opset() >= 7 ? v.int_attr("count_include_pad", 0) : 0));
-  auto n = make(v, v.op(), {v.input(0)}, attrs, "MaxPool with Indices output");
-  std::vector<int64_t> out = {x[0], x[1]};
-  out.insert(out.end(), win.output.begin(), win.output.end());
-  v.expect_output_dims(out);
-  return n;
+  return make(v, v.op(), {v.input(0)}, attrs, "MaxPool with Indices output");
 }
 
 // ---- reductions --------------------------------------------------------------------------------
@@ -318,24 +390,17 @@ std::vector<int64_t> normalise_axes(std::vector<int64_t> axes, int64_t rank) {
 }
 
 NormalisedNode reduce_over(const NodeView& v, const std::string& type, std::vector<int64_t> axes, bool keepdims) {
-  auto x = v.float_input(0);
-  std::vector<int64_t> out;
-  for (size_t i = 0; i < x.size(); ++i) {
-    bool reduced = std::binary_search(axes.begin(), axes.end(), static_cast<int64_t>(i));
-    if (!reduced) out.push_back(x[i]);
-    else if (keepdims) out.push_back(1);
-  }
-  auto n = make(v, type, {v.input(0)}, {ints_attr("axes", axes), int_attr("keepdims", keepdims ? 1 : 0)});
-  v.expect_output_dims(out);
-  return n;
+  v.float_input(0);
+  return make(v, type, {v.input(0)}, {ints_attr("axes", axes), int_attr("keepdims", keepdims ? 1 : 0)});
 }
 
 NormalisedNode reduce(const NodeView& v) {
-  auto rank = static_cast<int64_t>(v.float_input(0).size());
+  auto x = v.float_input(0);
+  auto rank = static_cast<int64_t>(x.size());
   bool axes_as_input = v.op() == "ReduceSum" ? v.opset() >= 13 : v.opset() >= 18;
   std::vector<int64_t> axes = axes_as_input ? (v.has_input(1) ? v.const_ints(1) : std::vector<int64_t>{})
                                             : v.ints_attr("axes", {});
-  if (axes.empty() && v.int_attr("noop_with_empty_axes", 0) != 0) return copy_of_input0(v);
+  if (axes.empty() && v.int_attr("noop_with_empty_axes", 0) != 0) return reshaped(v, x);
   if (axes.empty()) {
     axes.resize(static_cast<size_t>(rank));
     std::iota(axes.begin(), axes.end(), 0);
@@ -352,20 +417,46 @@ NormalisedNode global_average_pool(const NodeView& v) {
 
 // ---- shape and data movement -------------------------------------------------------------------
 
+// The ONNX target shape resolved against the input: 0 copies the input dim (unless allowzero),
+// one -1 takes what is left.
+std::vector<int64_t> resolve_shape(const std::vector<int64_t>& in, std::vector<int64_t> shape, bool allow_zero) {
+  int64_t known = 1, infer_at = -1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == 0 && !allow_zero) {
+      if (i >= in.size()) refuse("shape " + dims_text(shape) + " copies dim " + std::to_string(i) + " of input " + dims_text(in));
+      shape[i] = in[i];
+    }
+    if (shape[i] == -1) {
+      if (infer_at >= 0) refuse("shape " + dims_text(shape) + " has more than one -1");
+      infer_at = static_cast<int64_t>(i);
+    } else if (shape[i] < 0) {
+      refuse("shape " + dims_text(shape) + " has a negative dim");
+    } else {
+      known = element_count({known, shape[i]});
+    }
+  }
+  int64_t total = element_count(in);
+  if (infer_at >= 0) {
+    if (known == 0 || total % known != 0) refuse("cannot reshape " + dims_text(in) + " to " + dims_text(shape));
+    shape[static_cast<size_t>(infer_at)] = total / known;
+  }
+  if (element_count(shape) != total) refuse("cannot reshape " + dims_text(in) + " to " + dims_text(shape));
+  return shape;
+}
+
 NormalisedNode reshape(const NodeView& v) {
-  if (v.opset() >= 5) v.const_ints(1);  // the target shape is baked into the output dims
-  return copy_of_input0(v);
+  auto x = v.typed_input(0).dims;
+  auto shape = v.opset() >= 5 ? v.const_ints(1) : v.ints_attr("shape", {});
+  return reshaped(v, resolve_shape(x, shape, v.opset() >= 14 && v.int_attr("allowzero", 0) != 0));
 }
 
 NormalisedNode flatten(const NodeView& v) {
-  auto x = v.float_input(0);
+  auto x = v.typed_input(0).dims;
   auto rank = static_cast<int64_t>(x.size());
   int64_t axis = v.int_attr("axis", 1);
   if (axis < 0) axis += rank;
   if (axis < 0 || axis > rank) refuse("axis " + std::to_string(v.int_attr("axis", 1)) + " is out of range for rank " + std::to_string(rank));
-  auto n = copy_of_input0(v);
-  v.expect_output_dims({element_count({x.begin(), x.begin() + axis}), element_count({x.begin() + axis, x.end()})});
-  return n;
+  return reshaped(v, {element_count({x.begin(), x.begin() + axis}), element_count({x.begin() + axis, x.end()})});
 }
 
 std::vector<int64_t> axes_input_or_attr(const NodeView& v, bool required) {
@@ -379,7 +470,7 @@ std::vector<int64_t> axes_input_or_attr(const NodeView& v, bool required) {
 }
 
 NormalisedNode squeeze(const NodeView& v) {
-  auto x = v.float_input(0);
+  auto x = v.typed_input(0).dims;
   auto axes = normalise_axes(axes_input_or_attr(v, false), static_cast<int64_t>(x.size()));
   std::vector<int64_t> out;
   for (size_t i = 0; i < x.size(); ++i) {
@@ -387,22 +478,18 @@ NormalisedNode squeeze(const NodeView& v) {
     if (listed && x[i] != 1) refuse("cannot squeeze axis " + std::to_string(i) + " of size " + std::to_string(x[i]));
     if (!(listed || (axes.empty() && x[i] == 1))) out.push_back(x[i]);
   }
-  auto n = copy_of_input0(v);
-  v.expect_output_dims(out);
-  return n;
+  return reshaped(v, out);
 }
 
 NormalisedNode unsqueeze(const NodeView& v) {
-  auto x = v.float_input(0);
+  auto x = v.typed_input(0).dims;
   auto raw = axes_input_or_attr(v, true);
   auto axes = normalise_axes(raw, static_cast<int64_t>(x.size() + raw.size()));
   std::vector<int64_t> out;
   size_t next = 0;
   for (size_t i = 0; i < x.size() + axes.size(); ++i)
     out.push_back(std::binary_search(axes.begin(), axes.end(), static_cast<int64_t>(i)) ? 1 : x[next++]);
-  auto n = copy_of_input0(v);
-  v.expect_output_dims(out);
-  return n;
+  return reshaped(v, out);
 }
 
 NormalisedNode dropout(const NodeView& v) {
@@ -415,11 +502,11 @@ NormalisedNode dropout(const NodeView& v) {
       if (mode->data.size < 1 || mode->data.data[0] != 0) refuse("Dropout in training mode");
     }
   }
-  return copy_of_input0(v, "Dropout with mask output");
+  return reshaped(v, v.typed_input(0).dims, "Dropout with mask output");
 }
 
 NormalisedNode transpose(const NodeView& v) {
-  auto x = v.float_input(0);
+  auto x = v.typed_input(0).dims;
   std::vector<int64_t> identity(x.size());
   std::iota(identity.begin(), identity.end(), 0);
   std::vector<int64_t> reversed(identity.rbegin(), identity.rend());
@@ -427,16 +514,12 @@ NormalisedNode transpose(const NodeView& v) {
   auto sorted = perm;
   std::sort(sorted.begin(), sorted.end());
   if (sorted != identity) refuse("attribute perm " + dims_text(perm) + " is not a permutation of rank " + std::to_string(x.size()));
-  std::vector<int64_t> out;
-  for (int64_t p : perm) out.push_back(x[static_cast<size_t>(p)]);
-  auto n = make(v, "Transpose", {v.input(0)}, {ints_attr("perm", perm)});
-  v.expect_output_dims(out);
-  return n;
+  return make(v, "Transpose", {v.input(0)}, {ints_attr("perm", perm)});
 }
 
 NormalisedNode concat(const NodeView& v) {
   if (v.input_count() == 0) refuse("Concat without inputs");
-  auto first = v.float_input(0);
+  auto first = v.typed_input(0).dims;
   auto rank = static_cast<int64_t>(first.size());
   if (v.opset() >= 4 && !v.has_attr("axis")) refuse("attribute axis is missing");
   int64_t axis = normalise_axis(v.int_attr("axis", 1), rank, "axis");
@@ -444,20 +527,18 @@ NormalisedNode concat(const NodeView& v) {
   out[static_cast<size_t>(axis)] = 0;
   std::vector<std::string> inputs;
   for (size_t i = 0; i < v.input_count(); ++i) {
-    auto d = v.float_input(i);
+    auto d = v.typed_input(i).dims;
     auto masked = d;
     if (d.size() == first.size()) masked[static_cast<size_t>(axis)] = first[static_cast<size_t>(axis)];
     if (masked != first) refuse("input " + std::to_string(i) + " dims " + dims_text(d) + " do not match input 0 dims " + dims_text(first) + " outside axis " + std::to_string(axis));
     out[static_cast<size_t>(axis)] += d[static_cast<size_t>(axis)];
     inputs.push_back(v.input(i));
   }
-  auto n = make(v, "Concat", inputs, {int_attr("axis", axis)});
-  v.expect_output_dims(out);
-  return n;
+  return make(v, "Concat", inputs, {int_attr("axis", axis)});
 }
 
 NormalisedNode slice(const NodeView& v) {
-  auto x = v.float_input(0);
+  auto x = v.typed_input(0).dims;
   auto rank = static_cast<int64_t>(x.size());
   std::vector<int64_t> starts, ends, axes, steps;
   if (v.opset() < 10) {
@@ -497,32 +578,216 @@ NormalisedNode slice(const NodeView& v) {
     all_steps[axis] = step;
     out[axis] = len;
   }
-  auto n = make(v, "Slice", {v.input(0)}, {ints_attr("starts", all_starts), ints_attr("steps", all_steps)});
-  v.expect_output_dims(out);
-  return n;
+  return make(v, "Slice", {v.input(0)},
+              {ints_attr("starts", all_starts), ints_attr("steps", all_steps), ints_attr("sizes", out)});
 }
 
 NormalisedNode gather(const NodeView& v) {
-  auto data = v.float_input(0);
+  auto data = v.typed_input(0).dims;
   auto rank = static_cast<int64_t>(data.size());
   if (rank == 0) refuse("Gather from a scalar");
   int64_t axis = normalise_axis(v.int_attr("axis", 0), rank, "axis");
   int32_t type = v.input_elem_type(1);
   const Weight* constant = v.constant(1);
-  if (type != onnx::TensorProto::INT64 && !(type == onnx::TensorProto::INT32 && constant))
-    refuse("element type " + dtype_name(type) + " on input 1 '" + v.input(1) + "' (ref supports int64, or int32 constants)");
-  auto indices = v.input_dims(1);
+  if (type != onnx::TensorProto::INT64 && type != onnx::TensorProto::INT32)
+    refuse("element type " + dtype_name(type) + " on input 1 '" + v.input(1) + "' (indices must be int64 or int32)");
+  v.input_dims(1);
   if (constant) {
     int64_t d = data[static_cast<size_t>(axis)];
     for (int64_t i : v.const_ints(1))
       if (i < -d || i >= d) refuse("index " + std::to_string(i) + " is out of range for axis " + std::to_string(axis) + " of size " + std::to_string(d));
   }
-  std::vector<int64_t> out(data.begin(), data.begin() + axis);
-  out.insert(out.end(), indices.begin(), indices.end());
-  out.insert(out.end(), data.begin() + axis + 1, data.end());
-  auto n = make(v, "Gather", {v.input(0), v.input(1)}, {int_attr("axis", axis)});
-  v.expect_output_dims(out);
-  return n;
+  return make(v, "Gather", {v.input(0), v.input(1)}, {int_attr("axis", axis)});
+}
+
+NormalisedNode expand(const NodeView& v) {
+  v.typed_input(0);
+  return make(v, "Expand", {v.input(0)}, {ints_attr("shape", v.const_ints(1))});
+}
+
+NormalisedNode tile(const NodeView& v) {
+  v.typed_input(0);
+  return make(v, "Tile", {v.input(0)}, {ints_attr("repeats", v.const_ints(1))});
+}
+
+NormalisedNode trilu(const NodeView& v) {
+  v.typed_input(0);
+  int64_t k = 0;
+  if (v.has_input(1)) {
+    auto values = v.const_ints(1);
+    if (values.size() != 1) refuse("input 1 'k' has " + std::to_string(values.size()) + " values, expected one");
+    k = values[0];
+  }
+  return make(v, "Trilu", {v.input(0)}, {int_attr("upper", v.int_attr("upper", 1) != 0 ? 1 : 0), int_attr("k", k)});
+}
+
+// Pads before opset 11 are attributes, then a constant input (with optional axes from 18).
+NormalisedNode pad(const NodeView& v) {
+  auto x = v.typed_input(0);
+  auto rank = static_cast<int64_t>(x.dims.size());
+  std::string mode = v.string_attr("mode", "constant");
+  int64_t mode_code = mode == "constant" ? 0 : mode == "reflect" ? 1 : mode == "edge" ? 2 : -1;
+  if (mode_code < 0) refuse("Pad mode '" + mode + "'");
+  std::vector<int64_t> pads;
+  Scalar value{x.dtype == ref::DType::kFloat32, 0.0f, 0};
+  if (v.opset() < 11) {
+    pads = v.ints_attr(v.opset() < 2 ? "paddings" : "pads", {});
+    value = Scalar{true, v.float_attr("value", 0.0f), 0};
+  } else {
+    pads = v.const_ints(1);
+    if (v.has_input(2)) value = v.const_scalar(2);
+    if (v.has_input(3)) {
+      auto axes = v.const_ints(3);
+      if (pads.size() != 2 * axes.size()) refuse("pads " + dims_text(pads) + " do not match axes " + dims_text(axes));
+      std::vector<int64_t> full(2 * x.dims.size(), 0);
+      std::vector<bool> seen(x.dims.size(), false);
+      for (size_t k = 0; k < axes.size(); ++k) {
+        auto a = static_cast<size_t>(normalise_axis(axes[k], rank, "axis"));
+        if (seen[a]) refuse("repeated axis " + std::to_string(a));
+        seen[a] = true;
+        full[a] = pads[k];
+        full[a + x.dims.size()] = pads[k + axes.size()];
+      }
+      pads = full;
+    }
+  }
+  if (pads.size() != 2 * x.dims.size()) refuse("pads " + dims_text(pads) + " do not fit rank " + std::to_string(rank));
+  return make(v, "Pad", {v.input(0)},
+              {ints_attr("pads", pads), int_attr("mode", mode_code), scalar_attr("value", x.dtype, value)});
+}
+
+// Resize (opset 10+) and Upsample: scales or sizes must be constants; tf_crop_and_resize, cubic,
+// antialias and aspect-ratio policies stay on CPU.
+NormalisedNode resize(const NodeView& v) {
+  auto x = v.float_input(0);
+  size_t rank = x.size();
+  bool legacy = v.op() == "Upsample" || v.opset() < 11;
+  std::string mode = v.string_attr("mode", "nearest");
+  if (mode == "bilinear") mode = "linear";
+  if (mode != "nearest" && mode != "linear") refuse(v.op() + " mode '" + mode + "'");
+  static const std::map<std::string, int64_t> kCoord = {
+      {"half_pixel", 0},    {"asymmetric", 1},                {"pytorch_half_pixel", 2},
+      {"align_corners", 3}, {"tf_half_pixel_for_nearest", 4}, {"half_pixel_symmetric", 5}};
+  static const std::map<std::string, int64_t> kNearest = {
+      {"round_prefer_floor", 0}, {"round_prefer_ceil", 1}, {"floor", 2}, {"ceil", 3}};
+  int64_t coord = 1, nearest = 4;  // before opset 11: asymmetric, and ORT's simple rounding
+  std::vector<float> scales;
+  std::vector<int64_t> sizes;
+  if (legacy) {
+    // Upsample before opset 9 takes its scales as an attribute, later ones as an input.
+    bool attribute = v.op() == "Upsample" && v.opset() < 9;
+    if (attribute && !v.has_attr("scales")) refuse("attribute scales is missing");
+    scales = attribute ? v.floats_attr("scales") : v.const_floats(1);
+  } else {
+    std::string c = v.string_attr("coordinate_transformation_mode", "half_pixel");
+    std::string n = v.string_attr("nearest_mode", "round_prefer_floor");
+    if (!kCoord.count(c)) refuse("coordinate_transformation_mode '" + c + "'");
+    if (!kNearest.count(n)) refuse("nearest_mode '" + n + "'");
+    coord = kCoord.at(c);
+    nearest = kNearest.at(n);
+    if (v.int_attr("antialias", 0) != 0) refuse("Resize with antialias");
+    if (v.string_attr("keep_aspect_ratio_policy", "stretch") != "stretch") refuse("Resize keep_aspect_ratio_policy other than stretch");
+    if (v.has_input(2) && !v.const_floats(2).empty()) scales = v.const_floats(2);
+    if (v.has_input(3)) sizes = v.const_ints(3);
+    if (scales.empty() == sizes.empty()) refuse("Resize needs exactly one of scales and sizes");
+    if (v.has_attr("axes")) {
+      // Scales or sizes given for some axes only: the others keep scale 1.
+      auto axes = v.ints_attr("axes", {});
+      std::vector<float> all_scales(rank, 1.0f);
+      std::vector<int64_t> all_sizes = x;
+      for (size_t k = 0; k < axes.size(); ++k) {
+        auto a = static_cast<size_t>(normalise_axis(axes[k], static_cast<int64_t>(rank), "axis"));
+        if (!scales.empty() && k < scales.size()) all_scales[a] = scales[k];
+        if (!sizes.empty() && k < sizes.size()) all_sizes[a] = sizes[k];
+      }
+      if (!scales.empty()) scales = all_scales;
+      else sizes = all_sizes;
+    }
+  }
+  if (!sizes.empty()) {
+    if (sizes.size() != rank) refuse("sizes " + dims_text(sizes) + " do not fit rank " + std::to_string(rank));
+    for (size_t a = 0; a < rank; ++a) scales.push_back(static_cast<float>(sizes[a]) / static_cast<float>(x[a]));
+  } else {
+    if (scales.size() != rank) refuse(std::to_string(scales.size()) + " scales for rank " + std::to_string(rank));
+    for (size_t a = 0; a < rank; ++a) {
+      if (!(scales[a] > 0) || !std::isfinite(scales[a])) refuse("scale " + std::to_string(scales[a]) + " is not positive");
+      sizes.push_back(static_cast<int64_t>(scales[a] * static_cast<float>(x[a])));
+    }
+  }
+  ref::Attr scale_attr;
+  scale_attr.name = "scales";
+  scale_attr.kind = ref::Attr::Kind::kFloats;
+  scale_attr.floats = scales;
+  return make(v, "Resize", {v.input(0)},
+              {int_attr("mode", mode == "linear" ? 1 : 0), int_attr("coord", coord), int_attr("nearest_mode", nearest),
+               scale_attr, ints_attr("sizes", sizes)});
+}
+
+// ConvTranspose with explicit pads (auto_pad SAME_* and output_shape stay on CPU).
+NormalisedNode conv_transpose(const NodeView& v) {
+  auto x = window_input(v);
+  auto w = v.float_input(1);
+  size_t n = x.size() - 2;
+  if (w.size() != x.size()) refuse("weight dims " + dims_text(w) + " do not match input rank " + std::to_string(x.size()));
+  std::string auto_pad = v.string_attr("auto_pad", "NOTSET");
+  if (auto_pad != "NOTSET" && auto_pad != "VALID") refuse("ConvTranspose with auto_pad=" + auto_pad);
+  if (v.has_attr("output_shape")) refuse("ConvTranspose with output_shape");
+  auto kernel = spatial(w);
+  if (v.has_attr("kernel_shape") && v.ints_attr("kernel_shape", {}) != kernel)
+    refuse("attribute kernel_shape " + dims_text(v.ints_attr("kernel_shape", {})) + " differs from weight dims " + dims_text(w));
+  std::vector<std::string> inputs = {v.input(0), v.input(1), v.has_input(2) ? v.input(2) : ""};
+  return make(v, "ConvTranspose", inputs,
+              {ints_attr("kernel_shape", kernel), ints_attr("strides", window_list(v, "strides", n, 1, 1)),
+               ints_attr("pads", auto_pad == "VALID" ? std::vector<int64_t>(2 * n, 0) : window_list(v, "pads", 2 * n, 0, 0)),
+               ints_attr("dilations", window_list(v, "dilations", n, 1, 1)),
+               ints_attr("output_padding", window_list(v, "output_padding", n, 0, 0)),
+               int_attr("group", v.int_attr("group", 1))});
+}
+
+// GroupNormalization: scale and bias per channel (opset 21); opset 18's per-group form only when
+// every group is one channel.
+NormalisedNode group_norm(const NodeView& v) {
+  auto x = v.float_input(0);
+  int64_t groups = v.int_attr("num_groups", 0);
+  if (x.size() < 2 || groups < 1) refuse("GroupNormalization of " + dims_text(x) + " in " + std::to_string(groups) + " groups");
+  for (size_t i = 1; i <= 2; ++i)
+    if (v.float_input(i) != std::vector<int64_t>{x[1]})
+      refuse("input " + std::to_string(i) + " '" + v.input(i) + "' has dims " + dims_text(v.input_dims(i)) +
+             ", expected one value per channel [" + std::to_string(x[1]) + "]");
+  if (v.int_attr("stash_type", 1) != 1) refuse("GroupNormalization with stash_type other than float32");
+  return make(v, "GroupNormalization", {v.input(0), v.input(1), v.input(2)},
+              {int_attr("groups", groups), float_attr("epsilon", v.float_attr("epsilon", 1e-5f))});
+}
+
+NormalisedNode arg_extreme(const NodeView& v) {
+  auto x = v.float_input(0);
+  int64_t axis = normalise_axis(v.int_attr("axis", 0), static_cast<int64_t>(x.size()), "axis");
+  return make(v, v.op(), {v.input(0)},
+              {int_attr("axis", axis), int_attr("keepdims", v.int_attr("keepdims", 1) != 0 ? 1 : 0),
+               int_attr("select_last_index", v.int_attr("select_last_index", 0) != 0 ? 1 : 0)});
+}
+
+NormalisedNode gather_elements(const NodeView& v) {
+  auto data = v.typed_input(0).dims;
+  v.typed_input(1);
+  int64_t axis = normalise_axis(v.int_attr("axis", 0), static_cast<int64_t>(data.size()), "axis");
+  return make(v, "GatherElements", {v.input(0), v.input(1)}, {int_attr("axis", axis)});
+}
+
+// The dims of a tensor as data: Shape (with start/end from opset 15) and Size. They read no data,
+// so the folder evaluates them from static dims alone.
+NormalisedNode shape(const NodeView& v) {
+  auto x = v.typed_input(0).dims;
+  auto rank = static_cast<int64_t>(x.size());
+  int64_t start = v.opset() >= 15 ? v.int_attr("start", 0) : 0;
+  int64_t end = v.opset() >= 15 ? v.int_attr("end", rank) : rank;
+  auto clamp = [&](int64_t i) { return std::clamp(i < 0 ? i + rank : i, int64_t{0}, rank); };
+  return make(v, "Shape", {v.input(0)}, {int_attr("start", clamp(start)), int_attr("end", std::max(clamp(start), clamp(end)))});
+}
+
+NormalisedNode size(const NodeView& v) {
+  v.typed_input(0);
+  return make(v, "Size", {v.input(0)});
 }
 
 using Rule = NormalisedNode (*)(const NodeView&);
@@ -533,7 +798,7 @@ const std::map<std::string, Rule>& rules() {
       {"Mul", binary},          {"Div", binary},
       {"Pow", binary},          {"Sqrt", unary},
       {"Exp", unary},           {"Erf", unary},
-      {"Neg", unary},           {"Abs", unary},
+      {"Neg", typed_unary},     {"Abs", typed_unary},
       {"Relu", unary},          {"Sigmoid", unary},
       {"Tanh", unary},          {"HardSwish", unary},
       {"LeakyRelu", leaky_relu}, {"HardSigmoid", hard_sigmoid},
@@ -549,7 +814,204 @@ const std::map<std::string, Rule>& rules() {
       {"Unsqueeze", unsqueeze}, {"Concat", concat},
       {"Slice", slice},         {"Gather", gather},
       {"Identity", identity}, {"Dropout", dropout},
+      {"Min", min_max},         {"Max", min_max},
+      {"PRelu", prelu},         {"Where", where},
+      {"Equal", binary},        {"Less", binary},
+      {"Greater", binary},      {"LessOrEqual", binary},
+      {"GreaterOrEqual", binary}, {"And", binary},
+      {"Or", binary},           {"Xor", binary},
+      {"Not", typed_unary},     {"Cast", cast},
+      {"CastLike", cast},
+      {"Log", unary},           {"Sin", unary},
+      {"Cos", unary},           {"Reciprocal", unary},
+      {"Softplus", unary},      {"Elu", elu},
+      {"Selu", selu},           {"LogSoftmax", softmax},
+      {"ReduceMax", reduce},    {"ReduceMin", reduce},
+      {"InstanceNormalization", instance_norm},
+      {"ConstantOfShape", constant_of_shape}, {"Range", range},
+      {"Expand", expand},       {"Tile", tile},
+      {"Trilu", trilu},         {"Pad", pad},
+      {"Shape", shape},         {"Size", size},
+      {"Resize", resize},       {"Upsample", resize},
+      {"ConvTranspose", conv_transpose},
+      {"GroupNormalization", group_norm},
+      {"ArgMax", arg_extreme},  {"ArgMin", arg_extreme},
+      {"GatherElements", gather_elements},
+      {"ReduceProd", reduce},   {"ReduceL1", reduce},
+      {"ReduceL2", reduce},     {"ReduceSumSquare", reduce},
+      {"ReduceLogSum", reduce}, {"ReduceLogSumExp", reduce},
   };
+  return kRules;
+}
+
+// Ops with several outputs, lowered to one ref op per output.
+using MultiRule = std::vector<NormalisedNode> (*)(const NodeView&);
+
+// Split: one Slice per output, along `axis`, sizes from the `split` list or equal parts.
+std::vector<NormalisedNode> split(const NodeView& v) {
+  auto x = v.typed_input(0).dims;
+  auto rank = static_cast<int64_t>(x.size());
+  auto axis = static_cast<size_t>(normalise_axis(v.int_attr("axis", 0), rank, "axis"));
+  std::vector<int64_t> sizes;
+  if (v.opset() < 13) sizes = v.ints_attr("split", {});
+  else if (v.has_input(1)) sizes = v.const_ints(1);
+  auto outputs = static_cast<int64_t>(v.has_attr("num_outputs") ? v.int_attr("num_outputs", 0) : v.output_count());
+  if (outputs < 1) refuse("Split into " + std::to_string(outputs) + " outputs");
+  if (sizes.empty()) {
+    // Equal parts; from opset 18 the last may be smaller (ceil division), before that it must divide.
+    int64_t part = (x[axis] + outputs - 1) / outputs;
+    if (v.opset() < 18 && x[axis] % outputs != 0)
+      refuse("axis " + std::to_string(axis) + " of size " + std::to_string(x[axis]) + " does not split into " +
+             std::to_string(outputs) + " equal parts");
+    for (int64_t k = 0, left = x[axis]; k < outputs; ++k, left -= part) sizes.push_back(std::min(part, left));
+  }
+  if (static_cast<int64_t>(sizes.size()) != outputs || static_cast<int64_t>(v.output_count()) != outputs)
+    refuse("split sizes " + dims_text(sizes) + " do not match the " + std::to_string(v.output_count()) + " outputs");
+  std::vector<NormalisedNode> parts;
+  int64_t start = 0;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    if (sizes[k] < 0 || start + sizes[k] > x[axis]) refuse("split sizes " + dims_text(sizes) + " exceed axis size " + std::to_string(x[axis]));
+    std::vector<int64_t> starts(x.size(), 0), steps(x.size(), 1), out = x;
+    starts[axis] = start;
+    out[axis] = sizes[k];
+    NormalisedNode n;
+    n.type = "Slice";
+    n.inputs = {v.input(0)};
+    n.attrs = {ints_attr("starts", starts), ints_attr("steps", steps), ints_attr("sizes", out)};
+    n.output = v.output(k);
+    if (n.output.empty()) refuse("output " + std::to_string(k) + " is absent");
+    parts.push_back(std::move(n));
+    start += sizes[k];
+  }
+  if (start != x[axis]) refuse("split sizes " + dims_text(sizes) + " do not add up to axis size " + std::to_string(x[axis]));
+  return parts;
+}
+
+// Builds the parts of a node that becomes several ref ops; values between them are internal,
+// named after the node's output so they stay unique.
+class Parts {
+ public:
+  explicit Parts(const NodeView& v) : v_(v) {}
+  // Adds `type` reading `inputs`; returns the value it writes: the node's output when `last`.
+  std::string add(std::string type, std::vector<std::string> inputs, std::vector<ref::Attr> attrs, bool last) {
+    NormalisedNode n;
+    n.type = std::move(type);
+    n.inputs = std::move(inputs);
+    n.attrs = std::move(attrs);
+    n.internal = !last;
+    n.output = last ? v_.single_output(kNoExtraOutputs) : v_.output(0) + "/ctxgen_" + std::to_string(parts_.size());
+    parts_.push_back(n);
+    return n.output;
+  }
+  std::vector<NormalisedNode> take() { return std::move(parts_); }
+
+ private:
+  const NodeView& v_;
+  std::vector<NormalisedNode> parts_;
+};
+
+// Sum of any number of inputs: a copy, or a chain of Adds.
+std::vector<NormalisedNode> sum(const NodeView& v) {
+  if (v.input_count() == 0) refuse("Sum without inputs");
+  for (size_t i = 0; i < v.input_count(); ++i) v.typed_input(i);
+  Parts parts(v);
+  if (v.input_count() == 1) {
+    parts.add("Reshape", {v.input(0)}, {ints_attr("shape", v.typed_input(0).dims)}, true);
+    return parts.take();
+  }
+  std::string acc = v.input(0);
+  for (size_t i = 1; i < v.input_count(); ++i) acc = parts.add("Add", {acc, v.input(i)}, {}, i + 1 == v.input_count());
+  return parts.take();
+}
+
+// Einsum of two operands that is a batched matrix product ("bij,bjk->bik", "bhqd,bhkd->bhqk",
+// "i,j->ij" ...), or of one operand that is a permutation ("ij->ji"): lowered to Transpose,
+// Reshape and MatMul. Sums over letters of one operand, diagonals and "..." stay on CPU.
+std::vector<NormalisedNode> einsum(const NodeView& v) {
+  std::string eq;
+  for (char c : v.string_attr("equation", "")) if (c != ' ') eq += c;
+  auto arrow = eq.find("->");
+  if (arrow == std::string::npos || eq.find("...") != std::string::npos)
+    refuse("Einsum equation '" + eq + "' (ref takes explicit '->' without '...')");
+  std::string out = eq.substr(arrow + 2), lhs = eq.substr(0, arrow);
+  std::vector<std::string> ops;
+  for (size_t at = 0;;) {
+    auto comma = lhs.find(',', at);
+    ops.push_back(lhs.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  if (ops.size() != v.input_count() || ops.empty() || ops.size() > 2)
+    refuse("Einsum with " + std::to_string(ops.size()) + " operands (ref takes one or two)");
+  std::map<char, int64_t> size;
+  for (size_t k = 0; k < ops.size(); ++k) {
+    auto dims = v.float_input(k);
+    if (dims.size() != ops[k].size()) refuse("Einsum operand " + std::to_string(k) + " '" + ops[k] + "' does not match dims " + dims_text(dims));
+    for (size_t i = 0; i < dims.size(); ++i) {
+      char c = ops[k][i];
+      if (ops[k].find(c) != i) refuse("Einsum repeats '" + std::string(1, c) + "' in one operand");
+      if (size.count(c) && size[c] != dims[i]) refuse("Einsum letter '" + std::string(1, c) + "' has two sizes");
+      size[c] = dims[i];
+    }
+  }
+  for (char c : out)
+    if (!size.count(c) || out.find(c) != out.rfind(c)) refuse("Einsum output '" + out + "' is not a set of input letters");
+  auto in = [&](const std::string& s, char c) { return s.find(c) != std::string::npos; };
+  auto permutation = [](const std::string& from, const std::string& to) {
+    std::vector<int64_t> perm;
+    for (char c : to) perm.push_back(static_cast<int64_t>(from.find(c)));
+    return perm;
+  };
+  auto dims_of = [&](const std::string& letters) {
+    std::vector<int64_t> dims;
+    for (char c : letters) dims.push_back(size[c]);
+    return dims;
+  };
+  Parts parts(v);
+  // Transposes `value` from `from` to `to` letter order, unless it already is.
+  auto transposed = [&](const std::string& value, const std::string& from, const std::string& to, bool last) {
+    if (from == to && !last) return value;
+    return parts.add("Transpose", {value}, {ints_attr("perm", permutation(from, to))}, last);
+  };
+  if (ops.size() == 1) {
+    if (ops[0].size() != out.size()) refuse("Einsum '" + eq + "' sums over an operand");
+    transposed(v.input(0), ops[0], out, true);
+    return parts.take();
+  }
+  const std::string &a = ops[0], &b = ops[1];
+  std::string batch, free_a, free_b, contracted;
+  for (char c : a) {
+    if (in(b, c)) (in(out, c) ? batch : contracted) += c;
+    else if (in(out, c)) free_a += c;
+    else refuse("Einsum '" + eq + "' sums '" + std::string(1, c) + "' over one operand");
+  }
+  for (char c : b)
+    if (!in(a, c)) {
+      if (!in(out, c)) refuse("Einsum '" + eq + "' sums '" + std::string(1, c) + "' over one operand");
+      free_b += c;
+    }
+  auto product = [&](const std::string& letters) { return element_count(dims_of(letters)); };
+  auto as_matrix = [&](const std::string& value, const std::string& letters, std::vector<int64_t> tail) {
+    std::vector<int64_t> shape = dims_of(batch);
+    shape.insert(shape.end(), tail.begin(), tail.end());
+    if (shape == dims_of(letters)) return value;
+    return parts.add("Reshape", {value}, {ints_attr("shape", shape)}, false);
+  };
+  std::string a_order = batch + free_a + contracted, b_order = batch + contracted + free_b;
+  std::string am = as_matrix(transposed(v.input(0), a, a_order, false), a_order, {product(free_a), product(contracted)});
+  std::string bm = as_matrix(transposed(v.input(1), b, b_order, false), b_order, {product(contracted), product(free_b)});
+  std::string result_order = batch + free_a + free_b;
+  bool needs_shape = dims_of(batch).size() + 2 != result_order.size() ||
+                     dims_of(free_a) != std::vector<int64_t>{product(free_a)} || dims_of(free_b) != std::vector<int64_t>{product(free_b)};
+  bool needs_perm = result_order != out;
+  std::string y = parts.add("MatMul", {am, bm}, {int_attr("act", 0)}, !needs_shape && !needs_perm);
+  if (needs_shape) y = parts.add("Reshape", {y}, {ints_attr("shape", dims_of(result_order))}, !needs_perm);
+  if (needs_perm) transposed(y, result_order, out, true);
+  return parts.take();
+}
+
+const std::map<std::string, MultiRule>& multi_rules() {
+  static const std::map<std::string, MultiRule> kRules = {{"Split", split}, {"Sum", sum}, {"Einsum", einsum}};
   return kRules;
 }
 
@@ -558,16 +1020,88 @@ const std::map<std::string, Rule>& rules() {
 std::vector<std::string> supported_op_types() {
   std::vector<std::string> ops;
   for (const auto& [op, rule] : rules()) ops.push_back(op);
+  for (const auto& [op, rule] : multi_rules()) ops.push_back(op);
+  std::sort(ops.begin(), ops.end());
   return ops;
 }
 
-NormalisedNode normalise(const Model& model, const onnx::NodeProto& node) {
+namespace {
+
+// The output type of a normalised node from the runtime's rule, checked against what shape
+// inference (or an earlier propagation) says of the output.
+void finish(const Model& model, NormalisedNode& n, const std::map<std::string, ref::Value>& earlier) {
+  std::vector<ref::Value> values(n.inputs.size());
+  std::vector<const ref::Value*> inputs;
+  for (size_t i = 0; i < n.inputs.size(); ++i) {
+    if (n.inputs[i].empty()) {
+      inputs.push_back(nullptr);
+      continue;
+    }
+    if (auto it = earlier.find(n.inputs[i]); it != earlier.end()) {
+      inputs.push_back(&it->second);
+      continue;
+    }
+    std::string label = "input '" + n.inputs[i] + "'";
+    const ValueType* type = model.type_of(n.inputs[i]);
+    const Weight* constant = model.constant(n.inputs[i]);
+    values[i].dtype = ref_dtype(type ? type->elem_type : constant ? constant->data.dtype : 0, label);
+    values[i].dims = static_dims(model, n.inputs[i], label, true);
+    inputs.push_back(&values[i]);
+  }
+  ref::Op op;
+  op.type = n.type;
+  op.attrs = n.attrs;
+  try {
+    n.output_type = runtime::infer_output(op, inputs, n.type);
+  } catch (const Error& e) {
+    refuse(e.what());
+  }
+  std::string label = "output '" + n.output + "'";
+  if (element_count(n.output_type.dims) == 0)
+    refuse("zero-sized tensor on " + label + " (dims " + dims_text(n.output_type.dims) + ")");
+  if (const ValueType* known = model.type_of(n.output)) {
+    if (known->elem_type != 0 && known->elem_type != static_cast<int32_t>(n.output_type.dtype))
+      refuse("element type " + dtype_name(known->elem_type) + " on " + label + " differs from " +
+             ref::dtype_name(n.output_type.dtype) + " computed by ref");
+    bool differs = known->dims && known->dims->size() != n.output_type.dims.size();
+    for (size_t d = 0; known->dims && !differs && d < known->dims->size(); ++d)
+      differs = (*known->dims)[d] >= 0 && (*known->dims)[d] != n.output_type.dims[d];
+    if (differs)
+      refuse("inferred dims " + dims_text(*known->dims) + " of " + label + " differ from " +
+             dims_text(n.output_type.dims) + " computed by ref");
+  }
+}
+
+}  // namespace
+
+std::vector<NormalisedNode> normalise_all(const Model& model, const onnx::NodeProto& node) {
   if (!node.domain().empty() && node.domain() != "ai.onnx") refuse("domain '" + node.domain() + "' is not supported");
-  auto it = rules().find(node.op_type());
-  if (it == rules().end()) refuse("unsupported op");
   NodeView view(model, node);
-  if (view.opset() < 1) refuse("the model imports no default-domain opset");
-  return it->second(view);
+  if (view.opset() > kMaxOpset)
+    refuse("opset " + std::to_string(view.opset()) + ": ref knows the semantics of ops up to opset " + std::to_string(kMaxOpset));
+  std::vector<NormalisedNode> parts;
+  if (auto multi = multi_rules().find(node.op_type()); multi != multi_rules().end()) {
+    if (view.opset() < 1) refuse("the model imports no default-domain opset");
+    parts = multi->second(view);
+  } else {
+    auto it = rules().find(node.op_type());
+    if (it == rules().end()) refuse("unsupported op");
+    if (view.opset() < 1) refuse("the model imports no default-domain opset");
+    parts.push_back(it->second(view));
+  }
+  // Parts may read values earlier parts of the same node write (an Einsum's transposed operands).
+  std::map<std::string, ref::Value> earlier;
+  for (auto& n : parts) {
+    finish(model, n, earlier);
+    earlier[n.output] = n.output_type;
+  }
+  return parts;
+}
+
+NormalisedNode normalise(const Model& model, const onnx::NodeProto& node) {
+  auto parts = normalise_all(model, node);
+  if (parts.size() != 1) refuse(node.op_type() + " with " + std::to_string(parts.size()) + " outputs");
+  return std::move(parts.front());
 }
 
 }  // namespace ctxgen::refc

@@ -18,10 +18,14 @@ struct NormalisedNode {
   std::vector<ref::Attr> attrs; // every attribute explicit
   std::vector<std::string> inputs;  // ONNX values the op reads at run time; "" = absent optional
   std::string output;           // the one output
-  std::vector<int64_t> output_dims;
+  ref::Value output_type;       // dtype and dims, from the runtime's rule for the op
+  bool internal = false;        // a value between the parts of one node, not an ONNX value
 };
 
-// The normalised form, or throws Refusal saying why the node cannot run on ref.
+// The normalised form: one ref op per output of the node (Split gives several), or throws
+// Refusal saying why the node cannot run on ref.
+std::vector<NormalisedNode> normalise_all(const Model& model, const onnx::NodeProto& node);
+// The same for a node that must become exactly one ref op (refuses otherwise).
 NormalisedNode normalise(const Model& model, const onnx::NodeProto& node);
 
 // The ONNX op types normalise() may accept, sorted.

@@ -24,7 +24,7 @@ class RefBackend final : public Backend {
 
   NodeSupport supports(const Model& model, const onnx::NodeProto& node) const override {
     try {
-      refc::normalise(model, node);
+      refc::normalise_all(model, node);
       return NodeSupport::yes();
     } catch (const refc::Refusal& r) {
       return NodeSupport::no(r.reason);

@@ -1,0 +1,36 @@
+#pragma once
+// What a user says about the models of a run, from the command line or a manifest file, turned
+// into CompileOptions: shape options scoped to one model, and share manifests (docs/cli.md).
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "ctxgen/pipeline.h"
+
+namespace ctxgen {
+
+// Shape options as given: "[SCOPE:]NAME=VALUE" for --fix-dim, "[SCOPE:]INPUT=1x3x224x224" for
+// --input-shape. Unscoped ones apply to every model; SCOPE is the file stem of one model.
+struct ShapeArgs {
+  std::vector<std::string> fix_dims, input_shapes;
+};
+
+// One LoadOptions per model in `models` (the order of options.per_model), global values first,
+// then scoped ones. Throws Error(kUsage) for malformed text, a scope that names no model, or a
+// name given twice for one model with different values.
+std::vector<LoadOptions> resolve_shapes(const std::vector<std::filesystem::path>& models, const ShapeArgs& args);
+
+// A checked-in description of a share group:
+//   {"models": [{"path": "prefill.onnx", "fix_dim": {"seq": 128}, "input_shape": {"ids": [1, 128]}}, ...],
+//    "output_dir": "dist", "backend": "ref", "fix_dim": {"batch": 1}, "input_shape": {...},
+//    "node_name_prefix": "", "external_initializers_file": "", "embed": false}
+// Paths are relative to the manifest's folder. Unknown keys are errors, so a typo never passes.
+struct Manifest {
+  std::vector<std::filesystem::path> models;
+  ShapeArgs shapes;  // the manifest's shape options, as scoped ShapeArgs
+  CompileOptions options;
+};
+Manifest read_manifest(const std::filesystem::path& path);
+
+}  // namespace ctxgen

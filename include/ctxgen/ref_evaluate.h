@@ -1,0 +1,27 @@
+#pragma once
+// The ref backend as an evaluator of single ONNX nodes: the static type of a node's output from
+// the op's one rule, and its value computed by the ref runtime's kernels. The specialise stage
+// uses it to propagate shapes and fold constants with exactly the semantics ref compiles with.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <onnx/onnx_pb.h>
+
+#include "ctxgen/model.h"
+
+namespace ctxgen::ref {
+
+struct Evaluated {
+  std::vector<std::pair<std::string, ValueType>> types;  // static type of each output, by name
+  std::optional<std::vector<uint8_t>> bytes;  // the value of a single-output node whose inputs are constants
+};
+
+// nullopt when ref does not take the node (the reason is in `why`). The value is computed only
+// when it is at most `max_bytes` long.
+std::optional<Evaluated> evaluate(const Model& model, const onnx::NodeProto& node, uint64_t max_bytes,
+                                  std::string* why);
+
+}  // namespace ctxgen::ref

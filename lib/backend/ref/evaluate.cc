@@ -1,0 +1,73 @@
+// Single-node evaluation for the specialise stage: normalise the node as the compiler does, then
+// run a one-op program whose inputs are the constants' own bytes.
+
+#include "ctxgen/ref_evaluate.h"
+
+#include "ctxgen/error.h"
+#include "ctxgen/runtime.h"
+#include "node_view.h"
+#include "normalise.h"
+
+namespace ctxgen::ref {
+
+std::optional<Evaluated> evaluate(const Model& model, const onnx::NodeProto& node, uint64_t max_bytes,
+                                  std::string* why) {
+  std::vector<refc::NormalisedNode> parts;
+  try {
+    parts = refc::normalise_all(model, node);
+  } catch (const refc::Refusal& r) {
+    if (why) *why = r.reason;
+    return std::nullopt;
+  }
+  Evaluated result;
+  for (const auto& part : parts) {
+    if (part.internal) continue;
+    ValueType type;
+    type.elem_type = static_cast<int32_t>(part.output_type.dtype);
+    type.dims = part.output_type.dims;
+    result.types.emplace_back(part.output, type);
+  }
+  if (parts.size() != 1 || parts[0].output_type.byte_size() > max_bytes) return result;
+  const refc::NormalisedNode& n = parts[0];
+
+  // Inputs become weights of a one-op program; an op that reads only dims (Shape, Size) gets a
+  // stand-in buffer its kernel never reads.
+  static const uint8_t kUnread[8] = {};
+  bool data_free = !runtime::reads_input_data(n.type);
+  Program program;
+  Op op;
+  op.type = n.type;
+  op.attrs = n.attrs;
+  std::vector<const uint8_t*> weights;
+  for (const auto& name : n.inputs) {
+    if (name.empty()) {
+      op.inputs.push_back(-1);
+      continue;
+    }
+    const Weight* constant = model.constant(name);
+    if (!constant && !data_free) return result;
+    Value v;
+    v.dtype = refc::ref_dtype(constant ? constant->data.dtype : model.type_of(name)->elem_type, name);
+    v.dims = refc::static_dims(model, name, name, true);
+    v.kind = ValueKind::kWeight;
+    v.index = weights.size();
+    weights.push_back(constant ? constant->data.data : kUnread);
+    op.inputs.push_back(static_cast<int32_t>(program.values.size()));
+    program.values.push_back(std::move(v));
+  }
+  Value out = n.output_type;
+  out.kind = ValueKind::kOutput;
+  op.outputs.push_back(static_cast<int32_t>(program.values.size()));
+  program.outputs.push_back(op.outputs[0]);
+  program.values.push_back(std::move(out));
+  program.ops.push_back(std::move(op));
+
+  std::vector<uint8_t> bytes(n.output_type.byte_size());
+  std::vector<uint8_t> arena;
+  runtime::validate(program, weights.size());
+  runtime::execute(program, [&](uint32_t id) { return weights[id]; }, {}, {bytes.data()}, arena);
+  result.bytes = std::move(bytes);
+  return result;
+}
+
+}  // namespace ctxgen::ref

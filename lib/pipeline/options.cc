@@ -1,0 +1,187 @@
+// Scoped shape options and share manifests. A manifest's per-model shapes are turned into scoped
+// text ("stem:name=value") so both routes meet in resolve_shapes and fail the same way.
+
+#include "ctxgen/options.h"
+
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "ctxgen/error.h"
+
+namespace fs = std::filesystem;
+
+namespace ctxgen {
+namespace {
+
+Error usage(const std::string& what) { return Error(ErrorCode::kUsage, what); }
+
+struct Assignment {
+  std::string scope, name, value;
+};
+
+// "[SCOPE:]NAME=VALUE". A scope is recognised only before the '='.
+Assignment split(const std::string& text, const std::string& option) {
+  auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == text.size())
+    throw usage(option + " '" + text + "': expected [MODEL:]NAME=VALUE");
+  Assignment a;
+  a.name = text.substr(0, eq);
+  a.value = text.substr(eq + 1);
+  if (auto colon = a.name.find(':'); colon != std::string::npos) {
+    a.scope = a.name.substr(0, colon);
+    a.name = a.name.substr(colon + 1);
+    if (a.scope.empty() || a.name.empty()) throw usage(option + " '" + text + "': expected [MODEL:]NAME=VALUE");
+  }
+  return a;
+}
+
+int64_t parse_dim(const std::string& text, const std::string& context) {
+  if (text.empty() || text.size() > 18 || text.find_first_not_of("0123456789") != std::string::npos)
+    throw usage(context + ": '" + text + "' is not a non-negative integer");
+  return std::stoll(text);
+}
+
+std::vector<int64_t> parse_shape(const std::string& text, const std::string& context) {
+  if (text.back() == 'x') throw usage(context + ": '" + text + "' ends with 'x'");
+  std::vector<int64_t> dims;
+  std::stringstream parts(text);
+  for (std::string part; std::getline(parts, part, 'x');) dims.push_back(parse_dim(part, context));
+  return dims;
+}
+
+// Sets map[name] = value, refusing a second different value for the same model.
+template <typename V>
+void assign(std::map<std::string, V>& map, const std::string& name, const V& value, const std::string& what) {
+  auto [it, added] = map.emplace(name, value);
+  if (!added && it->second != value) throw usage(what + ": given twice with different values");
+}
+
+}  // namespace
+
+std::vector<LoadOptions> resolve_shapes(const std::vector<fs::path>& models, const ShapeArgs& args) {
+  std::vector<LoadOptions> out(models.size());
+  std::map<std::string, size_t> by_stem;
+  std::string stems;
+  for (size_t m = 0; m < models.size(); ++m) {
+    by_stem.emplace(file_stem(models[m]), m);
+    stems += (stems.empty() ? "" : ", ") + file_stem(models[m]);
+  }
+  // Scoped values win over global ones: apply scoped first, then fill in what is still unset.
+  for (bool scoped : {true, false}) {
+    auto apply = [&](const std::vector<std::string>& items, const std::string& option, auto&& set) {
+      for (const auto& item : items) {
+        Assignment a = split(item, option);
+        if (a.scope.empty() != !scoped) continue;
+        std::vector<size_t> targets;
+        if (scoped) {
+          auto it = by_stem.find(a.scope);
+          if (it == by_stem.end()) throw usage(option + " '" + item + "': no model named '" + a.scope + "' (models: " + stems + ")");
+          targets.push_back(it->second);
+        } else {
+          for (size_t m = 0; m < models.size(); ++m) targets.push_back(m);
+        }
+        for (size_t m : targets) set(out[m], a, option + " " + (scoped ? a.scope + ":" : "") + a.name, scoped);
+      }
+    };
+    apply(args.fix_dims, "--fix-dim", [](LoadOptions& load, const Assignment& a, const std::string& what, bool strict) {
+      int64_t v = parse_dim(a.value, what);
+      if (strict) assign(load.fix_dims, a.name, v, what);
+      else load.fix_dims.emplace(a.name, v);
+    });
+    apply(args.input_shapes, "--input-shape", [](LoadOptions& load, const Assignment& a, const std::string& what, bool strict) {
+      auto v = parse_shape(a.value, what);
+      if (strict) assign(load.input_shapes, a.name, v, what);
+      else load.input_shapes.emplace(a.name, v);
+    });
+  }
+  return out;
+}
+
+namespace {
+
+void expect_keys(const nlohmann::json& object, const std::set<std::string>& known, const std::string& where) {
+  if (!object.is_object()) throw usage(where + ": expected a JSON object");
+  for (const auto& [key, value] : object.items())
+    if (!known.count(key)) throw usage(where + ": unknown key '" + key + "'");
+}
+
+std::string text_of(const nlohmann::json& j, const std::string& where) {
+  if (!j.is_string()) throw usage(where + ": expected a string");
+  return j.get<std::string>();
+}
+
+// {"name": 1} -> "scope:name=1"; {"input": [1, 128]} -> "scope:input=1x128".
+void add_shapes(const nlohmann::json& object, const std::string& scope, ShapeArgs& shapes, const std::string& where) {
+  std::string prefix = scope.empty() ? "" : scope + ":";
+  if (object.contains("fix_dim")) {
+    const auto& dims = object["fix_dim"];
+    if (!dims.is_object()) throw usage(where + ": fix_dim must map dimension names to sizes");
+    for (const auto& [name, value] : dims.items()) {
+      if (!value.is_number_unsigned()) throw usage(where + ": fix_dim '" + name + "' must be a non-negative integer");
+      shapes.fix_dims.push_back(prefix + name + "=" + std::to_string(value.get<uint64_t>()));
+    }
+  }
+  if (object.contains("input_shape")) {
+    const auto& inputs = object["input_shape"];
+    if (!inputs.is_object()) throw usage(where + ": input_shape must map input names to lists of sizes");
+    for (const auto& [name, value] : inputs.items()) {
+      if (!value.is_array() || value.empty()) throw usage(where + ": input_shape '" + name + "' must be a list of sizes");
+      std::string text;
+      for (const auto& d : value) {
+        if (!d.is_number_unsigned()) throw usage(where + ": input_shape '" + name + "' must hold non-negative integers");
+        text += (text.empty() ? "" : "x") + std::to_string(d.get<uint64_t>());
+      }
+      shapes.input_shapes.push_back(prefix + name + "=" + text);
+    }
+  }
+}
+
+}  // namespace
+
+Manifest read_manifest(const fs::path& path) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) throw usage(path.string() + ": no such manifest file");
+  std::ifstream in(path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw usage(path.string() + ": not valid JSON: " + e.what());
+  }
+  const std::string where = path.string();
+  expect_keys(j, {"models", "output_dir", "backend", "fix_dim", "input_shape", "node_name_prefix",
+                  "external_initializers_file", "embed"}, where);
+  if (!j.contains("models") || !j["models"].is_array() || j["models"].empty())
+    throw usage(where + ": 'models' must be a non-empty list");
+  fs::path folder = path.parent_path();
+  Manifest m;
+  add_shapes(j, "", m.shapes, where);
+  for (size_t i = 0; i < j["models"].size(); ++i) {
+    const auto& entry = j["models"][i];
+    std::string at = where + ": models[" + std::to_string(i) + "]";
+    expect_keys(entry, {"path", "fix_dim", "input_shape"}, at);
+    if (!entry.contains("path")) throw usage(at + ": 'path' is missing");
+    fs::path model = text_of(entry["path"], at + ".path");
+    m.models.push_back(model.is_absolute() ? model : folder / model);
+    add_shapes(entry, file_stem(m.models.back()), m.shapes, at);
+  }
+  if (j.contains("output_dir")) {
+    fs::path out = text_of(j["output_dir"], where + ": output_dir");
+    m.options.output_dir = out.is_absolute() ? out : folder / out;
+  }
+  if (j.contains("backend")) m.options.backend = text_of(j["backend"], where + ": backend");
+  if (j.contains("node_name_prefix")) m.options.node_name_prefix = text_of(j["node_name_prefix"], where + ": node_name_prefix");
+  if (j.contains("external_initializers_file"))
+    m.options.external_initializers_file = text_of(j["external_initializers_file"], where + ": external_initializers_file");
+  if (j.contains("embed")) {
+    if (!j["embed"].is_boolean()) throw usage(where + ": embed must be true or false");
+    m.options.embed = j["embed"].get<bool>();
+  }
+  return m;
+}
+
+}  // namespace ctxgen

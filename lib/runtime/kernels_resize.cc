@@ -1,0 +1,169 @@
+// Resize (nearest and N-linear) and ConvTranspose. Coordinates follow ONNX Runtime's arithmetic
+// (float, the same rounding rules), so a compiled model gives ORT's results.
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels.h"
+
+namespace ctxgen::runtime {
+namespace {
+
+// Input coordinate of output coordinate `x` on one axis (the `coord` codes of ref_program.h).
+float original_coordinate(int64_t coord, int64_t x, float scale, int64_t out_len, int64_t in_len) {
+  auto xf = static_cast<float>(x);
+  switch (coord) {
+    case 0: return (xf + 0.5f) / scale - 0.5f;                       // half_pixel
+    case 1: return xf / scale;                                        // asymmetric
+    case 2: return out_len > 1 ? (xf + 0.5f) / scale - 0.5f : 0.0f;   // pytorch_half_pixel
+    case 3:                                                           // align_corners
+      return out_len == 1 ? 0.0f : xf * static_cast<float>(in_len - 1) / static_cast<float>(out_len - 1);
+    case 4: return (xf + 0.5f) / scale;                               // tf_half_pixel_for_nearest
+    default: {                                                        // half_pixel_symmetric
+      float adjustment = static_cast<float>(out_len) / (scale * static_cast<float>(in_len));
+      float center = static_cast<float>(in_len) / 2.0f;
+      return center * (1.0f - adjustment) + (xf + 0.5f) / scale - 0.5f;
+    }
+  }
+}
+
+int64_t nearest_index(int64_t mode, float x, bool downsampling) {
+  switch (mode) {
+    case 0:  // round_prefer_floor
+      return x == static_cast<float>(static_cast<int64_t>(x)) + 0.5f ? static_cast<int64_t>(std::floor(x))
+                                                                     : static_cast<int64_t>(std::round(x));
+    case 1: return static_cast<int64_t>(std::round(x));  // round_prefer_ceil
+    case 2: return static_cast<int64_t>(std::floor(x));
+    case 3: return static_cast<int64_t>(std::ceil(x));
+    default: return downsampling ? static_cast<int64_t>(std::ceil(x)) : static_cast<int64_t>(x);  // opset < 11
+  }
+}
+
+// Per output coordinate of one axis: the two input positions and their weights (nearest: one
+// position, weight 1).
+struct Taps {
+  std::vector<int64_t> lo, hi;
+  std::vector<float> w_lo, w_hi;
+};
+
+Taps axis_taps(const ref::Op& op, float scale, int64_t out_len, int64_t in_len) {
+  int64_t coord = op.get_int("coord", 0), nearest = op.get_int("nearest_mode", 0);
+  bool linear = op.get_int("mode", 0) == 1;
+  Taps t;
+  for (int64_t x = 0; x < out_len; ++x) {
+    float original = original_coordinate(coord, x, scale, out_len, in_len);
+    if (!linear) {
+      int64_t i = std::clamp<int64_t>(nearest_index(nearest, original, scale < 1.0f), 0, in_len - 1);
+      t.lo.push_back(i);
+      t.hi.push_back(i);
+      t.w_lo.push_back(1.0f);
+      t.w_hi.push_back(0.0f);
+      continue;
+    }
+    float in = std::max(0.0f, std::min(original, static_cast<float>(in_len - 1)));
+    int64_t lo = std::min(static_cast<int64_t>(in), in_len - 1), hi = std::min(lo + 1, in_len - 1);
+    t.lo.push_back(lo);
+    t.hi.push_back(hi);
+    t.w_lo.push_back(lo == hi ? 1.0f : std::fabs(in - static_cast<float>(hi)));
+    t.w_hi.push_back(lo == hi ? 0.0f : std::fabs(in - static_cast<float>(lo)));
+  }
+  return t;
+}
+
+}  // namespace
+
+namespace kernels {
+
+void resize(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
+  const Dims& xd = in[0].dims();
+  const Dims& yd = out.dims();
+  size_t rank = xd.size();
+  const auto* scales = op.attr("scales");
+  std::vector<Taps> taps;
+  std::vector<size_t> blended;  // axes where an output reads two positions
+  for (size_t a = 0; a < rank; ++a) {
+    taps.push_back(axis_taps(op, scales->floats[a], yd[a], xd[a]));
+    if (std::any_of(taps[a].w_hi.begin(), taps[a].w_hi.end(), [](float w) { return w != 0.0f; })) blended.push_back(a);
+  }
+  Dims xs = strides_of(xd);
+  const float* x = in[0].f32();
+  float* y = out.f32();
+  std::vector<int64_t> at(rank, 0);
+  for (int64_t i = 0, n = out.size(); i < n; ++i) {
+    int64_t base = 0;
+    for (size_t a = 0; a < rank; ++a) base += taps[a].lo[static_cast<size_t>(at[a])] * xs[a];
+    float sum = 0.0f;
+    // Every corner of the blended axes: bit k of `corner` picks hi on blended axis k.
+    for (size_t corner = 0; corner < (size_t{1} << blended.size()); ++corner) {
+      float weight = 1.0f;
+      int64_t offset = base;
+      for (size_t k = 0; k < blended.size(); ++k) {
+        size_t a = blended[k];
+        auto j = static_cast<size_t>(at[a]);
+        bool hi = (corner >> k) & 1;
+        weight *= hi ? taps[a].w_hi[j] : taps[a].w_lo[j];
+        if (hi) offset += (taps[a].hi[j] - taps[a].lo[j]) * xs[a];
+      }
+      sum += weight * x[offset];
+    }
+    y[i] = sum;
+    for (size_t a = rank; a-- > 0;) {
+      if (++at[a] < yd[a]) break;
+      at[a] = 0;
+    }
+  }
+}
+
+// Scatter form: every input element adds x * w[ic, m, k] to the output position it reaches.
+void conv_transpose(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
+  const Dims& xd = in[0].dims();
+  const Dims& wd = in[1].dims();
+  const Dims& yd = out.dims();
+  size_t n = xd.size() - 2;
+  int64_t group = op.get_int("group", 1);
+  Dims strides = op.get_ints("strides"), pads = op.get_ints("pads"), dilations = op.get_ints("dilations");
+  Dims in_spatial(xd.begin() + 2, xd.end()), out_spatial(yd.begin() + 2, yd.end()), kernel(wd.begin() + 2, wd.end());
+  int64_t in_size = product(in_spatial), out_size = product(out_spatial), k_size = product(kernel);
+  int64_t c_per_group = xd[1] / group, m_per_group = wd[1];
+  std::memset(out.data, 0, static_cast<size_t>(out.value->byte_size()));
+  Dims os = strides_of(out_spatial);
+  std::vector<int64_t> ipos(n), kpos(n);
+  for (int64_t b = 0; b < xd[0]; ++b)
+    for (int64_t g = 0; g < group; ++g)
+      for (int64_t c = 0; c < c_per_group; ++c) {
+        int64_t ic = g * c_per_group + c;
+        const float* x = in[0].f32() + (b * xd[1] + ic) * in_size;
+        for (int64_t i = 0; i < in_size; ++i) {
+          for (int64_t rem = i, a = static_cast<int64_t>(n); a-- > 0;) {
+            ipos[static_cast<size_t>(a)] = rem % in_spatial[static_cast<size_t>(a)];
+            rem /= in_spatial[static_cast<size_t>(a)];
+          }
+          for (int64_t k = 0; k < k_size; ++k) {
+            int64_t offset = 0;
+            bool inside = true;
+            for (int64_t rem = k, a = static_cast<int64_t>(n); a-- > 0;) {
+              auto u = static_cast<size_t>(a);
+              int64_t kp = rem % kernel[u];
+              rem /= kernel[u];
+              int64_t o = ipos[u] * strides[u] + kp * dilations[u] - pads[u];
+              inside = inside && o >= 0 && o < out_spatial[u];
+              offset += o * os[u];
+            }
+            if (!inside) continue;
+            const float* w = in[1].f32() + (ic * m_per_group) * k_size + k;
+            float* y = out.f32() + (b * yd[1] + g * m_per_group) * out_size + offset;
+            for (int64_t m = 0; m < m_per_group; ++m) y[m * out_size] += x[i] * w[m * k_size];
+          }
+        }
+      }
+  if (in.size() > 2 && in[2].present())
+    for (int64_t b = 0; b < yd[0]; ++b)
+      for (int64_t m = 0; m < yd[1]; ++m) {
+        float* plane = out.f32() + (b * yd[1] + m) * out_size;
+        for (int64_t i = 0; i < out_size; ++i) plane[i] += in[2].f32()[m];
+      }
+}
+
+}  // namespace kernels
+}  // namespace ctxgen::runtime

@@ -1,0 +1,118 @@
+// One pass over the main graph in topological order types and folds every node (a node's inputs
+// are final by the time it is reached, so the pass is already a fixed point), then a backward
+// pass removes the nodes nothing reads.
+
+#include "ctxgen/specialise.h"
+
+#include <memory>
+#include <set>
+#include <unordered_map>
+
+#include "ctxgen/error.h"
+#include "ctxgen/log.h"
+#include "ctxgen/ref_evaluate.h"
+
+namespace ctxgen {
+namespace {
+
+// The folded value becomes an initializer referring to a new weight, as load leaves every weight.
+void add_folded_weight(Model& model, const std::string& name, const ValueType& type, std::vector<uint8_t> bytes) {
+  auto& graph = *model.proto->mutable_graph();
+  onnx::TensorProto* t = graph.add_initializer();
+  t->set_name(name);
+  t->set_data_type(type.elem_type);
+  for (int64_t d : *type.dims) t->add_dims(d);
+  t->set_data_location(onnx::TensorProto::EXTERNAL);
+  auto* ref = t->add_external_data();
+  ref->set_key(kWeightRefKey);
+  ref->set_value(std::to_string(model.weights.size()));
+
+  auto owned = std::make_shared<std::vector<uint8_t>>(std::move(bytes));
+  Weight w;
+  w.name = name;
+  w.origin = WeightOrigin::kFolded;
+  w.graph = "main";
+  w.tensor = t;
+  w.data.dtype = type.elem_type;
+  w.data.dims = *type.dims;
+  w.data.data = owned->data();
+  w.data.size = owned->size();
+  w.data.owner = owned;
+  model.constants[name] = model.weights.size();
+  model.value_types[name] = type;
+  model.weights.push_back(std::move(w));
+}
+
+// Marks nodes whose outputs nothing live reads (no later node, no subgraph, no graph output).
+size_t remove_dead(const onnx::GraphProto& graph, std::vector<bool>& removed) {
+  std::unordered_map<std::string, size_t> readers;
+  for (const auto& out : graph.output()) ++readers[out.name()];
+  for (int i = 0; i < graph.node_size(); ++i)
+    if (!removed[static_cast<size_t>(i)])
+      for (const auto& name : node_reads(graph.node(i))) ++readers[name];
+  size_t dead = 0;
+  for (int i = graph.node_size(); i-- > 0;) {
+    auto index = static_cast<size_t>(i);
+    if (removed[index]) continue;
+    const auto& node = graph.node(i);
+    bool read = false;
+    for (const auto& out : node.output()) read = read || (!out.empty() && readers[out] > 0);
+    if (read) continue;
+    removed[index] = true;
+    ++dead;
+    for (const auto& name : node_reads(node)) --readers[name];
+  }
+  return dead;
+}
+
+}  // namespace
+
+SpecialiseSummary specialise(Model& model, const SpecialiseOptions& options) {
+  SpecialiseSummary summary;
+  auto& graph = *model.proto->mutable_graph();
+  std::vector<bool> removed(static_cast<size_t>(graph.node_size()), false);
+  for (int i = 0; i < graph.node_size(); ++i) {
+    const auto& node = graph.node(i);
+    std::optional<ref::Evaluated> result;
+    try {
+      result = ref::evaluate(model, node, options.max_folded_bytes, nullptr);
+    } catch (const Error& e) {
+      // The model computes something invalid from constants (an index out of range, a division
+      // by zero): left to run, and fail, as it would in ONNX Runtime.
+      log().debug("{}: not folded: {}", describe_node(node, static_cast<size_t>(i)), e.what());
+      continue;
+    }
+    if (!result) continue;
+    for (const auto& [name, type] : result->types) {
+      const ValueType* known = model.type_of(name);
+      if (known && known->is_static()) continue;
+      model.value_types[name] = type;
+      ++summary.typed_values;
+    }
+    if (!result->bytes) continue;
+    add_folded_weight(model, result->types[0].first, result->types[0].second, std::move(*result->bytes));
+    removed[static_cast<size_t>(i)] = true;
+    ++summary.folded_nodes;
+    ++summary.folded_by_op[node.op_type()];
+  }
+  summary.removed_nodes = remove_dead(graph, removed);
+
+  auto* nodes = graph.mutable_node();
+  int kept = 0;
+  for (int i = 0; i < nodes->size(); ++i) {
+    if (removed[static_cast<size_t>(i)]) continue;
+    if (kept != i) nodes->SwapElements(kept, i);
+    ++kept;
+  }
+  while (nodes->size() > kept) nodes->RemoveLast();
+
+  if (summary.folded_nodes > 0 || summary.removed_nodes > 0) {
+    std::string ops;
+    for (const auto& [op, count] : summary.folded_by_op) ops += (ops.empty() ? "" : ", ") + std::to_string(count) + " " + op;
+    log().debug("{}: folded {} nodes ({}), removed {} dead nodes, typed {} values", model.path.string(),
+                summary.folded_nodes, ops.empty() ? "none" : ops, summary.removed_nodes, summary.typed_values);
+  }
+  return summary;
+}
+
+}  // namespace ctxgen

@@ -1,0 +1,116 @@
+// Real exports (testdata/exports, written by torch.onnx.export): a Llama-shaped decoder pair with
+// dynamic axes and shape arithmetic, shared with per-model shapes, and a CNN with upsampling.
+// Each must compile nearly whole into one partition and match ONNX Runtime's CPU run of the
+// original (`ctxgen verify`).
+
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "ctxgen/format.h"
+#include "e2e.h"
+
+namespace ctxgen::testing {
+namespace {
+
+const fs::path kExports = fs::path(CTXGEN_SOURCE_DIR) / "testdata" / "exports";
+
+nlohmann::json read_json(const fs::path& path) { return nlohmann::json::parse(read_file(path)); }
+
+void expect_compiled_whole(const nlohmann::json& model) {
+  double nodes = model["nodes"].get<double>(), on_ref = model["nodes_compiled"].get<double>();
+  EXPECT_GE(on_ref / nodes, 0.95) << model.dump(2);
+  EXPECT_EQ(model["partitions"].size(), 1u) << model.dump(2);
+  EXPECT_GT(model["nodes_folded"].get<int>(), 50) << "the shape arithmetic is folded";
+}
+
+void expect_verified(const std::string& args) {
+  auto r = ctxgen("verify " + args);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("FAIL"), std::string::npos) << r.output;
+}
+
+TEST(Exports, DecoderPairSharesOneBinaryWithPerModelShapes) {
+  TempDir dir;
+  fs::path prefill = kExports / "decoder_prefill.onnx", decode = kExports / "decoder_decode.onnx";
+  auto r = ctxgen("share " + quote(prefill) + "," + quote(decode) +
+                  " --fix-dim batch=1 --fix-dim decoder_prefill:seq=128 --fix-dim decoder_decode:seq=1"
+                  " --fix-dim decoder_decode:past=127 --output-dir " + quote(dir / "out") + " --report " +
+                  quote(dir / "r.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto report = read_json(dir / "r.json");
+  for (const auto& m : report["models"]) expect_compiled_whole(m);
+  // The two models hold the same 21 weights: the second adds almost nothing to the binary.
+  auto models = report["models"];
+  EXPECT_LT(models[1]["weights"]["new_bytes"].get<uint64_t>(), models[1]["weights"]["bytes"].get<uint64_t>() / 10);
+  auto binary = ContextBinary::open(dir / "out" / "decoder_prefill_ref.bin");
+  std::set<std::string> hashes;
+  for (const auto& w : binary->weights()) EXPECT_TRUE(hashes.insert(w.hash.hex()).second) << "a weight stored twice";
+  EXPECT_EQ(files_in(dir / "out"),
+            (std::set<std::string>{"decoder_prefill_ctx.onnx", "decoder_decode_ctx.onnx", "decoder_prefill_ref.bin"}));
+  // Inputs take the compiled models' static shapes: [1,128] for prefill, [1,1] and pasts of 127.
+  expect_verified(quote(dir / "out" / "decoder_prefill_ctx.onnx") + " " + quote(dir / "out" / "decoder_decode_ctx.onnx") +
+                  " --reference " + quote(prefill) + " " + quote(decode));
+}
+
+TEST(Exports, ManifestDescribesTheSameGroup) {
+  TempDir dir;
+  std::string manifest = R"({"models": [{"path": ")" + (kExports / "decoder_prefill.onnx").string() +
+                         R"(", "fix_dim": {"seq": 128}}, {"path": ")" + (kExports / "decoder_decode.onnx").string() +
+                         R"(", "fix_dim": {"seq": 1, "past": 127}}], "fix_dim": {"batch": 1}, "output_dir": "dist"})";
+  write_file(dir / "group.json", manifest);
+  auto r = ctxgen("share --manifest " + quote(dir / "group.json") + " --report " + quote(dir / "r.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const auto& m : read_json(dir / "r.json")["models"]) expect_compiled_whole(m);
+  EXPECT_TRUE(fs::exists(dir / "dist" / "decoder_decode_ctx.onnx"));
+
+  write_file(dir / "typo.json", R"({"models": [{"path": "a.onnx", "fixdim": {"seq": 1}}]})");
+  r = ctxgen("share --manifest " + quote(dir / "typo.json"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("models[0]: unknown key 'fixdim'"), std::string::npos) << r.output;
+}
+
+TEST(Exports, ScopeNamingNoModelIsAnError) {
+  TempDir dir;
+  auto r = ctxgen("share " + quote(kExports / "decoder_prefill.onnx") + "," + quote(kExports / "decoder_decode.onnx") +
+                  " --fix-dim decoder:seq=1 --output-dir " + quote(dir / "out"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("no model named 'decoder' (models: decoder_prefill, decoder_decode)"), std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(dir / "out"));
+}
+
+TEST(Exports, CnnWithUpsamplingMatchesOrt) {
+  TempDir dir;
+  fs::path cnn = kExports / "cnn_upsample.onnx";
+  auto r = ctxgen("compile " + quote(cnn) + " --fix-dim batch=2 --output-dir " + quote(dir / "out") + " --report " +
+                  quote(dir / "r.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto model = read_json(dir / "r.json")["models"][0];
+  EXPECT_GT(model["nodes_folded"].get<int>(), 0) << "the Shape -> Gather -> Concat of the flatten folds";
+  expect_verified(quote(dir / "out" / "cnn_upsample_ctx.onnx") + " --reference " + quote(cnn));
+}
+
+}  // namespace
+}  // namespace ctxgen::testing
+
+namespace ctxgen::testing {
+namespace {
+
+// Models as onnx >= 1.16 writes them (IR 10, opsets 19 and 21, ops whose inputs changed after
+// opset 17), which Debian's onnx 1.12 cannot check: whole on ref, same outputs as ORT 1.29.
+TEST(Modern, NewerIrAndOpsetsCompileWholeAndMatchOrt) {
+  for (const char* name : {"ir10_opset21.onnx", "opset19.onnx"}) {
+    TempDir dir;
+    fs::path model = generated_models() / "modern" / name;
+    auto r = ctxgen("compile " + quote(model) + " --input-shape x=" + (std::string(name) == "opset19.onnx" ? "1x3x5x6" : "2x4x8x8") +
+                    " --output-dir " + quote(dir.path()) + " --report " + quote(dir / "r.json"));
+    ASSERT_EQ(r.exit_code, 0) << name << ": " << r.output;
+    auto m = read_json(dir / "r.json")["models"][0];
+    EXPECT_EQ(m["nodes_compiled"], m["nodes"]) << name << ": " << m.dump(2);
+    expect_verified(quote(dir / (fs::path(name).stem().string() + "_ctx.onnx")) + " --reference " + quote(model));
+  }
+}
+
+}  // namespace
+}  // namespace ctxgen::testing
