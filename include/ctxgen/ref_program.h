@@ -3,30 +3,17 @@
 // runtime (lib/runtime) executes. It has no ONNX dependency so the runtime can ship alone.
 //
 // A program is a list of ops over values with fully static shapes. Ops keep ONNX names and ONNX
-// semantics, normalised by the compiler so kernels never resolve anything at run time:
-//  - every attribute is explicit (defaults filled, negative axes made non-negative, auto_pad turned
-//    into explicit `pads`, Pool/Conv output dims already in the output value);
-//  - constant inputs that ONNX passes as tensors are attributes: Reshape/Flatten/Squeeze/Unsqueeze/
-//    Identity all become op "Reshape" with no attributes (a byte copy, output dims say the shape);
-//    Clip `min`/`max` (floats, default -inf/+inf); ReduceMean/ReduceSum `axes` (sorted, empty =
-//    all axes) and `keepdims`; Slice `starts` and `steps` given for every input axis, already
-//    clamped, so out[i] = in[starts + i * steps] per axis;
-//  - Softmax: `axis` (>= 0) and `coerce_2d` (1 for opset < 13 semantics: flatten to 2-D at axis);
-//  - MatMul: numpy matmul with batch broadcasting; inputs of rank >= 2 (the compiler reshapes 1-D);
-//  - Gemm: `transA`, `transB`, `alpha`, `beta`; a constant B is packed to [K, N] (transB = 0);
-//    optional C broadcast to [M, N];
-//  - Conv: N-D over NC[D]HW with `kernel_shape`, `strides`, `pads` (begins then ends),
-//    `dilations`, `group`; optional bias; BatchNormalization that followed it is already folded in;
-//  - MaxPool/AveragePool: `kernel_shape`, `strides`, `pads`, `dilations` (MaxPool),
-//    `count_include_pad` (AveragePool); output dims already reflect ceil_mode;
-//  - Conv, Gemm and MatMul may carry a fused activation: `act` (Activation below), `act_alpha`,
-//    `act_beta` (LeakyRelu alpha; Clip min/max; HardSigmoid alpha/beta);
-//  - LayerNormalization: `axis` (>= 0), `epsilon`; inputs X, Scale, optional B; one output;
-//  - BatchNormalization (not folded): `epsilon`; inputs X, scale, B, mean, var;
-//  - Concat/Gather/Transpose: `axis` (>= 0) / `axis` (>= 0, indices int64, may be negative) /
-//    `perm` (explicit);
-//  - elementwise binary ops broadcast numpy-style to the output dims.
-// Data is float32, except Gather indices (int64).
+// semantics, normalised by the compiler so kernels never resolve anything at run time: every
+// attribute is explicit (defaults filled, negative axes made non-negative, auto_pad turned into
+// explicit `pads`), and constant inputs ONNX passes as tensors are attributes (Reshape `shape`,
+// Slice `starts`/`steps`/`sizes`, reduction `axes`, Clip `min`/`max`, Expand `shape`, Tile
+// `repeats`, Pad `pads`/`value`, Resize `scales`/`sizes` ...). Each op has exactly one output.
+//
+// Each op's inputs, element types, attributes and the output type they imply are defined once, by
+// its rule in lib/runtime/ops.cc; docs/ref-program-format.md describes every op, its attribute
+// codes (Resize `coord`/`nearest_mode`, Pad `mode`, the fused `act` of Conv/Gemm/MatMul) and the
+// byte encoding. float32 is the compute type; int32, int64 and bool carry indices, positions,
+// masks and shape arithmetic.
 
 #include <cstddef>
 #include <cstdint>

@@ -59,6 +59,7 @@ using Kernel = void (*)(const ref::Op& op, const std::vector<Tensor>& in, const 
 template <typename T>
 T scalar_of(const ref::Op& op, const std::string& name) {
   if constexpr (std::is_same_v<T, float>) return op.get_float(name, 0.0f);
+  else if constexpr (std::is_same_v<T, uint8_t>) return op.get_int(name, 0) != 0 ? 1 : 0;  // bool
   else return static_cast<T>(op.get_int(name, 0));
 }
 

@@ -3,6 +3,7 @@
 // not beyond it: a ceil_mode window running past the padding counts only what lies inside).
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "kernels.h"
@@ -14,14 +15,15 @@ struct Window {
   Dims in, out, kernel, strides, pads, dilations;  // spatial; pads: begins then ends
 };
 
-Window window_of(const ref::Op& op, const Tensor& x, const Output& y) {
+// AveragePool has no dilations (validate() does not check a `dilations` attribute on it).
+Window window_of(const ref::Op& op, const Tensor& x, const Output& y, bool has_dilations) {
   Window w;
   w.in.assign(x.dims().begin() + 2, x.dims().end());
   w.out.assign(y.dims().begin() + 2, y.dims().end());
   w.kernel = op.get_ints("kernel_shape");
   w.strides = op.get_ints("strides");
   w.pads = op.get_ints("pads");
-  w.dilations = op.get_ints("dilations");
+  if (has_dilations) w.dilations = op.get_ints("dilations");
   if (w.dilations.empty()) w.dilations.assign(w.in.size(), 1);
   return w;
 }
@@ -71,14 +73,14 @@ void for_each_tap(const Window& w, const std::vector<int64_t>& start, const Dims
 namespace kernels {
 
 void max_pool(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
-  Window w = window_of(op, in[0], out);
+  Window w = window_of(op, in[0], out, true);
   Dims in_strides = strides_of(w.in);
   for_each_window(w, in[0], out, [&](const float* plane, const std::vector<int64_t>& start) {
     float best = -std::numeric_limits<float>::infinity();
     bool any = false;
     for_each_tap(w, start, in_strides, [&](int64_t at) {
-      // Written so a NaN input propagates.
-      if (!(plane[at] <= best)) best = plane[at];
+      // A NaN input propagates: once the running max is NaN it stays NaN.
+      if (!std::isnan(best) && !(plane[at] <= best)) best = plane[at];
       any = true;
     });
     return any ? best : 0.0f;  // a ceil_mode window lying wholly in the padding
@@ -86,7 +88,7 @@ void max_pool(const ref::Op& op, const std::vector<Tensor>& in, const Output& ou
 }
 
 void average_pool(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
-  Window w = window_of(op, in[0], out);
+  Window w = window_of(op, in[0], out, false);
   Dims in_strides = strides_of(w.in);
   bool include_pad = op.get_int("count_include_pad", 0) != 0;
   size_t n = w.in.size();

@@ -1,5 +1,5 @@
 // The ONNX project's own models (Debian's libonnx-testdata): every pytorch-converted model must
-// compile, or be reported as having nothing to compile; never crash or fail otherwise.
+// compile at least one node on ref, and nearly all of their nodes must.
 
 #include <nlohmann/json.hpp>
 
@@ -24,6 +24,7 @@ TEST(OnnxTestData, EveryPytorchConvertedModelCompiles) {
     auto r = ctxgen("compile " + quote(model) + " --output-dir " + quote(out) + " --report " + quote(dir / (name + ".json")));
     if (r.exit_code == 4) {
       ++nothing;
+      ADD_FAILURE() << name << " compiles nothing: " << r.output;
       continue;
     }
     ASSERT_EQ(r.exit_code, 0) << name << ": " << r.output;
@@ -36,8 +37,9 @@ TEST(OnnxTestData, EveryPytorchConvertedModelCompiles) {
   }
   std::cout << "pytorch-converted: " << models << " models, " << compiled << " compiled, " << nothing
             << " with nothing to compile; " << on_ref << " of " << nodes << " nodes of compiled models on ref\n";
-  EXPECT_EQ(models, paths.size());
-  EXPECT_GT(compiled, models / 2);
+  EXPECT_EQ(models, 82u) << "libonnx-testdata 1.12 ships 82 pytorch-converted models";
+  EXPECT_EQ(compiled, models);
+  EXPECT_GE(on_ref * 100, nodes * 95) << on_ref << " of " << nodes << " nodes on ref";
 }
 
 }  // namespace

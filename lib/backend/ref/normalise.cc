@@ -85,15 +85,6 @@ NormalisedNode min_max(const NodeView& v) {
   return binary(v);
 }
 
-NormalisedNode prelu(const NodeView& v) {
-  auto x = v.float_input(0);
-  auto slope = v.float_input(1);
-  // PRelu broadcasts the slope to X only; ONNX before 7 even required one slope per channel.
-  if (v.opset() < 7 || broadcast_dims(x, slope) != x)
-    refuse("slope dims " + dims_text(slope) + " do not broadcast to X dims " + dims_text(x));
-  return make(v, "PRelu", {v.input(0), v.input(1)});
-}
-
 NormalisedNode where(const NodeView& v) {
   for (size_t i = 0; i < 3; ++i) v.typed_input(i);
   return make(v, "Where", {v.input(0), v.input(1), v.input(2)});
@@ -815,7 +806,7 @@ const std::map<std::string, Rule>& rules() {
       {"Slice", slice},         {"Gather", gather},
       {"Identity", identity}, {"Dropout", dropout},
       {"Min", min_max},         {"Max", min_max},
-      {"PRelu", prelu},         {"Where", where},
+      {"Where", where},
       {"Equal", binary},        {"Less", binary},
       {"Greater", binary},      {"LessOrEqual", binary},
       {"GreaterOrEqual", binary}, {"And", binary},
@@ -1010,8 +1001,26 @@ std::vector<NormalisedNode> einsum(const NodeView& v) {
   return parts.take();
 }
 
+// PRelu broadcasts the slope to X only. Before opset 7 a slope of C values is per channel (axis
+// 1); it is viewed as [C, 1, ...] first.
+std::vector<NormalisedNode> prelu(const NodeView& v) {
+  auto x = v.float_input(0);
+  auto slope = v.float_input(1);
+  Parts parts(v);
+  std::string s = v.input(1);
+  if (v.opset() < 7 && slope.size() == 1 && x.size() >= 2 && slope[0] == x[1] && x[1] != 1) {
+    slope.assign(x.size() - 1, 1);
+    slope[0] = x[1];
+    s = parts.add("Reshape", {s}, {ints_attr("shape", slope)}, false);
+  }
+  if (broadcast_dims(x, slope) != x) refuse("slope dims " + dims_text(slope) + " do not broadcast to X dims " + dims_text(x));
+  parts.add("PRelu", {v.input(0), s}, {}, true);
+  return parts.take();
+}
+
 const std::map<std::string, MultiRule>& multi_rules() {
-  static const std::map<std::string, MultiRule> kRules = {{"Split", split}, {"Sum", sum}, {"Einsum", einsum}};
+  static const std::map<std::string, MultiRule> kRules = {
+      {"Split", split}, {"Sum", sum}, {"Einsum", einsum}, {"PRelu", prelu}};
   return kRules;
 }
 
