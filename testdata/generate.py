@@ -219,6 +219,36 @@ def share_groups(outdir):
     save(mlp("cpu2", 1, base, cpu_scale=scale), outdir, "share/fallback/cpu2.onnx")
 
 
+def vad():
+    """A voice-activity detector shaped like Silero VAD: its whole compute sits in the branches of an
+    If on the sample rate input, so nothing compiles until --fix-value sr=16000 (or 8000) makes the
+    condition constant."""
+    def branch(tag, k, seed):
+        nodes = [
+            helper.make_node("Unsqueeze", ["x", "axis1"], [tag + ".u"]),
+            helper.make_node("Conv", [tag + ".u", tag + ".w1", tag + ".b1"], [tag + ".c1"], strides=[k], kernel_shape=[k]),
+            helper.make_node("Relu", [tag + ".c1"], [tag + ".r1"]),
+            helper.make_node("ReduceMean", [tag + ".r1"], [tag + ".m"], axes=[2], keepdims=0),
+            helper.make_node("Gemm", [tag + ".m", tag + ".w2"], [tag + ".g"]),
+            helper.make_node("Sigmoid", [tag + ".g"], [tag + ".prob"]),
+        ]
+        inits = [weight(tag + ".w1", [8, 1, k], seed), weight(tag + ".b1", [8], seed + 1), weight(tag + ".w2", [8, 1], seed + 2)]
+        return helper.make_graph(nodes, tag, [], [helper.make_tensor_value_info(tag + ".prob", TensorProto.FLOAT, [1, 1])],
+                                 inits)
+    nodes = [
+        helper.make_node("Equal", ["sr", "sr16k"], ["is16k"], name="is_16k"),
+        helper.make_node("If", ["is16k"], ["prob"], name="by_rate", then_branch=branch("r16k", 16, 600),
+                         else_branch=branch("r8k", 8, 610)),
+    ]
+    g = helper.make_graph(nodes, "vad",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 512]),
+                           helper.make_tensor_value_info("sr", TensorProto.INT64, [])],
+                          [helper.make_tensor_value_info("prob", TensorProto.FLOAT, [1, 1])],
+                          [numpy_helper.from_array(np.array(16000, np.int64), "sr16k"),
+                           numpy_helper.from_array(np.array([1], np.int64), "axis1")])
+    return model(g)
+
+
 def save_unchecked(m, outdir, name):
     """For models newer than this onnx (1.12: IR 8, opset 17) knows: its checker would refuse them."""
     path = os.path.join(outdir, name)
@@ -290,6 +320,7 @@ def main():
     save(cnn(), outdir, "dir.v1/model.v2.onnx")
     share_groups(outdir)
     modern(outdir)
+    save(vad(), outdir, "vad.onnx")
 
 
 if __name__ == "__main__":

@@ -103,6 +103,8 @@ int main(int argc, char** argv) {
                     "Freeze a symbolic dimension: [MODEL:]NAME=VALUE, MODEL a file stem (repeatable)");
     cmd->add_option("--input-shape", shape_args.input_shapes,
                     "Fix an input's shape: [MODEL:]INPUT=1x3x224x224, MODEL a file stem (repeatable)");
+    cmd->add_option("--fix-value", shape_args.fix_values,
+                    "Replace an input by a constant: [MODEL:]INPUT=V[,V...], MODEL a file stem (repeatable)");
     cmd->add_option("--report", report_path, "Write a JSON report of the run to this file");
     cmd->add_option("--stop-after", stop_after,
                     "Write <stem>_<PHASE>.onnx, the model after that phase, instead of compiling: load, specialise "
@@ -162,7 +164,7 @@ int main(int argc, char** argv) {
     }
 #ifdef CTXGEN_WITH_VERIFY
     if (*verify) {
-      verify_options.input_shapes = ctxgen::resolve_shapes({"verify"}, {{}, verify_shapes})[0].input_shapes;
+      verify_options.input_shapes = ctxgen::resolve_shapes({"verify"}, {{}, verify_shapes, {}})[0].input_shapes;
       for (const auto& m : verify_models) verify_options.models.emplace_back(m);
       for (const auto& r : verify_references) verify_options.references.emplace_back(r);
       verify_options.plugin = plugin;
@@ -182,6 +184,8 @@ int main(int argc, char** argv) {
       shape_args.fix_dims.insert(shape_args.fix_dims.begin(), manifest.shapes.fix_dims.begin(), manifest.shapes.fix_dims.end());
       shape_args.input_shapes.insert(shape_args.input_shapes.begin(), manifest.shapes.input_shapes.begin(),
                                      manifest.shapes.input_shapes.end());
+      shape_args.fix_values.insert(shape_args.fix_values.begin(), manifest.shapes.fix_values.begin(),
+                                   manifest.shapes.fix_values.end());
     }
     for (const auto& m : model_list(model_args)) models.push_back(m);
     if (models.empty()) throw Error(ErrorCode::kUsage, "share: give the models, or --manifest FILE");

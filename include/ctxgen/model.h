@@ -61,7 +61,12 @@ struct ValueType {
 struct LoadOptions {
   std::map<std::string, int64_t> fix_dims;                  // --fix-dim NAME=VALUE
   std::map<std::string, std::vector<int64_t>> input_shapes;  // --input-shape INPUT=1x3x224x224
+  std::map<std::string, std::vector<std::string>> fix_values;  // --fix-value INPUT=V[,V...]: the input becomes a constant
 };
+
+// Model metadata key recording the inputs --fix-value replaced: {"sr": [16000]}. verify feeds
+// these values to the original model.
+inline constexpr const char* kFixedValuesMetadataKey = "ctxgen.fixed_values";
 
 struct Model {
   std::filesystem::path path;
@@ -75,6 +80,8 @@ struct Model {
   std::unordered_map<std::string, size_t> constants;
   // Types of main-graph values (inputs, outputs, intermediates) after shape inference.
   std::unordered_map<std::string, ValueType> value_types;
+  // Inputs --fix-value turned into constants, with the values as given (numbers as text).
+  std::map<std::string, std::vector<std::string>> fixed_values;
 
   const onnx::GraphProto& graph() const { return proto->graph(); }
   const Weight* constant(const std::string& name) const;

@@ -11,9 +11,10 @@
 namespace ctxgen {
 
 // Shape options as given: "[SCOPE:]NAME=VALUE" for --fix-dim, "[SCOPE:]INPUT=1x3x224x224" for
-// --input-shape. Unscoped ones apply to every model; SCOPE is the file stem of one model.
+// --input-shape, "[SCOPE:]INPUT=V[,V...]" for --fix-value. Unscoped ones apply to every model;
+// SCOPE is the file stem of one model.
 struct ShapeArgs {
-  std::vector<std::string> fix_dims, input_shapes;
+  std::vector<std::string> fix_dims, input_shapes, fix_values;
 };
 
 // One LoadOptions per model in `models` (the order of options.per_model), global values first,
@@ -25,6 +26,7 @@ std::vector<LoadOptions> resolve_shapes(const std::vector<std::filesystem::path>
 //   {"models": [{"path": "prefill.onnx", "fix_dim": {"seq": 128}, "input_shape": {"ids": [1, 128]}}, ...],
 //    "output_dir": "dist", "backend": "ref", "fix_dim": {"batch": 1}, "input_shape": {...},
 //    "node_name_prefix": "", "external_initializers_file": "", "embed": false}
+// and "fix_value": {"sr": 16000} (or a list) at the top level or per model.
 // Paths are relative to the manifest's folder. Unknown keys are errors, so a typo never passes.
 struct Manifest {
   std::vector<std::filesystem::path> models;

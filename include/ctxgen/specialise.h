@@ -3,7 +3,8 @@
 // value it can (the ref op rules, the same ones it compiles with), folds every node whose output
 // depends only on constants or only on static dims (Shape -> Gather -> Concat -> Reshape chains,
 // ConstantOfShape, Range, masks ...) into a new constant evaluated by the ref runtime's kernels,
-// and removes the nodes nothing reads any more. A backend then sees one static graph, as NPU
+// and removes the nodes nothing reads any more. An If whose condition became constant (for example
+// through --fix-value) is replaced by the nodes of the branch it takes. A backend then sees one static graph, as NPU
 // toolchains hand theirs.
 
 #include <cstdint>
@@ -22,6 +23,7 @@ struct SpecialiseSummary {
   size_t folded_nodes = 0;   // replaced by constants
   size_t removed_nodes = 0;  // read by nothing after folding
   size_t typed_values = 0;   // values shape inference left without a static type, typed by ctxgen
+  size_t inlined_branches = 0;  // If nodes with a constant condition replaced by the branch taken
   std::map<std::string, size_t> folded_by_op;
 };
 

@@ -11,6 +11,7 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <stdexcept>
 
 #include <google/protobuf/io/coded_stream.h>
 #include <onnx/checker.h>
@@ -236,6 +237,61 @@ void apply_shapes(const fs::path& path, onnx::GraphProto& graph, const LoadOptio
   }
 }
 
+// --fix-value: the input leaves the graph's inputs and becomes an initializer holding the values,
+// typed as the input is; a static input shape must hold exactly that many values.
+void apply_values(const fs::path& path, onnx::GraphProto& graph, const LoadOptions& options) {
+  for (const auto& [name, texts] : options.fix_values) {
+    std::string what = path.string() + ": --fix-value " + name;
+    auto* inputs = graph.mutable_input();
+    auto it = std::find_if(inputs->begin(), inputs->end(), [&](const onnx::ValueInfoProto& v) { return v.name() == name; });
+    if (it == inputs->end()) throw Error(ErrorCode::kUsage, what + ": the model has no input of that name");
+    if (!it->type().has_tensor_type()) throw Error(ErrorCode::kUsage, what + ": the input is not a tensor");
+    const auto& type = it->type().tensor_type();
+    onnx::TensorProto t;
+    t.set_name(name);
+    t.set_data_type(type.elem_type());
+    auto count = static_cast<int64_t>(texts.size());
+    bool declared = type.has_shape() && std::all_of(type.shape().dim().begin(), type.shape().dim().end(),
+                                                    [](const auto& d) { return d.has_dim_value(); });
+    int64_t want = 1;
+    for (const auto& d : type.shape().dim()) want *= d.has_dim_value() ? d.dim_value() : 1;
+    if (declared) {
+      if (want != count)
+        throw Error(ErrorCode::kUsage, what + ": the input holds " + std::to_string(want) + " values, " +
+                                           std::to_string(count) + " given");
+      for (const auto& d : type.shape().dim()) t.add_dims(d.dim_value());
+    } else if (count != 1) {
+      t.add_dims(count);
+    }
+    for (const auto& text : texts) {
+      size_t used = 0;
+      try {
+        switch (type.elem_type()) {
+          case onnx::TensorProto::FLOAT: t.add_float_data(std::stof(text, &used)); break;
+          case onnx::TensorProto::DOUBLE: t.add_double_data(std::stod(text, &used)); break;
+          case onnx::TensorProto::INT64: t.add_int64_data(std::stoll(text, &used)); break;
+          case onnx::TensorProto::INT32: t.add_int32_data(std::stoi(text, &used)); break;
+          case onnx::TensorProto::BOOL: {
+            bool known = text == "0" || text == "1" || text == "true" || text == "false";
+            if (known) t.add_int32_data(text == "1" || text == "true" ? 1 : 0);
+            used = known ? text.size() : std::string::npos;
+            break;
+          }
+          default:
+            throw Error(ErrorCode::kUsage, what + ": inputs of element type " + dtype_name(type.elem_type()) +
+                                               " cannot be fixed (float, double, int32, int64, bool can)");
+        }
+      } catch (const std::logic_error&) {
+        used = std::string::npos;
+      }
+      if (used != text.size())
+        throw Error(ErrorCode::kUsage, what + ": '" + text + "' is not a " + dtype_name(type.elem_type()) + " value");
+    }
+    inputs->erase(it);
+    *graph.add_initializer() = std::move(t);
+  }
+}
+
 void infer_shapes(const fs::path& path, onnx::ModelProto& model) {
   bool lowered = beyond_onnx(model);
   onnx::ModelProto copy;
@@ -458,6 +514,8 @@ Model load_model(const fs::path& path, const LoadOptions& options) {
   drop_initializer_inputs(proto);
   hoist_constants(*proto.mutable_graph());
   apply_shapes(path, *proto.mutable_graph(), options);
+  apply_values(path, *proto.mutable_graph(), options);
+  model.fixed_values = options.fix_values;
   // Shape inference still sees small constant tensors (Reshape shapes) with their data.
   infer_shapes(path, proto);
   ExternalFiles external(path);

@@ -97,6 +97,14 @@ std::vector<LoadOptions> resolve_shapes(const std::vector<fs::path>& models, con
       if (strict) assign(load.input_shapes, a.name, v, what);
       else load.input_shapes.emplace(a.name, v);
     });
+    apply(args.fix_values, "--fix-value", [](LoadOptions& load, const Assignment& a, const std::string& what, bool strict) {
+      std::vector<std::string> values;
+      std::stringstream parts(a.value);
+      for (std::string part; std::getline(parts, part, ',');) values.push_back(part);
+      if (values.empty() || a.value.back() == ',') throw usage(what + ": '" + a.value + "' is not a list of values");
+      if (strict) assign(load.fix_values, a.name, values, what);
+      else load.fix_values.emplace(a.name, values);
+    });
   }
   return out;
 }
@@ -123,6 +131,19 @@ void add_shapes(const nlohmann::json& object, const std::string& scope, ShapeArg
     for (const auto& [name, value] : dims.items()) {
       if (!value.is_number_unsigned()) throw usage(where + ": fix_dim '" + name + "' must be a non-negative integer");
       shapes.fix_dims.push_back(prefix + name + "=" + std::to_string(value.get<uint64_t>()));
+    }
+  }
+  if (object.contains("fix_value")) {
+    const auto& values = object["fix_value"];
+    if (!values.is_object()) throw usage(where + ": fix_value must map input names to a number or a list of numbers");
+    for (const auto& [name, value] : values.items()) {
+      std::string text;
+      for (const auto& v : value.is_array() ? value : nlohmann::json::array({value})) {
+        if (!v.is_number() && !v.is_boolean()) throw usage(where + ": fix_value '" + name + "' must hold numbers");
+        text += (text.empty() ? "" : ",") + (v.is_boolean() ? std::string(v.get<bool>() ? "1" : "0") : v.dump());
+      }
+      if (text.empty()) throw usage(where + ": fix_value '" + name + "' is empty");
+      shapes.fix_values.push_back(prefix + name + "=" + text);
     }
   }
   if (object.contains("input_shape")) {
@@ -153,7 +174,7 @@ Manifest read_manifest(const fs::path& path) {
     throw usage(path.string() + ": not valid JSON: " + e.what());
   }
   const std::string where = path.string();
-  expect_keys(j, {"models", "output_dir", "backend", "fix_dim", "input_shape", "node_name_prefix",
+  expect_keys(j, {"models", "output_dir", "backend", "fix_dim", "input_shape", "fix_value", "node_name_prefix",
                   "external_initializers_file", "embed"}, where);
   if (!j.contains("models") || !j["models"].is_array() || j["models"].empty())
     throw usage(where + ": 'models' must be a non-empty list");
@@ -163,7 +184,7 @@ Manifest read_manifest(const fs::path& path) {
   for (size_t i = 0; i < j["models"].size(); ++i) {
     const auto& entry = j["models"][i];
     std::string at = where + ": models[" + std::to_string(i) + "]";
-    expect_keys(entry, {"path", "fix_dim", "input_shape"}, at);
+    expect_keys(entry, {"path", "fix_dim", "input_shape", "fix_value"}, at);
     if (!entry.contains("path")) throw usage(at + ": 'path' is missing");
     fs::path model = text_of(entry["path"], at + ".path");
     m.models.push_back(model.is_absolute() ? model : folder / model);

@@ -65,6 +65,9 @@ OutputSet::OutputSet(std::vector<fs::path> paths, bool force) : paths_(std::move
     fs::path folder = path.parent_path().empty() ? fs::path(".") : path.parent_path();
     if (fs::exists(folder, ec) && !fs::is_directory(folder, ec))
       throw io_error(folder, "output folder is not a directory");
+    // Folders this run creates are removed again if it fails, so a failure leaves nothing behind.
+    for (fs::path f = fs::absolute(folder); !f.empty() && !fs::exists(f, ec); f = f.parent_path())
+      created_.push_back(f);
     fs::create_directories(folder, ec);
     if (ec) throw io_error(folder, "cannot create output folder: " + ec.message());
     if (fs::is_directory(path, ec)) throw io_error(path, "an output path is a directory");
@@ -76,7 +79,9 @@ OutputSet::OutputSet(std::vector<fs::path> paths, bool force) : paths_(std::move
 OutputSet::~OutputSet() {
   if (committed_) return;
   std::error_code ec;
+  files_.clear();  // closes the temporaries before they are removed
   for (const auto& path : paths_) fs::remove(temp_for(path), ec);
+  for (const auto& folder : created_) fs::remove(folder, ec);  // innermost first; only if empty
 }
 
 fs::path OutputSet::temp_for(const fs::path& path) const {

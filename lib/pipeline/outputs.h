@@ -53,6 +53,7 @@ class OutputSet {
   std::vector<std::filesystem::path> paths_;
   std::vector<std::unique_ptr<OutputFile>> files_;
   std::vector<OutputSummary> written_;
+  std::vector<std::filesystem::path> created_;  // folders this run created, innermost first
   bool committed_ = false;
 };
 

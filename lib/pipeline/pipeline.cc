@@ -123,6 +123,15 @@ void record_fallbacks(onnx::ModelProto& out, const Job& job) {
   auto* kv = out.add_metadata_props();
   kv->set_key(kFallbackMetadataKey);
   kv->set_value(list.dump());
+  if (job.model.fixed_values.empty()) return;
+  nlohmann::json fixed = nlohmann::json::object();
+  for (const auto& [name, values] : job.model.fixed_values) {
+    fixed[name] = nlohmann::json::array();
+    for (const auto& v : values) fixed[name].push_back(nlohmann::json::parse(v == "true" ? "1" : v == "false" ? "0" : v));
+  }
+  kv = out.add_metadata_props();
+  kv->set_key(kFixedValuesMetadataKey);
+  kv->set_value(fixed.dump());
 }
 
 // Where every output goes; planned before any work so a clash or an existing file fails fast.

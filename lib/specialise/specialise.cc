@@ -43,6 +43,83 @@ void add_folded_weight(Model& model, const std::string& name, const ValueType& t
   model.weights.push_back(std::move(w));
 }
 
+// The branch an If with a constant condition takes, or nullptr.
+const onnx::GraphProto* taken_branch(const Model& model, const onnx::NodeProto& node) {
+  if (node.op_type() != "If" || !(node.domain().empty() || node.domain() == "ai.onnx") || node.input_size() != 1) return nullptr;
+  const Weight* cond = model.constant(node.input(0));
+  if (!cond || cond->data.size != 1) return nullptr;
+  const char* name = cond->data.data[0] != 0 ? "then_branch" : "else_branch";
+  for (const auto& a : node.attribute())
+    if (a.name() == name && a.has_g()) return &a.g();
+  return nullptr;
+}
+
+// Replaces node `index`, an If whose condition is constant, by the nodes of the branch it takes.
+// The branch's outputs are renamed to the If's outputs where a branch node produces them;
+// otherwise (an outer value or a branch constant) an Identity forwards them.
+void inline_branch(Model& model, int index, const onnx::GraphProto& taken, std::vector<bool>& removed) {
+  onnx::GraphProto branch = taken;
+  auto& graph = *model.proto->mutable_graph();
+  const onnx::NodeProto node = graph.node(index);
+  std::unordered_map<std::string, std::string> rename;
+  std::set<std::string> produced;
+  for (const auto& n : branch.node())
+    for (const auto& out : n.output()) produced.insert(out);
+  std::vector<onnx::NodeProto> forwards;
+  for (int k = 0; k < branch.output_size() && k < node.output_size(); ++k) {
+    const std::string& inner = branch.output(k).name();
+    if (produced.count(inner) && !rename.count(inner)) {
+      rename[inner] = node.output(k);
+      continue;
+    }
+    onnx::NodeProto identity;
+    identity.set_op_type("Identity");
+    identity.set_name(node.name() + "/forward_" + std::to_string(k));
+    identity.add_input(rename.count(inner) ? rename[inner] : inner);
+    identity.add_output(node.output(k));
+    forwards.push_back(identity);
+  }
+  for (auto& n : *branch.mutable_node()) {
+    for (auto& in : *n.mutable_input())
+      if (auto it = rename.find(in); it != rename.end()) in = it->second;
+    for (auto& out : *n.mutable_output())
+      if (auto it = rename.find(out); it != rename.end()) out = it->second;
+  }
+  for (auto& t : *branch.mutable_initializer()) {
+    int64_t ref = weight_ref(t);
+    if (ref >= 0) model.constants[t.name()] = static_cast<size_t>(ref);
+    ValueType vt;
+    vt.elem_type = t.data_type();
+    vt.dims = std::vector<int64_t>(t.dims().begin(), t.dims().end());
+    model.value_types[t.name()] = vt;
+    *graph.add_initializer() = t;
+  }
+  for (const auto& v : branch.value_info()) {
+    if (!v.type().has_tensor_type()) continue;
+    ValueType vt;
+    vt.elem_type = v.type().tensor_type().elem_type();
+    if (v.type().tensor_type().has_shape()) {
+      vt.dims.emplace();
+      for (const auto& d : v.type().tensor_type().shape().dim()) vt.dims->push_back(d.has_dim_value() ? d.dim_value() : -1);
+    }
+    auto it = rename.find(v.name());
+    model.value_types.emplace(it == rename.end() ? v.name() : it->second, vt);
+  }
+  google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
+  for (int i = 0; i < graph.node_size(); ++i) {
+    if (i != index) {
+      *nodes.Add() = std::move(*graph.mutable_node(i));
+      continue;
+    }
+    for (auto& n : *branch.mutable_node()) *nodes.Add() = std::move(n);
+    for (auto& n : forwards) *nodes.Add() = std::move(n);
+  }
+  graph.mutable_node()->Swap(&nodes);
+  auto added = static_cast<size_t>(branch.node_size()) + forwards.size();
+  removed.erase(removed.begin() + index);
+  removed.insert(removed.begin() + index, added, false);
+}
+
 // Marks nodes whose outputs nothing live reads (no later node, no subgraph, no graph output).
 size_t remove_dead(const onnx::GraphProto& graph, std::vector<bool>& removed) {
   std::unordered_map<std::string, size_t> readers;
@@ -72,6 +149,14 @@ SpecialiseSummary specialise(Model& model, const SpecialiseOptions& options) {
   auto& graph = *model.proto->mutable_graph();
   std::vector<bool> removed(static_cast<size_t>(graph.node_size()), false);
   for (int i = 0; i < graph.node_size(); ++i) {
+    if (const onnx::GraphProto* branch = taken_branch(model, graph.node(i))) {
+      log().debug("{}: {} has a constant condition: inlined the {} nodes of the branch it takes", model.path.string(),
+                  describe_node(graph.node(i), static_cast<size_t>(i)), branch->node_size());
+      ++summary.inlined_branches;
+      inline_branch(model, i, *branch, removed);
+      --i;  // the branch's first node is next
+      continue;
+    }
     const auto& node = graph.node(i);
     std::optional<ref::Evaluated> result;
     try {

@@ -4,6 +4,8 @@
 #include <random>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "ctxgen/error.h"
 #include "ctxgen/format.h"
 #include "ctxgen/model.h"
@@ -196,6 +198,51 @@ Tensor random_input(const Ort::TypeInfo& type, const std::vector<int64_t>& compi
   return t;
 }
 
+// The inputs ctxgen replaced by constants (--fix-value), as the compiled model records them: the
+// original must be fed the same values.
+std::map<std::string, std::vector<double>> fixed_values(const fs::path& model) {
+  std::map<std::string, std::vector<double>> values;
+  onnx::ModelProto proto = parse(model);
+  for (const auto& kv : proto.metadata_props()) {
+    if (kv.key() != kFixedValuesMetadataKey) continue;
+    auto j = nlohmann::json::parse(kv.value(), nullptr, false);
+    if (!j.is_object()) throw mismatch(model, "metadata " + kv.key() + " is not a JSON object");
+    for (const auto& [name, list] : j.items()) {
+      if (!list.is_array()) throw mismatch(model, "metadata " + kv.key() + " '" + name + "' is not a list");
+      for (const auto& v : list) {
+        if (!v.is_number()) throw mismatch(model, "metadata " + kv.key() + " '" + name + "' holds a non-number");
+        values[name].push_back(v.get<double>());
+      }
+    }
+  }
+  return values;
+}
+
+// A tensor of the original's input type holding the fixed values.
+Tensor fixed_input(const Ort::TypeInfo& type, const std::string& name, const std::vector<double>& values) {
+  auto info = type.GetTensorTypeAndShapeInfo();
+  Tensor t;
+  t.type = info.GetElementType();
+  t.dims = info.GetShape();
+  for (auto& d : t.dims)
+    if (d < 0) d = static_cast<int64_t>(values.size());
+  auto kind = element_kind(t.type);
+  if (!kind) throw Error(ErrorCode::kUsage, "input '" + name + "': element type " + std::to_string(t.type) + " cannot be fixed");
+  t.bytes.assign(values.size() * kind->size, 0);
+  for (size_t i = 0; i < values.size(); ++i) {
+    uint8_t* p = t.bytes.data() + i * kind->size;
+    switch (t.type) {
+      case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: { float v = static_cast<float>(values[i]); std::memcpy(p, &v, 4); break; }
+      case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE: std::memcpy(p, &values[i], 8); break;
+      case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64: { auto v = static_cast<int64_t>(values[i]); std::memcpy(p, &v, 8); break; }
+      case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32: { auto v = static_cast<int32_t>(values[i]); std::memcpy(p, &v, 4); break; }
+      case ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL: *p = values[i] != 0 ? 1 : 0; break;
+      default: throw Error(ErrorCode::kUsage, "input '" + name + "': element type " + std::to_string(t.type) + " cannot be fixed");
+    }
+  }
+  return t;
+}
+
 std::vector<OutputCheck> compare_outputs(const fs::path& model, const fs::path& reference, OrtHost& host,
                                          const Options& options) {
   Ort::Session original = host.cpu_session(reference);
@@ -210,27 +257,36 @@ std::vector<OutputCheck> compare_outputs(const fs::path& model, const fs::path& 
     if (type.GetONNXType() == ONNX_TYPE_TENSOR)
       compiled_dims[compiled.GetInputNameAllocated(i, allocator).get()] = type.GetTensorTypeAndShapeInfo().GetShape();
   }
+  auto fixed = fixed_values(model);
   for (size_t i = 0; i < original.GetInputCount(); ++i) {
     input_names.emplace_back(original.GetInputNameAllocated(i, allocator).get());
-    inputs.push_back(random_input(original.GetInputTypeInfo(i), compiled_dims[input_names.back()], input_names.back(),
-                                  options, rng));
+    const std::string& name = input_names.back();
+    auto it = fixed.find(name);
+    inputs.push_back(it != fixed.end() ? fixed_input(original.GetInputTypeInfo(i), name, it->second)
+                                       : random_input(original.GetInputTypeInfo(i), compiled_dims[name], name, options, rng));
   }
   for (size_t i = 0; i < original.GetOutputCount(); ++i)
     output_names.emplace_back(original.GetOutputNameAllocated(i, allocator).get());
-  std::vector<Ort::Value> feeds;
-  for (auto& t : inputs) feeds.push_back(t.view());
   std::vector<const char*> in_ptrs, out_ptrs;
   for (const auto& n : input_names) in_ptrs.push_back(n.c_str());
   for (const auto& n : output_names) out_ptrs.push_back(n.c_str());
-  auto run = [&](Ort::Session& session, const fs::path& which) {
+  // The compiled model has no input for a fixed value: it is fed the others only.
+  auto run = [&](Ort::Session& session, const fs::path& which, bool skip_fixed) {
+    std::vector<const char*> names;
+    std::vector<Ort::Value> values;
+    for (size_t i = 0; i < in_ptrs.size(); ++i) {
+      if (skip_fixed && fixed.count(input_names[i])) continue;
+      names.push_back(in_ptrs[i]);
+      values.push_back(inputs[i].view());
+    }
     try {
-      return session.Run(Ort::RunOptions{nullptr}, in_ptrs.data(), feeds.data(), feeds.size(), out_ptrs.data(), out_ptrs.size());
+      return session.Run(Ort::RunOptions{nullptr}, names.data(), values.data(), values.size(), out_ptrs.data(), out_ptrs.size());
     } catch (const Ort::Exception& e) {
       throw Error(ErrorCode::kRuntime, which.string() + ": run failed: " + e.what());
     }
   };
-  auto expected = run(original, reference);
-  auto got = run(compiled, model);
+  auto expected = run(original, reference, false);
+  auto got = run(compiled, model, true);
   std::vector<OutputCheck> checks;
   for (size_t i = 0; i < output_names.size(); ++i)
     checks.push_back({model, output_names[i],

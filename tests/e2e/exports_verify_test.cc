@@ -114,3 +114,49 @@ TEST(Modern, NewerIrAndOpsetsCompileWholeAndMatchOrt) {
 
 }  // namespace
 }  // namespace ctxgen::testing
+
+namespace ctxgen::testing {
+namespace {
+
+// --fix-value: an input becomes a constant, the If on it takes one branch, and the branch's nodes
+// compile like any other. verify feeds the original the same value (recorded in the model).
+TEST(FixValue, InlinesTheBranchTakenAndMatchesOrt) {
+  fs::path vad = generated_models() / "vad.onnx";
+  {
+    TempDir dir;
+    auto r = ctxgen("compile " + quote(vad) + " --output-dir " + quote(dir.path()) + " --report " + quote(dir / "r.json"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    auto m = read_json(dir / "r.json")["models"][0];
+    EXPECT_EQ(m["cpu_nodes_by_op"]["If"], 1) << "without --fix-value the compute stays in the If";
+  }
+  for (const char* rate : {"16000", "8000"}) {
+    TempDir dir;
+    auto r = ctxgen("compile " + quote(vad) + " --fix-value sr=" + rate + " --output-dir " + quote(dir.path()) +
+                    " --report " + quote(dir / "r.json"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    auto m = read_json(dir / "r.json")["models"][0];
+    EXPECT_EQ(m["nodes_on_cpu"], 0) << m.dump(2);
+    EXPECT_EQ(m["partitions"].size(), 1u);
+    onnx::ModelProto ctx = load_proto(dir / "vad_ctx.onnx");
+    ASSERT_EQ(ctx.graph().input_size(), 1) << "sr is no longer an input";
+    expect_verified(quote(dir / "vad_ctx.onnx") + " --reference " + quote(vad));
+  }
+}
+
+TEST(FixValue, BadValuesAreUsageErrors) {
+  TempDir dir;
+  fs::path vad = generated_models() / "vad.onnx";
+  auto r = ctxgen("compile " + quote(vad) + " --fix-value rate=16000 --output-dir " + quote(dir / "out"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--fix-value rate: the model has no input of that name"), std::string::npos) << r.output;
+  r = ctxgen("compile " + quote(vad) + " --fix-value sr=16k --output-dir " + quote(dir / "out"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("'16k' is not a int64 value"), std::string::npos) << r.output;
+  r = ctxgen("compile " + quote(vad) + " --fix-value sr=1,2 --output-dir " + quote(dir / "out"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("the input holds 1 values, 2 given"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "out"));
+}
+
+}  // namespace
+}  // namespace ctxgen::testing
