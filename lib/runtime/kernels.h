@@ -54,6 +54,17 @@ decltype(auto) visit_dtype(ref::DType dtype, F&& f) {
 
 using Kernel = void (*)(const ref::Op& op, const std::vector<Tensor>& in, const Output& out);
 
+// a + b, wrapping around as two's complement for integers instead of overflowing.
+template <typename T>
+T wrapping_add(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
+  } else {
+    return a + b;
+  }
+}
+
 // A scalar attribute of an op writing `T`: float for float32, int otherwise (validate() checks the
 // kind matches the output type).
 template <typename T>
@@ -98,6 +109,24 @@ void erf(const ref::Op&, const std::vector<Tensor>&, const Output&);
 void sin(const ref::Op&, const std::vector<Tensor>&, const Output&);
 void cos(const ref::Op&, const std::vector<Tensor>&, const Output&);
 void reciprocal(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void tan(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void asin(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void acos(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void atan(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void sinh(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void cosh(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void asinh(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void acosh(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void atanh(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void sign(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void ceil(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void softsign(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void thresholded_relu(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void celu(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void shrink(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void is_inf(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void is_nan(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void mod(const ref::Op&, const std::vector<Tensor>&, const Output&);
 void relu(const ref::Op&, const std::vector<Tensor>&, const Output&);
 void sigmoid(const ref::Op&, const std::vector<Tensor>&, const Output&);
 void tanh(const ref::Op&, const std::vector<Tensor>&, const Output&);
@@ -124,6 +153,9 @@ void resize(const ref::Op&, const std::vector<Tensor>&, const Output&);
 // Normalisation and reductions (kernels_norm.cc).
 void softmax(const ref::Op&, const std::vector<Tensor>&, const Output&);
 void log_softmax(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void hardmax(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void nll_loss(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void cum_sum(const ref::Op&, const std::vector<Tensor>&, const Output&);
 void batch_normalization(const ref::Op&, const std::vector<Tensor>&, const Output&);
 void instance_normalization(const ref::Op&, const std::vector<Tensor>&, const Output&);
 void layer_normalization(const ref::Op&, const std::vector<Tensor>&, const Output&);
@@ -153,6 +185,10 @@ void gather_elements(const ref::Op&, const std::vector<Tensor>&, const Output&);
 void pad(const ref::Op&, const std::vector<Tensor>&, const Output&);
 void shape(const ref::Op&, const std::vector<Tensor>&, const Output&);  // reads dims only
 void size(const ref::Op&, const std::vector<Tensor>&, const Output&);   // reads dims only
+void eye_like(const ref::Op&, const std::vector<Tensor>&, const Output&);  // reads dims only
+void one_hot(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void gather_nd(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void scatter_elements(const ref::Op&, const std::vector<Tensor>&, const Output&);
 
 }  // namespace kernels
 

@@ -204,4 +204,96 @@ void shape(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) 
 
 void size(const ref::Op&, const std::vector<Tensor>& in, const Output& out) { *out.as<int64_t>() = in[0].size(); }
 
+void gather_nd(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
+  const Dims& d = in[0].dims();
+  const Dims& idx = in[1].dims();
+  auto b = static_cast<size_t>(op.get_int("batch_dims", 0));
+  auto m = static_cast<size_t>(idx.back());
+  int64_t batches = product(d, 0, b), per_batch = product(idx, b, idx.size() - 1);
+  auto es = static_cast<int64_t>(ref::dtype_size(out.dtype()));
+  int64_t slice = product(d, b + m, d.size()) * es, batch_stride = product(d, b, d.size()) * es;
+  const int64_t* indices = in[1].i64();
+  for (int64_t bi = 0; bi < batches; ++bi)
+    for (int64_t p = 0; p < per_batch; ++p) {
+      const int64_t* coord = indices + (bi * per_batch + p) * static_cast<int64_t>(m);
+      int64_t offset = bi * batch_stride;
+      for (size_t j = 0; j < m; ++j) {
+        int64_t extent = d[b + j], k = coord[j];
+        if (k < -extent || k >= extent)
+          throw Error(ErrorCode::kRuntime, "GatherND index " + std::to_string(k) + " out of range [" + std::to_string(-extent) +
+                                               ", " + std::to_string(extent) + ")");
+        offset += (k < 0 ? k + extent : k) * product(d, b + j + 1, d.size()) * es;
+      }
+      std::memcpy(out.bytes() + (bi * per_batch + p) * slice, in[0].bytes() + offset, static_cast<size_t>(slice));
+    }
+}
+
+void scatter_elements(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
+  const Dims& d = in[0].dims();
+  auto axis = static_cast<size_t>(op.get_int("axis", 0));
+  int64_t reduction = op.get_int("reduction", 0), extent = d[axis];
+  Dims ds = strides_of(d);
+  std::memcpy(out.data, in[0].data, static_cast<size_t>(out.value->byte_size()));
+  std::vector<int64_t> indices(static_cast<size_t>(in[1].size()));
+  visit_dtype(in[1].dtype(), [&](auto tag) {
+    using I = decltype(tag);
+    std::copy(in[1].as<I>(), in[1].as<I>() + in[1].size(), indices.begin());
+  });
+  visit_dtype(out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T* y = out.as<T>();
+    const T* updates = in[2].as<T>();
+    for_each_index(in[1].dims(), [&](int64_t i, const std::vector<int64_t>& at) {
+      int64_t k = indices[static_cast<size_t>(i)];
+      if (k < -extent || k >= extent)
+        throw Error(ErrorCode::kRuntime, "ScatterElements index " + std::to_string(k) + " out of range [" +
+                                             std::to_string(-extent) + ", " + std::to_string(extent) + ")");
+      int64_t offset = 0;
+      for (size_t a = 0; a < d.size(); ++a) offset += (a == axis ? (k < 0 ? k + extent : k) : at[a]) * ds[a];
+      T u = updates[i];
+      T& t = y[offset];
+      switch (reduction) {
+        case 1: t = wrapping_add(t, u); break;
+        case 2: t = static_cast<T>(t * u); break;
+        case 3: t = std::max(t, u); break;
+        case 4: t = std::min(t, u); break;
+        default: t = u;
+      }
+    });
+  });
+}
+
+void eye_like(const ref::Op& op, const std::vector<Tensor>&, const Output& out) {
+  int64_t rows = out.dims()[0], cols = out.dims()[1], k = op.get_int("k", 0);
+  visit_dtype(out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) out.as<T>()[r * cols + c] = c - r == k ? T(1) : T(0);
+  });
+}
+
+void one_hot(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
+  auto axis = static_cast<size_t>(op.get_int("axis", 0));
+  int64_t depth = op.get_int("depth", 1);
+  const Dims& od = out.dims();
+  int64_t outer = product(od, 0, axis), inner = product(od, axis + 1, od.size());
+  std::vector<int64_t> indices(static_cast<size_t>(in[0].size()));
+  visit_dtype(in[0].dtype(), [&](auto tag) {
+    using I = decltype(tag);
+    for (size_t i = 0; i < indices.size(); ++i) indices[i] = static_cast<int64_t>(in[0].as<I>()[i]);
+  });
+  visit_dtype(out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T on = scalar_of<T>(op, "on"), off = scalar_of<T>(op, "off");
+    T* y = out.as<T>();
+    std::fill(y, y + out.size(), off);
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t j = 0; j < inner; ++j) {
+        int64_t k = indices[static_cast<size_t>(o * inner + j)];
+        if (k < 0) k += depth;
+        if (k >= 0 && k < depth) y[(o * depth + k) * inner + j] = on;  // out of range: all off, as ONNX says
+      }
+  });
+}
+
 }  // namespace ctxgen::runtime::kernels

@@ -76,11 +76,6 @@ T wrapping(T a, T b, F f) {
 }
 
 template <typename T>
-T add_of(T a, T b) {
-  if constexpr (std::is_integral_v<T>) return wrapping(a, b, [](auto x, auto y) { return x + y; });
-  else return a + b;
-}
-template <typename T>
 T sub_of(T a, T b) {
   if constexpr (std::is_integral_v<T>) return wrapping(a, b, [](auto x, auto y) { return x - y; });
   else return a - b;
@@ -151,7 +146,7 @@ namespace kernels {
 using Ins = std::vector<Tensor>;
 
 void add(const ref::Op&, const Ins& in, const Output& out) {
-  arithmetic(in, out, [](auto a, auto b) { return add_of(a, b); });
+  arithmetic(in, out, [](auto a, auto b) { return wrapping_add(a, b); });
 }
 void sub(const ref::Op&, const Ins& in, const Output& out) {
   arithmetic(in, out, [](auto a, auto b) { return sub_of(a, b); });
@@ -240,6 +235,56 @@ void erf(const ref::Op&, const Ins& in, const Output& out) { unary(in, out, [](f
 void sin(const ref::Op&, const Ins& in, const Output& out) { unary(in, out, [](float x) { return std::sin(x); }); }
 void cos(const ref::Op&, const Ins& in, const Output& out) { unary(in, out, [](float x) { return std::cos(x); }); }
 void reciprocal(const ref::Op&, const Ins& in, const Output& out) { unary(in, out, [](float x) { return 1.0f / x; }); }
+void tan(const ref::Op&, const Ins& in, const Output& out) { unary(in, out, [](float x) { return std::tan(x); }); }
+void asin(const ref::Op&, const Ins& in, const Output& out) { unary(in, out, [](float x) { return std::asin(x); }); }
+void acos(const ref::Op&, const Ins& in, const Output& out) { unary(in, out, [](float x) { return std::acos(x); }); }
+void atan(const ref::Op&, const Ins& in, const Output& out) { unary(in, out, [](float x) { return std::atan(x); }); }
+void sinh(const ref::Op&, const Ins& in, const Output& out) { unary(in, out, [](float x) { return std::sinh(x); }); }
+void cosh(const ref::Op&, const Ins& in, const Output& out) { unary(in, out, [](float x) { return std::cosh(x); }); }
+void asinh(const ref::Op&, const Ins& in, const Output& out) { unary(in, out, [](float x) { return std::asinh(x); }); }
+void acosh(const ref::Op&, const Ins& in, const Output& out) { unary(in, out, [](float x) { return std::acosh(x); }); }
+void atanh(const ref::Op&, const Ins& in, const Output& out) { unary(in, out, [](float x) { return std::atanh(x); }); }
+void ceil(const ref::Op&, const Ins& in, const Output& out) { unary(in, out, [](float x) { return std::ceil(x); }); }
+void sign(const ref::Op&, const Ins& in, const Output& out) {
+  unary(in, out, [](float x) { return x > 0 ? 1.0f : (x < 0 ? -1.0f : x); });  // 0 and NaN stay
+}
+void softsign(const ref::Op&, const Ins& in, const Output& out) {
+  unary(in, out, [](float x) { return x / (1.0f + std::fabs(x)); });
+}
+void thresholded_relu(const ref::Op& op, const Ins& in, const Output& out) {
+  float alpha = op.get_float("alpha", 0.0f);
+  unary(in, out, [=](float x) { return x > alpha ? x : 0.0f; });
+}
+void celu(const ref::Op& op, const Ins& in, const Output& out) {
+  float alpha = op.get_float("alpha", 1.0f);
+  unary(in, out, [=](float x) { return std::max(0.0f, x) + std::min(0.0f, alpha * (std::exp(x / alpha) - 1.0f)); });
+}
+void shrink(const ref::Op& op, const Ins& in, const Output& out) {
+  float bias = op.get_float("bias", 0.0f), lambd = op.get_float("lambd", 0.0f);
+  unary(in, out, [=](float x) { return x < -lambd ? x + bias : (x > lambd ? x - bias : 0.0f); });
+}
+void is_inf(const ref::Op& op, const Ins& in, const Output& out) {
+  bool pos = op.get_int("detect_positive", 1) != 0, neg = op.get_int("detect_negative", 1) != 0;
+  map<uint8_t, float>(in, out, [=](float x) { return static_cast<uint8_t>(std::isinf(x) && (x > 0 ? pos : neg)); });
+}
+void is_nan(const ref::Op&, const Ins& in, const Output& out) {
+  map<uint8_t, float>(in, out, [](float x) { return static_cast<uint8_t>(std::isnan(x)); });
+}
+// The remainder takes the sign of the divisor, as Python's % (ONNX Mod with fmod=0).
+void mod(const ref::Op&, const Ins& in, const Output& out) {
+  visit_dtype(in[0].dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_integral_v<T> && std::is_signed_v<T>) {
+      map<T, T, T>(in, out, [](T a, T b) {
+        if (b == 0) throw Error(ErrorCode::kRuntime, "integer modulo by zero");
+        if (b == T(-1)) return T(0);
+        T r = static_cast<T>(a % b);
+        return r != 0 && ((r < 0) != (b < 0)) ? static_cast<T>(r + b) : r;
+      });
+    }
+  });
+}
+
 void relu(const ref::Op&, const Ins& in, const Output& out) { unary(in, out, [](float x) { return std::max(x, 0.0f); }); }
 void sigmoid(const ref::Op&, const Ins& in, const Output& out) { unary(in, out, sigmoid_of); }
 void tanh(const ref::Op&, const Ins& in, const Output& out) { unary(in, out, [](float x) { return std::tanh(x); }); }
@@ -288,7 +333,7 @@ void range(const ref::Op& op, const Ins&, const Output& out) {
     T value = scalar_of<T>(op, "start"), delta = scalar_of<T>(op, "delta");
     for (int64_t i = 0, n = out.size(); i < n; ++i) {
       out.as<T>()[i] = value;
-      value = add_of(value, delta);
+      value = wrapping_add(value, delta);
     }
   });
 }

@@ -6,6 +6,7 @@
 #include <functional>
 #include <limits>
 
+#include "ctxgen/error.h"
 #include "kernels.h"
 
 namespace ctxgen::runtime {
@@ -145,19 +146,99 @@ void layer_normalization(const ref::Op& op, const std::vector<Tensor>& in, const
   auto axis = static_cast<size_t>(op.get_int("axis", 0));
   int64_t outer = product(d, 0, axis), inner = product(d, axis, d.size());
   double eps = op.get_float("epsilon", 1e-5f);
+  int64_t which = op.get_int("output", 0);
   const float* scale = in[1].f32();
   const float* bias = in.size() > 2 && in[2].present() ? in[2].f32() : nullptr;
   for (int64_t o = 0; o < outer; ++o) {
     const float* x = in[0].f32() + o * inner;
-    float* y = out.f32() + o * inner;
     double sum = 0, sq = 0;
     for (int64_t i = 0; i < inner; ++i) sum += x[i];
     double mean = sum / static_cast<double>(inner);
     for (int64_t i = 0; i < inner; ++i) sq += (x[i] - mean) * (x[i] - mean);
     double inv = 1.0 / std::sqrt(sq / static_cast<double>(inner) + eps);
+    if (which != 0) {
+      out.f32()[o] = static_cast<float>(which == 1 ? mean : inv);
+      continue;
+    }
+    float* y = out.f32() + o * inner;
     for (int64_t i = 0; i < inner; ++i)
       y[i] = static_cast<float>((x[i] - mean) * inv) * scale[i] + (bias ? bias[i] : 0.0f);
   }
+}
+
+// One 1 per softmax column, at its first largest element (flattened at axis before opset 13).
+void hardmax(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
+  const Dims& d = in[0].dims();
+  auto axis = static_cast<size_t>(op.get_int("axis", 0));
+  bool flat = op.get_int("coerce_2d", 0) != 0;
+  int64_t outer = product(d, 0, axis);
+  int64_t n = flat ? product(d, axis, d.size()) : d[axis];
+  int64_t inner = flat ? 1 : product(d, axis + 1, d.size());
+  std::fill(out.f32(), out.f32() + out.size(), 0.0f);
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t j = 0; j < inner; ++j) {
+      const float* x = in[0].f32() + o * n * inner + j;
+      int64_t best = 0;
+      for (int64_t k = 1; k < n; ++k)
+        if (x[k * inner] > x[best * inner]) best = k;
+      out.f32()[o * n * inner + best * inner + j] = 1.0f;
+    }
+}
+
+// loss = -input[n, target, d...] * weight[target]; a target equal to ignore_index adds nothing.
+// Mean divides by the sum of the weights used.
+void nll_loss(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
+  const Dims& x = in[0].dims();
+  int64_t n = x[0], classes = x[1], inner = product(x, 2, x.size());
+  bool has_ignore = op.get_int("has_ignore_index", 0) != 0;
+  int64_t ignore = op.get_int("ignore_index", 0), reduction = op.get_int("reduction", 0);
+  const float* weight = in.size() > 2 && in[2].present() ? in[2].f32() : nullptr;
+  std::vector<int64_t> target(static_cast<size_t>(in[1].size()));
+  visit_dtype(in[1].dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    std::copy(in[1].as<T>(), in[1].as<T>() + in[1].size(), target.begin());
+  });
+  double total = 0, weights = 0;
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t i = 0; i < inner; ++i) {
+      int64_t t = target[static_cast<size_t>(b * inner + i)];
+      float loss = 0.0f;
+      if (!(has_ignore && t == ignore)) {
+        if (t < 0 || t >= classes)
+          throw Error(ErrorCode::kRuntime, "NegativeLogLikelihoodLoss target " + std::to_string(t) + " is outside [0, " +
+                                               std::to_string(classes) + ")");
+        float w = weight ? weight[t] : 1.0f;
+        loss = -in[0].f32()[(b * classes + t) * inner + i] * w;
+        weights += w;
+      }
+      if (reduction == 0) out.f32()[b * inner + i] = loss;
+      total += loss;
+    }
+  if (reduction == 1) out.f32()[0] = static_cast<float>(total);
+  if (reduction == 2) out.f32()[0] = static_cast<float>(total / weights);
+}
+
+void cum_sum(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
+  const Dims& d = in[0].dims();
+  auto axis = static_cast<size_t>(op.get_int("axis", 0));
+  bool exclusive = op.get_int("exclusive", 0) != 0, reverse = op.get_int("reverse", 0) != 0;
+  int64_t outer = product(d, 0, axis), n = d[axis], inner = product(d, axis + 1, d.size());
+  visit_dtype(out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* x = in[0].as<T>();
+    T* y = out.as<T>();
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t j = 0; j < inner; ++j) {
+        T acc = 0;
+        for (int64_t s = 0; s < n; ++s) {
+          int64_t k = reverse ? n - 1 - s : s;
+          int64_t at = (o * n + k) * inner + j;
+          if (exclusive) y[at] = acc;
+          acc = wrapping_add(acc, x[at]);
+          if (!exclusive) y[at] = acc;
+        }
+      }
+  });
 }
 
 void reduce_mean(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {

@@ -55,6 +55,26 @@ OutType with_alpha_beta(const OpCheck& c) {
   return unary(c);
 }
 
+OutType shrink(const OpCheck& c) {
+  c.float_attr("bias");
+  c.float_attr("lambd");
+  return unary(c);
+}
+
+OutType is_inf(const OpCheck& c) {
+  c.arity(1, 1);
+  c.expect_inputs(DType::kFloat32);
+  c.int_attr("detect_positive", 0, 1);
+  c.int_attr("detect_negative", 0, 1);
+  return {DType::kBool, c.in(0).dims};
+}
+
+OutType is_nan(const OpCheck& c) {
+  c.arity(1, 1);
+  c.expect_inputs(DType::kFloat32);
+  return {DType::kBool, c.in(0).dims};
+}
+
 OutType selu(const OpCheck& c) {
   c.float_attr("alpha");
   c.float_attr("gamma");
@@ -80,6 +100,13 @@ Dims broadcast_inputs(const OpCheck& c) {
 OutType arithmetic(const OpCheck& c) {
   c.arity(2, 2);
   DType t = c.expect_same_inputs(kNumeric);
+  return {t, broadcast_inputs(c)};
+}
+
+// Integer remainder with the sign of the divisor (ONNX Mod with fmod=0).
+OutType mod(const OpCheck& c) {
+  c.arity(2, 2);
+  DType t = c.expect_same_inputs({DType::kInt32, DType::kInt64});
   return {t, broadcast_inputs(c)};
 }
 
@@ -310,7 +337,44 @@ OutType layer_normalization(const OpCheck& c) {
       c.expect(p->element_count() == block, "input " + std::to_string(i) + " dims " + dims_text(p->dims) +
                                                 " do not cover the normalised dims " +
                                                 dims_text(Dims(x.begin() + static_cast<int64_t>(axis), x.end())));
-  return {DType::kFloat32, x};
+  // `output` 0 is Y; 1 and 2 the Mean and InvStdDev of each block, with the normalised dims as 1.
+  if (c.int_attr_or("output", 0, 0, 2) == 0) return {DType::kFloat32, x};
+  Dims stats = x;
+  std::fill(stats.begin() + static_cast<int64_t>(axis), stats.end(), 1);
+  return {DType::kFloat32, stats};
+}
+
+// NegativeLogLikelihoodLoss: input [N, C, d...], target [N, d...] (int32/int64), optional weight
+// [C]; `reduction` 0 none, 1 sum, 2 mean; `ignore_index` when `has_ignore_index`.
+OutType nll_loss(const OpCheck& c) {
+  c.arity(2, 3);
+  const Dims& x = c.in(0).dims;
+  const Dims& t = c.in(1).dims;
+  c.expect_dtype(c.in(0), DType::kFloat32, "input 0");
+  c.expect(c.in(1).dtype == DType::kInt64 || c.in(1).dtype == DType::kInt32,
+           "input 1 (target) has element type " + ref::dtype_name(c.in(1).dtype) + ", expected int64 or int32");
+  c.expect(x.size() >= 2, "input 0 has dims " + dims_text(x) + ", expected N x C x ...");
+  Dims want = x;
+  want.erase(want.begin() + 1);
+  c.expect_dims(c.in(1), want, "input 1 (target)");
+  if (const ref::Value* w = c.optional_in(2)) {
+    c.expect_dtype(*w, DType::kFloat32, "input 2 (weight)");
+    c.expect_dims(*w, {x[1]}, "input 2 (weight)");
+  }
+  c.int_attr("ignore_index", kIntMin, kIntMax);
+  c.int_attr("has_ignore_index", 0, 1);
+  return {DType::kFloat32, c.int_attr("reduction", 0, 2) == 0 ? t : Dims{}};
+}
+
+// CumSum along `axis`; `exclusive` leaves the element itself out, `reverse` sums from the end.
+OutType cum_sum(const OpCheck& c) {
+  c.arity(1, 1);
+  DType t = c.expect_same_inputs(kNumeric);
+  c.expect(!c.in(0).dims.empty(), "input is a scalar");
+  c.int_attr("axis", 0, rank_of(c.in(0)) - 1);
+  c.int_attr("exclusive", 0, 1);
+  c.int_attr("reverse", 0, 1);
+  return {t, c.in(0).dims};
 }
 
 OutType reduce(const OpCheck& c) {
@@ -562,6 +626,67 @@ OutType gather_elements(const OpCheck& c) {
   return {c.in(0).dtype, idx};
 }
 
+// GatherND: the last axis of the indices (m values) addresses data dims [b, b + m) after the
+// `batch_dims` b shared ones; output = indices dims[:-1] + data dims[b + m:].
+OutType gather_nd(const OpCheck& c) {
+  c.arity(2, 2);
+  const Dims& d = c.in(0).dims;
+  const Dims& idx = c.in(1).dims;
+  c.expect(c.in(1).dtype == DType::kInt64, "input 1 (indices) has element type " + ref::dtype_name(c.in(1).dtype) + ", expected int64");
+  auto b = static_cast<size_t>(c.int_attr("batch_dims", 0, kIntMax));
+  c.expect(!idx.empty() && !d.empty() && b < idx.size() && b < d.size(), "batch_dims " + std::to_string(b) + " do not fit data " +
+                                                                              dims_text(d) + " and indices " + dims_text(idx));
+  auto m = static_cast<size_t>(idx.back());
+  c.expect(m >= 1 && b + m <= d.size(), "indices " + dims_text(idx) + " address more dims than data " + dims_text(d) + " has");
+  c.expect(Dims(d.begin(), d.begin() + static_cast<int64_t>(b)) == Dims(idx.begin(), idx.begin() + static_cast<int64_t>(b)),
+           "the batch dims of data " + dims_text(d) + " and indices " + dims_text(idx) + " differ");
+  Dims out(idx.begin(), idx.end() - 1);
+  out.insert(out.end(), d.begin() + static_cast<int64_t>(b + m), d.end());
+  return {c.in(0).dtype, out};
+}
+
+// ScatterElements: data with updates written (or combined: 1 add, 2 mul, 3 max, 4 min) at the
+// positions the indices give along `axis`.
+OutType scatter_elements(const OpCheck& c) {
+  c.arity(3, 3);
+  const Dims& d = c.in(0).dims;
+  c.expect(c.in(1).dtype == DType::kInt64 || c.in(1).dtype == DType::kInt32,
+           "input 1 (indices) has element type " + ref::dtype_name(c.in(1).dtype) + ", expected int64 or int32");
+  c.expect_dtype(c.in(2), c.in(0).dtype, "input 2 (updates)");
+  c.expect_dims(c.in(2), c.in(1).dims, "input 2 (updates)");
+  c.expect(!d.empty() && c.in(1).dims.size() == d.size(), "indices " + dims_text(c.in(1).dims) + " must have the rank of data " + dims_text(d));
+  auto axis = static_cast<size_t>(c.int_attr("axis", 0, rank_of(c.in(0)) - 1));
+  for (size_t a = 0; a < d.size(); ++a)
+    c.expect(a == axis || c.in(1).dims[a] <= d[a], "indices " + dims_text(c.in(1).dims) + " exceed data " + dims_text(d));
+  int64_t reduction = c.int_attr("reduction", 0, 4);
+  c.expect(reduction == 0 || c.in(0).dtype != DType::kBool, "a reduction over bool");
+  return {c.in(0).dtype, d};
+}
+
+// OneHot: `off` everywhere but `on` at each index (negative ones count from `depth`), with a new
+// axis of `depth` at `axis`; indices of any numeric type, values of `dtype`.
+OutType one_hot(const OpCheck& c) {
+  c.arity(1, 1);
+  c.expect(c.in(0).dtype != DType::kBool, "input 0 (indices) is bool");
+  const Dims& idx = c.in(0).dims;
+  int64_t depth = c.int_attr("depth", 1, kMaxElements);
+  auto axis = c.int_attr("axis", 0, rank_of(c.in(0)));
+  DType t = c.dtype_attr("dtype");
+  scalar_attr(c, t, "on");
+  scalar_attr(c, t, "off");
+  Dims out = idx;
+  out.insert(out.begin() + axis, depth);
+  return {t, c.bounded(out, "output")};
+}
+
+// EyeLike: a 2-D tensor of the input's dims with ones on diagonal `k`; reads the input's dims only.
+OutType eye_like(const OpCheck& c) {
+  c.arity(1, 1);
+  c.expect(c.in(0).dims.size() == 2, "input has dims " + dims_text(c.in(0).dims) + ", expected 2-D");
+  c.int_attr("k", kIntMin, kIntMax);
+  return {c.dtype_attr("dtype"), c.in(0).dims};
+}
+
 // Shape and Size read only the dims of their input, never its data.
 OutType shape(const OpCheck& c) {
   c.arity(1, 1);
@@ -608,6 +733,24 @@ const std::vector<OpDef>& op_defs() {
       {"Sin", unary, k::sin},
       {"Cos", unary, k::cos},
       {"Reciprocal", unary, k::reciprocal},
+      {"Tan", unary, k::tan},
+      {"Asin", unary, k::asin},
+      {"Acos", unary, k::acos},
+      {"Atan", unary, k::atan},
+      {"Sinh", unary, k::sinh},
+      {"Cosh", unary, k::cosh},
+      {"Asinh", unary, k::asinh},
+      {"Acosh", unary, k::acosh},
+      {"Atanh", unary, k::atanh},
+      {"Sign", unary, k::sign},
+      {"Ceil", unary, k::ceil},
+      {"Softsign", unary, k::softsign},
+      {"ThresholdedRelu", with_alpha, k::thresholded_relu},
+      {"Celu", with_alpha, k::celu},
+      {"Shrink", shrink, k::shrink},
+      {"IsInf", is_inf, k::is_inf},
+      {"IsNaN", is_nan, k::is_nan},
+      {"Mod", mod, k::mod},
       {"Relu", unary, k::relu},
       {"Sigmoid", unary, k::sigmoid},
       {"Tanh", unary, k::tanh},
@@ -622,6 +765,9 @@ const std::vector<OpDef>& op_defs() {
       {"Range", range, k::range},
       {"Softmax", softmax, k::softmax},
       {"LogSoftmax", softmax, k::log_softmax},
+      {"Hardmax", softmax, k::hardmax},
+      {"NegativeLogLikelihoodLoss", nll_loss, k::nll_loss},
+      {"CumSum", cum_sum, k::cum_sum},
       {"MatMul", matmul, k::matmul},
       {"Gemm", gemm, k::gemm},
       {"Conv", conv, k::conv},
@@ -655,6 +801,10 @@ const std::vector<OpDef>& op_defs() {
       {"ReduceSumSquare", reduce, k::reduce_sum_square},
       {"ReduceLogSum", reduce, k::reduce_log_sum},
       {"ReduceLogSumExp", reduce, k::reduce_log_sum_exp},
+      {"OneHot", one_hot, k::one_hot},
+      {"GatherND", gather_nd, k::gather_nd},
+      {"ScatterElements", scatter_elements, k::scatter_elements},
+      {"EyeLike", eye_like, k::eye_like, false},
       {"Shape", shape, k::shape, false},
       {"Size", size, k::size, false},
   };

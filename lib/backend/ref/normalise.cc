@@ -115,6 +115,37 @@ NormalisedNode selu(const NodeView& v) {
   return n;
 }
 
+NormalisedNode thresholded_relu(const NodeView& v) {
+  auto n = unary(v);
+  n.attrs = {float_attr("alpha", v.float_attr("alpha", 1.0f))};
+  return n;
+}
+
+NormalisedNode celu(const NodeView& v) {
+  auto n = unary(v);
+  n.attrs = {float_attr("alpha", v.float_attr("alpha", 1.0f))};
+  return n;
+}
+
+NormalisedNode shrink(const NodeView& v) {
+  auto n = unary(v);
+  n.attrs = {float_attr("bias", v.float_attr("bias", 0.0f)), float_attr("lambd", v.float_attr("lambd", 0.5f))};
+  return n;
+}
+
+NormalisedNode is_inf(const NodeView& v) {
+  auto n = unary(v);
+  n.attrs = {int_attr("detect_positive", v.int_attr("detect_positive", 1) != 0 ? 1 : 0),
+             int_attr("detect_negative", v.int_attr("detect_negative", 1) != 0 ? 1 : 0)};
+  return n;
+}
+
+// Integer Mod only: fmod=1 (the float remainder) stays on CPU.
+NormalisedNode mod(const NodeView& v) {
+  if (v.int_attr("fmod", 0) != 0) refuse("Mod with fmod=1 (ref takes integer Mod)");
+  return binary(v);
+}
+
 NormalisedNode hard_sigmoid(const NodeView& v) {
   auto n = unary(v);
   n.attrs = {float_attr("alpha", v.float_attr("alpha", 0.2f)), float_attr("beta", v.float_attr("beta", 0.5f))};
@@ -213,26 +244,6 @@ NormalisedNode instance_norm(const NodeView& v) {
   for (size_t i = 0; i < 3; ++i) v.float_input(i);
   return make(v, "InstanceNormalization", {v.input(0), v.input(1), v.input(2)},
               {float_attr("epsilon", v.float_attr("epsilon", 1e-5f))});
-}
-
-NormalisedNode layer_norm(const NodeView& v) {
-  if (v.int_attr("stash_type", 1) != 1) refuse("LayerNormalization with stash_type other than float32");
-  auto x = v.float_input(0);
-  auto rank = static_cast<int64_t>(x.size());
-  int64_t axis = normalise_axis(v.int_attr("axis", -1), rank, "axis");
-  std::vector<int64_t> normalised(x.begin() + axis, x.end());
-  std::vector<std::string> inputs = {v.input(0), v.input(1), v.has_input(2) ? v.input(2) : ""};
-  for (size_t i = 1; i <= 2; ++i) {
-    if (!v.has_input(i)) continue;
-    // The runtime indexes Scale and B by position in the normalised block, so they must cover it.
-    auto p = v.float_input(i);
-    if (element_count(p) != element_count(normalised) || broadcast_dims(p, normalised) != normalised)
-      refuse("input " + std::to_string(i) + " '" + v.input(i) + "' dims " + dims_text(p) +
-             " do not match the normalised dims " + dims_text(normalised));
-  }
-  return make(v, "LayerNormalization", inputs,
-              {int_attr("axis", axis), float_attr("epsilon", v.float_attr("epsilon", 1e-5f))},
-              "LayerNormalization with Mean or InvStdDev output");
 }
 
 // ---- linear algebra ----------------------------------------------------------------------------
@@ -397,6 +408,13 @@ NormalisedNode reduce(const NodeView& v) {
     std::iota(axes.begin(), axes.end(), 0);
   }
   return reduce_over(v, v.op(), normalise_axes(axes, rank), v.int_attr("keepdims", 1) != 0);
+}
+
+NormalisedNode global_max_pool(const NodeView& v) {
+  auto x = window_input(v);
+  std::vector<int64_t> axes(x.size() - 2);
+  std::iota(axes.begin(), axes.end(), 2);
+  return reduce_over(v, "ReduceMax", axes, true);
 }
 
 NormalisedNode global_average_pool(const NodeView& v) {
@@ -765,6 +783,62 @@ NormalisedNode gather_elements(const NodeView& v) {
   return make(v, "GatherElements", {v.input(0), v.input(1)}, {int_attr("axis", axis)});
 }
 
+// OneHot: depth a constant scalar, values a constant [off, on] pair.
+NormalisedNode one_hot(const NodeView& v) {
+  auto indices = v.typed_input(0);
+  auto depth = v.const_scalar(1);
+  int64_t d = depth.is_float ? static_cast<int64_t>(depth.f) : depth.i;
+  const Weight* values = v.constant(2);
+  if (!values) refuse("input 2 'values' is not a constant");
+  ref::DType dtype = ref_dtype(values->data.dtype, "input 2 'values'");
+  if (values->data.element_count() != 2) refuse("input 2 'values' does not hold [off, on]");
+  auto element = [&](size_t k) {
+    onnx::TensorProto t;
+    t.set_data_type(values->data.dtype);
+    size_t size = values->data.size / 2;
+    t.set_raw_data(values->data.data + k * size, size);
+    return scalar_value(t, "input 2 'values'");
+  };
+  int64_t axis = normalise_axis(v.int_attr("axis", -1), static_cast<int64_t>(indices.dims.size()) + 1, "axis");
+  return make(v, "OneHot", {v.input(0)},
+              {int_attr("depth", d), int_attr("axis", axis), int_attr("dtype", static_cast<int64_t>(dtype)),
+               scalar_attr("off", dtype, element(0)), scalar_attr("on", dtype, element(1))});
+}
+
+NormalisedNode gather_nd(const NodeView& v) {
+  v.typed_input(0);
+  v.typed_input(1);
+  return make(v, "GatherND", {v.input(0), v.input(1)}, {int_attr("batch_dims", v.int_attr("batch_dims", 0))});
+}
+
+NormalisedNode scatter_elements(const NodeView& v) {
+  auto data = v.typed_input(0).dims;
+  v.typed_input(1);
+  v.typed_input(2);
+  std::string reduction = v.string_attr("reduction", "none");
+  static const std::map<std::string, int64_t> kReductions = {{"none", 0}, {"add", 1}, {"mul", 2}, {"max", 3}, {"min", 4}};
+  if (!kReductions.count(reduction)) refuse("reduction '" + reduction + "'");
+  int64_t axis = normalise_axis(v.int_attr("axis", 0), static_cast<int64_t>(data.size()), "axis");
+  return make(v, "ScatterElements", {v.input(0), v.input(1), v.input(2)},
+              {int_attr("axis", axis), int_attr("reduction", kReductions.at(reduction))});
+}
+
+NormalisedNode eye_like(const NodeView& v) {
+  auto x = v.typed_input(0);
+  ref::DType dtype = v.has_attr("dtype") ? ref_dtype(static_cast<int32_t>(v.int_attr("dtype", 1)), "attribute dtype") : x.dtype;
+  return make(v, "EyeLike", {v.input(0)}, {int_attr("k", v.int_attr("k", 0)), int_attr("dtype", static_cast<int64_t>(dtype))});
+}
+
+NormalisedNode cum_sum(const NodeView& v) {
+  auto x = v.typed_input(0).dims;
+  auto axis_values = v.const_ints(1);
+  if (axis_values.size() != 1) refuse("input 1 'axis' holds " + std::to_string(axis_values.size()) + " values, expected one");
+  int64_t axis = normalise_axis(axis_values[0], static_cast<int64_t>(x.size()), "axis");
+  return make(v, "CumSum", {v.input(0)},
+              {int_attr("axis", axis), int_attr("exclusive", v.int_attr("exclusive", 0) != 0 ? 1 : 0),
+               int_attr("reverse", v.int_attr("reverse", 0) != 0 ? 1 : 0)});
+}
+
 // The dims of a tensor as data: Shape (with start/end from opset 15) and Size. They read no data,
 // so the folder evaluates them from static dims alone.
 NormalisedNode shape(const NodeView& v) {
@@ -799,7 +873,6 @@ const std::map<std::string, Rule>& rules() {
       {"MaxPool", pool},        {"AveragePool", pool},
       {"GlobalAveragePool", global_average_pool},
       {"ReduceMean", reduce},   {"ReduceSum", reduce},
-      {"LayerNormalization", layer_norm},
       {"Transpose", transpose}, {"Reshape", reshape},
       {"Flatten", flatten},     {"Squeeze", squeeze},
       {"Unsqueeze", unsqueeze}, {"Concat", concat},
@@ -817,6 +890,19 @@ const std::map<std::string, Rule>& rules() {
       {"Cos", unary},           {"Reciprocal", unary},
       {"Softplus", unary},      {"Elu", elu},
       {"Selu", selu},           {"LogSoftmax", softmax},
+      {"Hardmax", softmax},     {"CumSum", cum_sum},
+      {"Tan", unary},           {"Asin", unary},
+      {"Acos", unary},          {"Atan", unary},
+      {"Sinh", unary},          {"Cosh", unary},
+      {"Asinh", unary},         {"Acosh", unary},
+      {"Atanh", unary},         {"Sign", unary},
+      {"Ceil", unary},          {"Softsign", unary},
+      {"ThresholdedRelu", thresholded_relu},
+      {"Celu", celu},           {"Shrink", shrink},
+      {"IsInf", is_inf},        {"IsNaN", unary},
+      {"Mod", mod},             {"GlobalMaxPool", global_max_pool},
+      {"OneHot", one_hot},      {"EyeLike", eye_like},
+      {"GatherND", gather_nd},  {"ScatterElements", scatter_elements},
       {"ReduceMax", reduce},    {"ReduceMin", reduce},
       {"InstanceNormalization", instance_norm},
       {"ConstantOfShape", constant_of_shape}, {"Range", range},
@@ -1001,6 +1087,100 @@ std::vector<NormalisedNode> einsum(const NodeView& v) {
   return parts.take();
 }
 
+// LayerNormalization: Y, and the Mean and InvStdDev outputs when asked for, each one ref op.
+std::vector<NormalisedNode> layer_norm(const NodeView& v) {
+  if (v.int_attr("stash_type", 1) != 1) refuse("LayerNormalization with stash_type other than float32");
+  auto x = v.float_input(0);
+  auto rank = static_cast<int64_t>(x.size());
+  int64_t axis = normalise_axis(v.int_attr("axis", -1), rank, "axis");
+  std::vector<int64_t> normalised(x.begin() + axis, x.end());
+  std::vector<std::string> inputs = {v.input(0), v.input(1), v.has_input(2) ? v.input(2) : ""};
+  for (size_t i = 1; i <= 2; ++i) {
+    if (!v.has_input(i)) continue;
+    // The runtime indexes Scale and B by position in the normalised block, so they must cover it.
+    auto p = v.float_input(i);
+    if (element_count(p) != element_count(normalised) || broadcast_dims(p, normalised) != normalised)
+      refuse("input " + std::to_string(i) + " '" + v.input(i) + "' dims " + dims_text(p) +
+             " do not match the normalised dims " + dims_text(normalised));
+  }
+  std::vector<NormalisedNode> parts;
+  for (size_t k = 0; k < v.output_count() && k < 3; ++k) {
+    if (v.output(k).empty()) continue;
+    NormalisedNode n;
+    n.type = "LayerNormalization";
+    n.inputs = inputs;
+    n.attrs = {int_attr("axis", axis), float_attr("epsilon", v.float_attr("epsilon", 1e-5f)),
+               int_attr("output", static_cast<int64_t>(k))};
+    n.output = v.output(k);
+    parts.push_back(std::move(n));
+  }
+  if (parts.empty()) refuse("no output is used");
+  return parts;
+}
+
+// The NegativeLogLikelihoodLoss attributes, for it and for SoftmaxCrossEntropyLoss.
+std::vector<ref::Attr> loss_attrs(const NodeView& v) {
+  std::string reduction = v.string_attr("reduction", "mean");
+  int64_t code = reduction == "none" ? 0 : reduction == "sum" ? 1 : reduction == "mean" ? 2 : -1;
+  if (code < 0) refuse("reduction '" + reduction + "'");
+  return {int_attr("reduction", code), int_attr("ignore_index", v.int_attr("ignore_index", 0)),
+          int_attr("has_ignore_index", v.has_attr("ignore_index") ? 1 : 0)};
+}
+
+std::vector<NormalisedNode> nll_loss(const NodeView& v) {
+  v.float_input(0);
+  v.typed_input(1);
+  Parts parts(v);
+  parts.add("NegativeLogLikelihoodLoss", {v.input(0), v.input(1), v.has_input(2) ? v.input(2) : ""}, loss_attrs(v), true);
+  return parts.take();
+}
+
+// SoftmaxCrossEntropyLoss = LogSoftmax over the classes (axis 1), then NegativeLogLikelihoodLoss;
+// the log-probabilities are its second output when asked for.
+std::vector<NormalisedNode> softmax_cross_entropy(const NodeView& v) {
+  auto x = v.float_input(0);
+  v.typed_input(1);
+  if (x.size() < 2) refuse("scores of dims " + dims_text(x) + ", expected N x C x ...");
+  std::vector<NormalisedNode> parts(2);
+  bool log_prob = v.output_count() > 1 && !v.output(1).empty();
+  parts[0].type = "LogSoftmax";
+  parts[0].inputs = {v.input(0)};
+  parts[0].attrs = {int_attr("axis", 1), int_attr("coerce_2d", 0)};
+  parts[0].output = log_prob ? v.output(1) : v.output(0) + "/ctxgen_log_prob";
+  parts[0].internal = !log_prob;
+  parts[1].type = "NegativeLogLikelihoodLoss";
+  parts[1].inputs = {parts[0].output, v.input(1), v.has_input(2) ? v.input(2) : ""};
+  parts[1].attrs = loss_attrs(v);
+  parts[1].output = v.output(0);
+  return parts;
+}
+
+// DepthToSpace (DCR or CRD) and SpaceToDepth: Reshape, Transpose, Reshape.
+std::vector<NormalisedNode> depth_space(const NodeView& v) {
+  auto x = v.typed_input(0).dims;
+  if (x.size() != 4) refuse(v.op() + " of dims " + dims_text(x) + ", expected N x C x H x W");
+  int64_t b = v.int_attr("blocksize", 0), n = x[0], c = x[1], h = x[2], w = x[3];
+  if (b < 1) refuse("blocksize " + std::to_string(b));
+  std::vector<int64_t> split, perm, shape;
+  if (v.op() == "SpaceToDepth") {
+    if (h % b != 0 || w % b != 0) refuse("H and W of " + dims_text(x) + " are not multiples of blocksize " + std::to_string(b));
+    split = {n, c, h / b, b, w / b, b};
+    perm = {0, 3, 5, 1, 2, 4};
+    shape = {n, c * b * b, h / b, w / b};
+  } else {
+    if (c % (b * b) != 0) refuse("C of " + dims_text(x) + " is not a multiple of blocksize² " + std::to_string(b * b));
+    bool crd = v.string_attr("mode", "DCR") == "CRD";
+    split = crd ? std::vector<int64_t>{n, c / (b * b), b, b, h, w} : std::vector<int64_t>{n, b, b, c / (b * b), h, w};
+    perm = crd ? std::vector<int64_t>{0, 1, 4, 2, 5, 3} : std::vector<int64_t>{0, 3, 4, 1, 5, 2};
+    shape = {n, c / (b * b), h * b, w * b};
+  }
+  Parts parts(v);
+  std::string s = parts.add("Reshape", {v.input(0)}, {ints_attr("shape", split)}, false);
+  s = parts.add("Transpose", {s}, {ints_attr("perm", perm)}, false);
+  parts.add("Reshape", {s}, {ints_attr("shape", shape)}, true);
+  return parts.take();
+}
+
 // PRelu broadcasts the slope to X only. Before opset 7 a slope of C values is per channel (axis
 // 1); it is viewed as [C, 1, ...] first.
 std::vector<NormalisedNode> prelu(const NodeView& v) {
@@ -1020,7 +1200,15 @@ std::vector<NormalisedNode> prelu(const NodeView& v) {
 
 const std::map<std::string, MultiRule>& multi_rules() {
   static const std::map<std::string, MultiRule> kRules = {
-      {"Split", split}, {"Sum", sum}, {"Einsum", einsum}, {"PRelu", prelu}};
+      {"Split", split},
+      {"Sum", sum},
+      {"Einsum", einsum},
+      {"PRelu", prelu},
+      {"LayerNormalization", layer_norm},
+      {"NegativeLogLikelihoodLoss", nll_loss},
+      {"SoftmaxCrossEntropyLoss", softmax_cross_entropy},
+      {"DepthToSpace", depth_space},
+      {"SpaceToDepth", depth_space}};
   return kRules;
 }
 
