@@ -112,12 +112,14 @@ int main(int argc, char** argv) {
   std::vector<std::string> suites = {"node", "pytorch-converted", "pytorch-operator", "simple"};
   std::string data = "/usr/share/libonnx-testdata/data", filter, json_path, plugin;
   bool require_ceiling = false;
+  size_t min_on_ref = 0;
   app.add_option("--data", data, "Folder holding the suites")->capture_default_str();
   app.add_option("--suite", suites, "Suites to run (default: all four)");
   app.add_option("--filter", filter, "Only models whose folder name contains this");
   app.add_option("--json", json_path, "Write every result to this file");
   app.add_option("--plugin", plugin, "The ctxgen plugin EP library");
   app.add_flag("--require-ceiling", require_ceiling, "Exit 1 if a model that passes on the CPU EP fails through ctxgen");
+  app.add_option("--min-nodes-on-ref", min_on_ref, "Exit 1 if fewer nodes run on ref (a coverage regression)");
   CLI11_PARSE(app, argc, argv);
 
   std::error_code ec;
@@ -221,5 +223,9 @@ int main(int argc, char** argv) {
         << "\n";
   }
   std::cout << passed << " passed, " << ceiling - passed << " failed\n";
+  if (compiled_nodes < min_on_ref) {
+    std::cout << "coverage regression: " << compiled_nodes << " nodes on ref, at least " << min_on_ref << " required\n";
+    return 1;
+  }
   return require_ceiling && passed != ceiling ? 1 : 0;
 }

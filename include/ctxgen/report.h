@@ -12,6 +12,8 @@ namespace ctxgen {
 
 // Metadata key under which an EPContext model records why each node stayed on CPU (JSON list).
 inline constexpr const char* kFallbackMetadataKey = "ctxgen.cpu_nodes";
+// What the specialise stage did to the model: node counts and folded nodes by op (inspect shows it).
+inline constexpr const char* kSpecialisedMetadataKey = "ctxgen.specialised";
 
 nlohmann::json report_json(const RunSummary& summary);
 // A few lines for the terminal: per model what went where, then the files written.

@@ -68,9 +68,11 @@ nlohmann::json inspect_model(const fs::path& path) {
     for (const auto& a : node.attribute()) attrs[a.name()] = attribute_json(a);
     contexts.push_back({{"name", node.name()}, {"inputs", node.input()}, {"outputs", node.output()}, {"attributes", attrs}});
   }
-  nlohmann::json fallback = nlohmann::json::array();
-  for (const auto& kv : proto.metadata_props())
+  nlohmann::json fallback = nlohmann::json::array(), specialised = nullptr;
+  for (const auto& kv : proto.metadata_props()) {
     if (kv.key() == kFallbackMetadataKey) fallback = nlohmann::json::parse(kv.value(), nullptr, false);
+    if (kv.key() == kSpecialisedMetadataKey) specialised = nlohmann::json::parse(kv.value(), nullptr, false);
+  }
   uint64_t init_bytes = 0;
   bool external = false;
   for (const auto& t : graph.initializer()) {
@@ -84,6 +86,7 @@ nlohmann::json inspect_model(const fs::path& path) {
           {"epcontext_nodes", contexts},
           {"cpu_node_ops", ops},
           {"cpu_nodes", fallback},
+          {"specialised", specialised},
           {"initializers", {{"count", graph.initializer_size()}, {"embedded_bytes", init_bytes}, {"external", external}}}};
 }
 
@@ -114,6 +117,13 @@ std::string inspect_text(const nlohmann::json& j) {
     out << "  EPContext " << c["name"].get<std::string>() << ": " << c["inputs"].size() << " input(s), "
         << c["outputs"].size() << " output(s)\n";
     for (const auto& [key, value] : c["attributes"].items()) out << "    " << key << " = " << value.dump() << "\n";
+  }
+  if (const auto& sp = j["specialised"]; sp.is_object() && sp.contains("nodes_folded")) {
+    out << "  specialised: " << sp["nodes_in_input"] << " input nodes, " << sp["nodes_folded"] << " folded into constants, "
+        << sp["nodes_removed"] << " removed as dead, " << sp["branches_inlined"] << " If branch(es) inlined\n";
+    std::string ops;
+    for (const auto& [op, count] : sp["folded_by_op"].items()) ops += (ops.empty() ? "" : ", ") + count.dump() + " " + op;
+    if (!ops.empty()) out << "    folded: " << ops << "\n";
   }
   size_t cpu = 0;
   for (const auto& [op, count] : j["cpu_node_ops"].items()) cpu += count.get<size_t>();

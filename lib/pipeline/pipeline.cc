@@ -123,6 +123,14 @@ void record_fallbacks(onnx::ModelProto& out, const Job& job) {
   auto* kv = out.add_metadata_props();
   kv->set_key(kFallbackMetadataKey);
   kv->set_value(list.dump());
+  kv = out.add_metadata_props();
+  kv->set_key(kSpecialisedMetadataKey);
+  kv->set_value(nlohmann::json{{"nodes_in_input", job.input_nodes},
+                               {"nodes_folded", job.specialised.folded_nodes},
+                               {"nodes_removed", job.specialised.removed_nodes},
+                               {"branches_inlined", job.specialised.inlined_branches},
+                               {"folded_by_op", job.specialised.folded_by_op}}
+                    .dump());
   if (job.model.fixed_values.empty()) return;
   nlohmann::json fixed = nlohmann::json::object();
   for (const auto& [name, values] : job.model.fixed_values) {

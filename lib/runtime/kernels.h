@@ -65,6 +65,17 @@ T wrapping_add(T a, T b) {
   }
 }
 
+// a * b, wrapping around as two's complement for integers instead of overflowing.
+template <typename T>
+T wrapping_mul(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
+  } else {
+    return a * b;
+  }
+}
+
 // A scalar attribute of an op writing `T`: float for float32, int otherwise (validate() checks the
 // kind matches the output type).
 template <typename T>

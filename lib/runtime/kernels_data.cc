@@ -254,7 +254,7 @@ void scatter_elements(const ref::Op& op, const std::vector<Tensor>& in, const Ou
       T& t = y[offset];
       switch (reduction) {
         case 1: t = wrapping_add(t, u); break;
-        case 2: t = static_cast<T>(t * u); break;
+        case 2: t = wrapping_mul(t, u); break;
         case 3: t = std::max(t, u); break;
         case 4: t = std::min(t, u); break;
         default: t = u;

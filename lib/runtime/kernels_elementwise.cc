@@ -80,11 +80,6 @@ T sub_of(T a, T b) {
   if constexpr (std::is_integral_v<T>) return wrapping(a, b, [](auto x, auto y) { return x - y; });
   else return a - b;
 }
-template <typename T>
-T mul_of(T a, T b) {
-  if constexpr (std::is_integral_v<T>) return wrapping(a, b, [](auto x, auto y) { return x * y; });
-  else return a * b;
-}
 // Integer division truncates toward zero, as ONNX Runtime's does.
 template <typename T>
 T div_of(T a, T b) {
@@ -152,7 +147,7 @@ void sub(const ref::Op&, const Ins& in, const Output& out) {
   arithmetic(in, out, [](auto a, auto b) { return sub_of(a, b); });
 }
 void mul(const ref::Op&, const Ins& in, const Output& out) {
-  arithmetic(in, out, [](auto a, auto b) { return mul_of(a, b); });
+  arithmetic(in, out, [](auto a, auto b) { return wrapping_mul(a, b); });
 }
 void div(const ref::Op&, const Ins& in, const Output& out) {
   arithmetic(in, out, [](auto a, auto b) { return div_of(a, b); });

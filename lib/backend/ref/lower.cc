@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "ctxgen/error.h"
+#include "ctxgen/log.h"
 #include "memory_plan.h"
 #include "node_view.h"
 #include "normalise.h"
@@ -246,6 +247,8 @@ void fold_batch_norms(Draft& d) {
     bool constant = d.is_weight(conv.inputs[1]) && (conv.inputs[2] < 0 || d.is_weight(conv.inputs[2])) &&
                     std::all_of(bn.inputs.begin() + 1, bn.inputs.end(), [&](int32_t v) { return d.is_weight(v); });
     if (!constant) continue;
+    log().debug("ref: folded BatchNormalization '{}' into the Conv producing '{}'", d.names[static_cast<size_t>(bn.outputs[0])],
+                d.names[static_cast<size_t>(conv.outputs[0])]);
     fold_into_conv(d, conv, bn);
     conv.outputs[0] = bn.outputs[0];
     removed[i] = true;
@@ -273,6 +276,8 @@ void fuse_activations(Draft& d) {
     for (const auto& a : act.attrs)
       if (a.kind == ref::Attr::Kind::kFloat) params.push_back(a.f);
     params.resize(2, 0.0f);
+    log().debug("ref: fused {} '{}' into {} '{}'", act.type, d.names[static_cast<size_t>(act.outputs[0])], target.type,
+                d.names[static_cast<size_t>(target.outputs[0])]);
     set_attr(target, int_attr("act", static_cast<int64_t>(kind)));
     set_attr(target, float_attr("act_alpha", params[0]));
     set_attr(target, float_attr("act_beta", params[1]));
@@ -292,6 +297,7 @@ void pack_gemm_weights(Draft& d) {
     int32_t b = op.inputs[1];
     auto it = packed.find(b);
     if (it == packed.end()) {
+      log().debug("ref: packed Gemm weight '{}' to [K, N]", d.names[static_cast<size_t>(op.inputs[1])]);
       auto dims = d.value(b).dims;  // [N, K]
       auto n = static_cast<size_t>(dims[0]), k = static_cast<size_t>(dims[1]);
       auto src = floats_of(d.weight(b));
