@@ -83,6 +83,11 @@ class TestModel {
     a->set_s(v);
     return *this;
   }
+  TestModel& attr(const std::string& name, const onnx::GraphProto& g) {
+    auto* a = new_attr(name, onnx::AttributeProto::GRAPH);
+    *a->mutable_g() = g;
+    return *this;
+  }
   TestModel& attr(const std::string& name, const std::vector<int64_t>& v) {
     auto* a = new_attr(name, onnx::AttributeProto::INTS);
     for (int64_t x : v) a->add_ints(x);
@@ -91,7 +96,7 @@ class TestModel {
 
   onnx::ModelProto& proto() { return proto_; }
 
-  Model load() const {
+  Model load(const LoadOptions& options = {}) const {
     static std::atomic<int> counter{0};
     auto path = std::filesystem::temp_directory_path() /
                 ("ctxgen_backend_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) + ".onnx");
@@ -103,7 +108,7 @@ class TestModel {
       std::filesystem::path path;
       ~Remove() { std::filesystem::remove(path); }
     } remove{path};  // also when loading throws
-    return load_model(path);
+    return load_model(path, options);
   }
 
  private:

@@ -1,0 +1,84 @@
+// Shape options scoped to one model, and share manifests.
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "ctxgen/error.h"
+#include "ctxgen/options.h"
+#include "test_util.h"
+
+namespace ctxgen::testing {
+namespace {
+
+template <typename F>
+void expect_usage_error(F&& f, const std::string& part) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected one containing '" << part << "'";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUsage) << e.what();
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
+const std::vector<fs::path> kPair = {"dir/prefill.onnx", "other/decode.onnx"};
+
+TEST(ResolveShapes, ScopedValuesWinOverGlobalOnes) {
+  ShapeArgs args;
+  args.fix_dims = {"batch=1", "seq=64", "decode:seq=1", "decode:past=127"};
+  args.input_shapes = {"prefill:ids=1x64"};
+  args.fix_values = {"sr=16000", "decode:sr=8000"};
+  auto loads = resolve_shapes(kPair, args);
+  ASSERT_EQ(loads.size(), 2u);
+  EXPECT_EQ(loads[0].fix_dims, (std::map<std::string, int64_t>{{"batch", 1}, {"seq", 64}}));
+  EXPECT_EQ(loads[1].fix_dims, (std::map<std::string, int64_t>{{"batch", 1}, {"past", 127}, {"seq", 1}}));
+  EXPECT_EQ(loads[0].input_shapes.at("ids"), (std::vector<int64_t>{1, 64}));
+  EXPECT_TRUE(loads[1].input_shapes.empty());
+  EXPECT_EQ(loads[0].fix_values.at("sr"), (std::vector<std::string>{"16000"}));
+  EXPECT_EQ(loads[1].fix_values.at("sr"), (std::vector<std::string>{"8000"}));
+}
+
+TEST(ResolveShapes, MistakesAreUsageErrors) {
+  expect_usage_error([] { resolve_shapes(kPair, {{"decoder:seq=1"}, {}, {}}); },
+                     "no model named 'decoder' (models: prefill, decode)");
+  expect_usage_error([] { resolve_shapes(kPair, {{"decode:seq=1", "decode:seq=2"}, {}, {}}); },
+                     "--fix-dim decode:seq: given twice with different values");
+  expect_usage_error([] { resolve_shapes(kPair, {{":seq=1"}, {}, {}}); }, "expected [MODEL:]NAME=VALUE");
+  expect_usage_error([] { resolve_shapes(kPair, {{}, {"ids=1x"}, {}}); }, "ends with 'x'");
+  expect_usage_error([] { resolve_shapes(kPair, {{}, {}, {"sr=1,"}}); }, "is not a list of values");
+}
+
+TEST(Manifest, ReadsModelsShapesAndOptionsRelativeToItsFolder) {
+  TempDir dir;
+  write_file(dir / "g.json", R"({"models": [{"path": "m/prefill.onnx", "fix_dim": {"seq": 128}},
+                                            {"path": "/abs/decode.onnx", "fix_value": {"sr": [8000]}}],
+                                 "fix_dim": {"batch": 1}, "output_dir": "dist", "backend": "ref", "embed": false,
+                                 "node_name_prefix": "p_"})");
+  Manifest m = read_manifest(dir / "g.json");
+  EXPECT_EQ(m.models, (std::vector<fs::path>{dir / "m/prefill.onnx", "/abs/decode.onnx"}));
+  EXPECT_EQ(m.options.output_dir, dir / "dist");
+  EXPECT_EQ(m.options.node_name_prefix, "p_");
+  auto loads = resolve_shapes(m.models, m.shapes);
+  EXPECT_EQ(loads[0].fix_dims, (std::map<std::string, int64_t>{{"batch", 1}, {"seq", 128}}));
+  EXPECT_EQ(loads[1].fix_values.at("sr"), (std::vector<std::string>{"8000"}));
+}
+
+TEST(Manifest, TyposAndWrongTypesAreErrors) {
+  TempDir dir;
+  auto fails = [&](const std::string& text, const std::string& part) {
+    write_file(dir / "bad.json", text);
+    expect_usage_error([&] { read_manifest(dir / "bad.json"); }, part);
+  };
+  fails(R"({"model": []})", "unknown key 'model'");
+  fails(R"({"models": []})", "'models' must be a non-empty list");
+  fails(R"({"models": [{"fix_dim": {}}]})", "models[0]: 'path' is missing");
+  fails(R"({"models": [{"path": "a.onnx", "fix_dim": {"seq": -1}}]})", "fix_dim 'seq' must be a non-negative integer");
+  fails(R"({"models": [{"path": "a.onnx", "input_shape": {"x": []}}]})", "input_shape 'x' must be a list of sizes");
+  fails(R"({"models": [{"path": "a.onnx"}], "embed": "yes"})", "embed must be true or false");
+  fails("{not json", "not valid JSON");
+  expect_usage_error([&] { read_manifest(dir / "missing.json"); }, "no such manifest file");
+}
+
+}  // namespace
+}  // namespace ctxgen::testing

@@ -1,0 +1,151 @@
+// The specialise stage: values typed by the ref op rules, constant subgraphs folded with the ref
+// kernels, dead nodes removed, If nodes with a constant condition inlined.
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "backend_test_util.h"
+#include "ctxgen/specialise.h"
+
+namespace ctxgen::testing {
+namespace {
+
+std::vector<std::string> op_types(const Model& m) {
+  std::vector<std::string> ops;
+  for (const auto& n : m.graph().node()) ops.push_back(n.op_type());
+  return ops;
+}
+
+std::vector<int64_t> int64_values(const Model& m, const std::string& name) {
+  const Weight* w = m.constant(name);
+  if (!w) {
+    ADD_FAILURE() << name << " is not a constant";
+    return {};
+  }
+  std::vector<int64_t> v(w->data.size / 8);
+  std::memcpy(v.data(), w->data.data, w->data.size);
+  return v;
+}
+
+// x.reshape(x.shape[0], -1) as torch exports it: with the batch fixed, the shape arithmetic folds
+// and the Reshape's output becomes static, so the Relu after it is typed too.
+TEST(Specialise, ShapeArithmeticFoldsAndTypesWhatFollows) {
+  LoadOptions fixed;
+  fixed.fix_dims["N"] = 2;
+  auto m = TestModel()
+               .input("x", {-1, 4, 6})
+               .int64s("zero", {}, {0})
+               .int64s("axes", {1}, {0})
+               .int64s("rest", {1}, {-1})
+               .node("Shape", {"x"}, {"s"})
+               .node("Gather", {"s", "zero"}, {"b"})
+               .node("Unsqueeze", {"b", "axes"}, {"bu"})
+               .node("Concat", {"bu", "rest"}, {"shape"})
+               .attr("axis", int64_t{0})
+               .node("Reshape", {"x", "shape"}, {"y"})
+               .node("Relu", {"y"}, {"z"})
+               .output("z")
+               .load(fixed);
+  auto summary = specialise(m);
+  EXPECT_EQ(op_types(m), (std::vector<std::string>{"Reshape", "Relu"}));
+  EXPECT_EQ(summary.folded_nodes, 4u);
+  EXPECT_EQ(summary.folded_by_op.at("Shape"), 1u);
+  EXPECT_EQ(int64_values(m, "shape"), (std::vector<int64_t>{2, -1}));
+  EXPECT_EQ(m.constant("shape")->origin, WeightOrigin::kFolded);
+  ASSERT_TRUE(m.type_of("z") && m.type_of("z")->is_static());
+  EXPECT_EQ(*m.type_of("z")->dims, (std::vector<int64_t>{2, 24}));
+  EXPECT_TRUE(support_of(m, "Relu").supported);
+}
+
+TEST(Specialise, WithoutFixedDimsNothingFolds) {
+  auto m = TestModel().input("x", {-1, 4}).node("Shape", {"x"}, {"s"}).node("Relu", {"x"}, {"y"})
+               .output("y").output("s", onnx::TensorProto::INT64, std::vector<int64_t>{2}).load();
+  auto summary = specialise(m);
+  EXPECT_EQ(summary.folded_nodes, 0u);
+  EXPECT_EQ(op_types(m), (std::vector<std::string>{"Shape", "Relu"}));
+}
+
+// Range and integer arithmetic fold exactly, and what nothing reads any more goes.
+TEST(Specialise, FoldsExactlyAndRemovesDeadNodes) {
+  auto m = TestModel()
+               .input("x", {3})
+               .int64s("start", {}, {1})
+               .int64s("limit", {}, {8})
+               .int64s("delta", {}, {3})
+               .node("Range", {"start", "limit", "delta"}, {"r"})
+               .node("Mul", {"r", "r"}, {"sq"})
+               .node("Cast", {"sq"}, {"f"})
+               .attr("to", int64_t{onnx::TensorProto::FLOAT})
+               .node("Add", {"x", "f"}, {"y"})
+               .node("Neg", {"x"}, {"unused"})
+               .output("y")
+               .load();
+  auto summary = specialise(m);
+  EXPECT_EQ(summary.folded_nodes, 3u);
+  EXPECT_EQ(summary.removed_nodes, 1u);
+  EXPECT_EQ(int64_values(m, "sq"), (std::vector<int64_t>{1, 16, 49}));
+  EXPECT_EQ(op_types(m), (std::vector<std::string>{"Add"}));
+}
+
+TEST(Specialise, LargeResultsStayNodesButAreTyped) {
+  auto m = TestModel().input("x", {256, 256}).int64s("shape", {2}, {256, 256}).node("ConstantOfShape", {"shape"}, {"c"})
+               .node("Add", {"x", "c"}, {"y"}).output("y").load();
+  SpecialiseOptions small;
+  small.max_folded_bytes = 1024;
+  auto summary = specialise(m, small);
+  EXPECT_EQ(summary.folded_nodes, 0u);
+  EXPECT_EQ(op_types(m), (std::vector<std::string>{"ConstantOfShape", "Add"}));
+  ASSERT_TRUE(m.type_of("c") && m.type_of("c")->is_static());
+}
+
+// A Gather out of range would fail at run time; folding leaves it to do so rather than failing
+// the compile or inventing a value.
+TEST(Specialise, NodesThatFailToEvaluateStay) {
+  auto m = TestModel().floats("data", {3}, {1, 2, 3}).int64s("index", {}, {7}).input("x", {})
+               .node("Gather", {"data", "index"}, {"g"}).node("Add", {"g", "x"}, {"y"}).output("y").load();
+  auto summary = specialise(m);
+  EXPECT_EQ(summary.folded_nodes, 0u);
+  EXPECT_EQ(op_types(m), (std::vector<std::string>{"Gather", "Add"}));
+}
+
+onnx::GraphProto branch(const std::string& op, const std::string& out) {
+  onnx::GraphProto g;
+  g.set_name(op);
+  auto* n = g.add_node();
+  n->set_op_type(op);
+  n->add_input("x");
+  n->add_output(out);
+  auto* o = g.add_output();
+  o->set_name(out);
+  o->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+  return g;
+}
+
+TEST(Specialise, IfWithAConstantConditionBecomesTheBranchTaken) {
+  LoadOptions sr;
+  sr.fix_values["flag"] = {"1"};
+  onnx::GraphProto forwards;  // the else branch returns an outer value as it is
+  forwards.set_name("forwards");
+  forwards.add_output()->set_name("x");
+  forwards.mutable_output(0)->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+  TestModel t;
+  t.input("x", {2}).input("flag", {}, onnx::TensorProto::BOOL).node("If", {"flag"}, {"y"});
+  t.attr("then_branch", branch("Relu", "relu_out")).attr("else_branch", forwards);
+  auto taken = t.output("y", onnx::TensorProto::FLOAT, std::vector<int64_t>{2}).load(sr);
+  auto summary = specialise(taken);
+  EXPECT_EQ(summary.inlined_branches, 1u);
+  ASSERT_EQ(op_types(taken), (std::vector<std::string>{"Relu"}));
+  EXPECT_EQ(taken.graph().node(0).output(0), "y") << "the branch output takes the If's name";
+  EXPECT_TRUE(support_of(taken, "Relu").supported);
+
+  sr.fix_values["flag"] = {"0"};
+  auto other = t.load(sr);
+  specialise(other);
+  ASSERT_EQ(op_types(other), (std::vector<std::string>{"Identity"})) << "an outer value is forwarded";
+  EXPECT_EQ(other.graph().node(0).input(0), "x");
+  EXPECT_EQ(other.graph().node(0).output(0), "y");
+}
+
+}  // namespace
+}  // namespace ctxgen::testing
