@@ -86,14 +86,21 @@ void softmax_columns(const float* x, float* y, int64_t n, int64_t inner, bool lo
     for (int64_t j = 0; j < inner; ++j) y[k * inner + j] = static_cast<float>(y[k * inner + j] / sum[j]);
 }
 
-void softmax_of(const ref::Op& op, const std::vector<Tensor>& in, const Output& out, bool log) {
-  const Dims& d = in[0].dims();
+// How Softmax, LogSoftmax and Hardmax see their input: `outer` blocks of `n` x `inner`, each of
+// the `inner` columns normalised over its `n` values.
+struct Columns {
+  int64_t outer, n, inner;
+};
+
+Columns columns_of(const ref::Op& op, const Dims& d) {
   auto axis = static_cast<size_t>(op.get_int("axis", 0));
   // coerce_2d (opset < 13): one softmax over all of dims[axis:]; otherwise along `axis` alone.
   bool flat = op.get_int("coerce_2d", 0) != 0;
-  int64_t outer = product(d, 0, axis);
-  int64_t n = flat ? product(d, axis, d.size()) : d[axis];
-  int64_t inner = flat ? 1 : product(d, axis + 1, d.size());
+  return {product(d, 0, axis), flat ? product(d, axis, d.size()) : d[axis], flat ? 1 : product(d, axis + 1, d.size())};
+}
+
+void softmax_of(const ref::Op& op, const std::vector<Tensor>& in, const Output& out, bool log) {
+  auto [outer, n, inner] = columns_of(op, in[0].dims());
   std::vector<float> peak;
   std::vector<double> sum;
   for (int64_t o = 0; o < outer; ++o)
@@ -168,12 +175,7 @@ void layer_normalization(const ref::Op& op, const std::vector<Tensor>& in, const
 
 // One 1 per softmax column, at its first largest element (flattened at axis before opset 13).
 void hardmax(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
-  const Dims& d = in[0].dims();
-  auto axis = static_cast<size_t>(op.get_int("axis", 0));
-  bool flat = op.get_int("coerce_2d", 0) != 0;
-  int64_t outer = product(d, 0, axis);
-  int64_t n = flat ? product(d, axis, d.size()) : d[axis];
-  int64_t inner = flat ? 1 : product(d, axis + 1, d.size());
+  auto [outer, n, inner] = columns_of(op, in[0].dims());
   std::fill(out.f32(), out.f32() + out.size(), 0.0f);
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t j = 0; j < inner; ++j) {
