@@ -102,7 +102,8 @@ NormalisedNode leaky_relu(const NodeView& v) {
   return n;
 }
 
-NormalisedNode elu(const NodeView& v) {
+// Elu, Celu and ThresholdedRelu: one float `alpha`, 1.0 by default.
+NormalisedNode alpha_one(const NodeView& v) {
   auto n = unary(v);
   n.attrs = {float_attr("alpha", v.float_attr("alpha", 1.0f))};
   return n;
@@ -112,18 +113,6 @@ NormalisedNode selu(const NodeView& v) {
   auto n = unary(v);
   n.attrs = {float_attr("alpha", v.float_attr("alpha", 1.67326319217681884765625f)),
              float_attr("gamma", v.float_attr("gamma", 1.05070102214813232421875f))};
-  return n;
-}
-
-NormalisedNode thresholded_relu(const NodeView& v) {
-  auto n = unary(v);
-  n.attrs = {float_attr("alpha", v.float_attr("alpha", 1.0f))};
-  return n;
-}
-
-NormalisedNode celu(const NodeView& v) {
-  auto n = unary(v);
-  n.attrs = {float_attr("alpha", v.float_attr("alpha", 1.0f))};
   return n;
 }
 
@@ -888,7 +877,7 @@ const std::map<std::string, Rule>& rules() {
       {"CastLike", cast},
       {"Log", unary},           {"Sin", unary},
       {"Cos", unary},           {"Reciprocal", unary},
-      {"Softplus", unary},      {"Elu", elu},
+      {"Softplus", unary},      {"Elu", alpha_one},
       {"Selu", selu},           {"LogSoftmax", softmax},
       {"Hardmax", softmax},     {"CumSum", cum_sum},
       {"Tan", unary},           {"Asin", unary},
@@ -897,8 +886,8 @@ const std::map<std::string, Rule>& rules() {
       {"Asinh", unary},         {"Acosh", unary},
       {"Atanh", unary},         {"Sign", unary},
       {"Ceil", unary},          {"Softsign", unary},
-      {"ThresholdedRelu", thresholded_relu},
-      {"Celu", celu},           {"Shrink", shrink},
+      {"ThresholdedRelu", alpha_one},
+      {"Celu", alpha_one},      {"Shrink", shrink},
       {"IsInf", is_inf},        {"IsNaN", unary},
       {"Mod", mod},             {"GlobalMaxPool", global_max_pool},
       {"OneHot", one_hot},      {"EyeLike", eye_like},
