@@ -73,31 +73,70 @@ bool changed_after_onnx(const std::string& op) {
   return kChanged.count(op) > 0;
 }
 
-// The model as onnx 1.12 can check and infer it: IR and opset lowered to what it knows, and every
-// default-domain node it does not know at opset 17, or would misread, moved to a domain it skips.
-// Their outputs stay untyped for onnx; ctxgen's specialise stage types them with its own rules.
-void lower_to_onnx(onnx::ModelProto& model) {
-  if (!beyond_onnx(model)) return;
-  model.set_ir_version(std::min<int64_t>(model.ir_version(), kOnnxIrVersion));
-  for (auto& op : *model.mutable_opset_import())
-    if ((op.domain().empty() || op.domain() == "ai.onnx") && op.version() > kOnnxOpset) op.set_version(kOnnxOpset);
-  auto* unchecked = model.add_opset_import();
-  unchecked->set_domain(kUncheckedDomain);
-  unchecked->set_version(1);
-  std::function<void(onnx::GraphProto&)> mask = [&](onnx::GraphProto& graph) {
+// Does onnx 1.12 know this op as the model means it? Default-domain ops it lacks at opset 17 or
+// whose semantics changed after 17 (in a model beyond 17), and ops of domains it has no schema
+// for (com.microsoft ...), are unknown to it.
+bool known_to_onnx(const onnx::NodeProto& node, bool beyond) {
+  bool onnx_domain = node.domain().empty() || node.domain() == "ai.onnx";
+  if (!onnx_domain) return onnx::OpSchemaRegistry::Schema(node.op_type(), 1 << 20, node.domain()) != nullptr;
+  if (beyond && changed_after_onnx(node.op_type())) return false;
+  return onnx::OpSchemaRegistry::Schema(node.op_type(), static_cast<int>(kOnnxOpset), "") != nullptr;
+}
+
+// The model as onnx 1.12 can check and infer it, in place for as long as this object lives: IR
+// and opset lowered to what it knows, and every node it does not know (or would misread), and
+// every node reading what such a node writes, moved to a domain it skips. Its shape inference
+// misbehaves on untyped inputs (Shape of an untyped value crashes it); ctxgen's specialise stage
+// types those values with its own rules. In place, so a model of several GB is never copied.
+class OnnxView {
+ public:
+  explicit OnnxView(onnx::ModelProto& model) : model_(model), ir_(model.ir_version()) {
+    bool beyond = beyond_onnx(model);
+    for (auto& op : *model.mutable_opset_import()) {
+      opsets_.push_back(op.version());
+      if (beyond && (op.domain().empty() || op.domain() == "ai.onnx") && op.version() > kOnnxOpset)
+        op.set_version(kOnnxOpset);
+    }
+    if (beyond) model.set_ir_version(std::min<int64_t>(model.ir_version(), kOnnxIrVersion));
+    std::set<std::string> untyped;
+    mask(*model.mutable_graph(), beyond, untyped);
+    if (!domains_.empty()) {
+      auto* unchecked = model.add_opset_import();
+      unchecked->set_domain(kUncheckedDomain);
+      unchecked->set_version(1);
+    }
+  }
+  ~OnnxView() {
+    if (!domains_.empty()) model_.mutable_opset_import()->RemoveLast();
+    for (size_t i = 0; i < opsets_.size(); ++i) model_.mutable_opset_import(static_cast<int>(i))->set_version(opsets_[i]);
+    model_.set_ir_version(ir_);
+    for (auto& [node, domain] : domains_) node->set_domain(domain);
+  }
+  OnnxView(const OnnxView&) = delete;
+  OnnxView& operator=(const OnnxView&) = delete;
+
+ private:
+  void mask(onnx::GraphProto& graph, bool beyond, std::set<std::string>& untyped) {
     for (auto& node : *graph.mutable_node()) {
-      bool onnx_domain = node.domain().empty() || node.domain() == "ai.onnx";
-      if (onnx_domain && (changed_after_onnx(node.op_type()) ||
-                          !onnx::OpSchemaRegistry::Schema(node.op_type(), static_cast<int>(kOnnxOpset), "")))
+      bool reads_untyped = false;
+      for (const auto& in : node_reads(node)) reads_untyped = reads_untyped || untyped.count(in) > 0;
+      if (reads_untyped || !known_to_onnx(node, beyond)) {
+        domains_.emplace_back(&node, node.domain());
         node.set_domain(kUncheckedDomain);
+        for (const auto& out : node.output()) untyped.insert(out);
+      }
       for (auto& a : *node.mutable_attribute()) {
-        if (a.has_g()) mask(*a.mutable_g());
-        for (auto& g : *a.mutable_graphs()) mask(g);
+        if (a.has_g()) mask(*a.mutable_g(), beyond, untyped);
+        for (auto& g : *a.mutable_graphs()) mask(g, beyond, untyped);
       }
     }
-  };
-  mask(*model.mutable_graph());
-}
+  }
+
+  onnx::ModelProto& model_;
+  int64_t ir_;
+  std::vector<int64_t> opsets_;
+  std::vector<std::pair<onnx::NodeProto*, std::string>> domains_;
+};
 
 std::unique_ptr<onnx::ModelProto> parse(const fs::path& path) {
   std::error_code ec;
@@ -293,23 +332,13 @@ void apply_values(const fs::path& path, onnx::GraphProto& graph, const LoadOptio
 }
 
 void infer_shapes(const fs::path& path, onnx::ModelProto& model) {
-  bool lowered = beyond_onnx(model);
-  onnx::ModelProto copy;
-  if (lowered) {
-    copy = model;
-    lower_to_onnx(copy);
-  }
-  onnx::ModelProto& target = lowered ? copy : model;
+  OnnxView view(model);
   try {
-    onnx::shape_inference::InferShapes(target, onnx::OpSchemaRegistry::Instance(),
+    onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(),
                                        onnx::ShapeInferenceOptions(false, 0, true));
   } catch (const std::exception& e) {
     throw invalid(path, std::string("shape inference failed: ") + e.what());
   }
-  if (!lowered) return;
-  *model.mutable_graph()->mutable_value_info() = copy.graph().value_info();
-  for (int i = 0; i < model.graph().output_size(); ++i)
-    *model.mutable_graph()->mutable_output(i)->mutable_type() = copy.graph().output(i).type();
 }
 
 // The onnx checker would look for external data relative to the working directory, and weight
@@ -340,7 +369,7 @@ void check(const fs::path& path, const onnx::ModelProto& proto) {
   onnx::ModelProto copy = proto;
   strip_weight_refs(*copy.mutable_graph());
   allow_unknown_rank(*copy.mutable_graph());
-  lower_to_onnx(copy);
+  OnnxView view(copy);
   try {
     onnx::checker::check_model(copy);
   } catch (const std::exception& e) {
