@@ -54,38 +54,75 @@ const onnx::GraphProto* taken_branch(const Model& model, const onnx::NodeProto& 
   return nullptr;
 }
 
+// Renames every value read inside `graph` (subgraphs included) by `rename`.
+void rename_reads(onnx::GraphProto& graph, const std::unordered_map<std::string, std::string>& rename) {
+  for (auto& n : *graph.mutable_node()) {
+    for (auto& in : *n.mutable_input())
+      if (auto it = rename.find(in); it != rename.end()) in = it->second;
+    for (auto& a : *n.mutable_attribute()) {
+      if (a.has_g()) rename_reads(*a.mutable_g(), rename);
+      for (auto& g : *a.mutable_graphs()) rename_reads(g, rename);
+    }
+  }
+}
+
+// Every name the main graph defines or reads, for fresh names that collide with none.
+std::set<std::string> names_in(const onnx::GraphProto& graph) {
+  std::set<std::string> names;
+  for (const auto& v : graph.input()) names.insert(v.name());
+  for (const auto& v : graph.output()) names.insert(v.name());
+  for (const auto& t : graph.initializer()) names.insert(t.name());
+  for (const auto& n : graph.node()) {
+    for (const auto& in : node_reads(n)) names.insert(in);
+    for (const auto& out : n.output()) names.insert(out);
+  }
+  return names;
+}
+
 // Replaces node `index`, an If whose condition is constant, by the nodes of the branch it takes.
-// The branch's outputs are renamed to the If's outputs where a branch node produces them;
-// otherwise (an outer value or a branch constant) an Identity forwards them.
+// Every value the branch defines gets a fresh name (sibling Ifs reuse names, and a branch
+// initializer may shadow an outer one); the branch's outputs take the If's output names where a
+// branch node produces them, otherwise an Identity forwards them.
 void inline_branch(Model& model, int index, const onnx::GraphProto& taken, std::vector<bool>& removed) {
   onnx::GraphProto branch = taken;
   auto& graph = *model.proto->mutable_graph();
   const onnx::NodeProto node = graph.node(index);
+  std::set<std::string> used = names_in(graph);
   std::unordered_map<std::string, std::string> rename;
+  auto fresh = [&](const std::string& name) {
+    std::string candidate = node.output(0) + "/" + name;
+    for (int k = 1; used.count(candidate); ++k) candidate = node.output(0) + "/" + name + "_" + std::to_string(k);
+    used.insert(candidate);
+    return candidate;
+  };
   std::set<std::string> produced;
   for (const auto& n : branch.node())
     for (const auto& out : n.output()) produced.insert(out);
+  for (int k = 0; k < branch.output_size() && k < node.output_size(); ++k) {
+    const std::string& inner = branch.output(k).name();
+    if (produced.count(inner) && !rename.count(inner)) rename[inner] = node.output(k);
+  }
+  for (const auto& out : produced)
+    if (!rename.count(out)) rename[out] = fresh(out);
+  for (const auto& t : branch.initializer()) rename[t.name()] = fresh(t.name());
   std::vector<onnx::NodeProto> forwards;
   for (int k = 0; k < branch.output_size() && k < node.output_size(); ++k) {
     const std::string& inner = branch.output(k).name();
-    if (produced.count(inner) && !rename.count(inner)) {
-      rename[inner] = node.output(k);
-      continue;
-    }
+    if (auto it = rename.find(inner); it != rename.end() && it->second == node.output(k)) continue;
     onnx::NodeProto identity;
     identity.set_op_type("Identity");
     identity.set_name(node.name() + "/forward_" + std::to_string(k));
-    identity.add_input(rename.count(inner) ? rename[inner] : inner);
+    auto it = rename.find(inner);
+    identity.add_input(it == rename.end() ? inner : it->second);
     identity.add_output(node.output(k));
     forwards.push_back(identity);
   }
-  for (auto& n : *branch.mutable_node()) {
-    for (auto& in : *n.mutable_input())
-      if (auto it = rename.find(in); it != rename.end()) in = it->second;
+  rename_reads(branch, rename);
+  for (auto& n : *branch.mutable_node())
     for (auto& out : *n.mutable_output())
       if (auto it = rename.find(out); it != rename.end()) out = it->second;
-  }
   for (auto& t : *branch.mutable_initializer()) {
+    t.set_name(rename.at(t.name()));
     int64_t ref = weight_ref(t);
     if (ref >= 0) model.constants[t.name()] = static_cast<size_t>(ref);
     ValueType vt;

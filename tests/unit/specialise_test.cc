@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <set>
 
 #include "backend_test_util.h"
 #include "ctxgen/specialise.h"
@@ -145,6 +146,46 @@ TEST(Specialise, IfWithAConstantConditionBecomesTheBranchTaken) {
   ASSERT_EQ(op_types(other), (std::vector<std::string>{"Identity"})) << "an outer value is forwarded";
   EXPECT_EQ(other.graph().node(0).input(0), "x");
   EXPECT_EQ(other.graph().node(0).output(0), "y");
+}
+
+// Sibling Ifs reuse names inside their branches, and a branch constant may shadow an outer one:
+// inlined values get fresh names, so nothing is defined twice and outer readers keep their value.
+TEST(Specialise, InlinedBranchesGetFreshNames) {
+  auto scaled = [](const std::string& name) {
+    onnx::GraphProto g = branch("Neg", "t");
+    auto* mul = g.add_node();
+    mul->set_op_type("Mul");
+    mul->add_input("t");
+    mul->add_input("w");
+    mul->add_output("u");
+    g.mutable_output(0)->set_name("u");
+    auto* w = g.add_initializer();
+    w->set_name("w");
+    w->set_data_type(onnx::TensorProto::FLOAT);
+    float seven = 7;
+    w->set_raw_data(std::string(reinterpret_cast<const char*>(&seven), 4));
+    g.set_name(name);
+    return g;
+  };
+  LoadOptions on;
+  on.fix_values["flag"] = {"true"};
+  TestModel t;
+  t.input("x", {2}).input("flag", {}, onnx::TensorProto::BOOL).floats("w", {}, {3});
+  t.node("If", {"flag"}, {"a"}).attr("then_branch", scaled("then_a")).attr("else_branch", scaled("else_a"));
+  t.node("If", {"flag"}, {"b"}).attr("then_branch", scaled("then_b")).attr("else_branch", scaled("else_b"));
+  t.node("Add", {"a", "b"}, {"s"}).node("Mul", {"s", "w"}, {"y"});
+  auto m = t.output("y", onnx::TensorProto::FLOAT, std::vector<int64_t>{2}).load(on);
+  auto summary = specialise(m);
+  EXPECT_EQ(summary.inlined_branches, 2u);
+  EXPECT_EQ(op_types(m), (std::vector<std::string>{"Neg", "Mul", "Neg", "Mul", "Add", "Mul"}));
+  std::set<std::string> outputs;
+  for (const auto& n : m.graph().node())
+    for (const auto& o : n.output()) EXPECT_TRUE(outputs.insert(o).second) << o << " is defined twice";
+  EXPECT_EQ(m.graph().node(5).input(1), "w") << "the outer w keeps its name";
+  float outer = 0;
+  std::memcpy(&outer, m.constant("w")->data.data, 4);
+  EXPECT_EQ(outer, 3.0f);
+  EXPECT_NE(m.graph().node(1).input(1), "w") << "the branch's w was renamed";
 }
 
 }  // namespace
