@@ -176,16 +176,12 @@ int main(int argc, char** argv) {
       return ctxgen::exit_code(ErrorCode::kUsage);
     }
     std::vector<fs::path> models;
+    ctxgen::ShapeArgs manifest_shapes;
     if (!manifest_path.empty()) {
       ctxgen::Manifest manifest = ctxgen::read_manifest(manifest_path);
       models = manifest.models;
       options = manifest.options;
-      // Command-line shape options come after the manifest's, as global ones or scoped to a model.
-      shape_args.fix_dims.insert(shape_args.fix_dims.begin(), manifest.shapes.fix_dims.begin(), manifest.shapes.fix_dims.end());
-      shape_args.input_shapes.insert(shape_args.input_shapes.begin(), manifest.shapes.input_shapes.begin(),
-                                     manifest.shapes.input_shapes.end());
-      shape_args.fix_values.insert(shape_args.fix_values.begin(), manifest.shapes.fix_values.begin(),
-                                   manifest.shapes.fix_values.end());
+      manifest_shapes = manifest.shapes;
     }
     for (const auto& m : model_list(model_args)) models.push_back(m);
     if (models.empty()) throw Error(ErrorCode::kUsage, "share: give the models, or --manifest FILE");
@@ -199,7 +195,9 @@ int main(int argc, char** argv) {
     options.allow_empty = given.allow_empty;
     options.output_file = output_file;
     if (!stop_after.empty()) options.stop_after = ctxgen::parse_phase(stop_after);
-    options.per_model = ctxgen::resolve_shapes(models, shape_args);
+    // Command-line shape options override the manifest's, name by name.
+    options.per_model = ctxgen::resolve_shapes(models, manifest_shapes);
+    ctxgen::override_with(options.per_model, ctxgen::resolve_shapes(models, shape_args));
     auto summary = ctxgen::compile_models(models, options, backends);
     if (!report_path.empty()) {
       std::ofstream report(report_path);

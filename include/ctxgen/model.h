@@ -64,8 +64,8 @@ struct LoadOptions {
   std::map<std::string, std::vector<std::string>> fix_values;  // --fix-value INPUT=V[,V...]: the input becomes a constant
 };
 
-// Model metadata key recording the inputs --fix-value replaced: {"sr": [16000]}. verify feeds
-// these values to the original model.
+// Model metadata key recording the inputs --fix-value replaced, values as text:
+// {"sr": {"dims": [], "values": ["16000"]}}. verify feeds these values to the original model.
 inline constexpr const char* kFixedValuesMetadataKey = "ctxgen.fixed_values";
 
 struct Model {
@@ -80,8 +80,12 @@ struct Model {
   std::unordered_map<std::string, size_t> constants;
   // Types of main-graph values (inputs, outputs, intermediates) after shape inference.
   std::unordered_map<std::string, ValueType> value_types;
-  // Inputs --fix-value turned into constants, with the values as given (numbers as text).
-  std::map<std::string, std::vector<std::string>> fixed_values;
+  // Inputs --fix-value turned into constants: their dims, and the values as given (as text).
+  struct FixedValue {
+    std::vector<int64_t> dims;
+    std::vector<std::string> values;
+  };
+  std::map<std::string, FixedValue> fixed_values;
 
   const onnx::GraphProto& graph() const { return proto->graph(); }
   const Weight* constant(const std::string& name) const;

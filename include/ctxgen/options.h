@@ -17,10 +17,13 @@ struct ShapeArgs {
   std::vector<std::string> fix_dims, input_shapes, fix_values;
 };
 
-// One LoadOptions per model in `models` (the order of options.per_model), global values first,
-// then scoped ones. Throws Error(kUsage) for malformed text, a scope that names no model, or a
-// name given twice for one model with different values.
+// One LoadOptions per model in `models` (the order of options.per_model): unscoped values for
+// every model, scoped ones (which win) for the model whose file stem is the scope. A prefix that is
+// no model's stem is part of the name ("input:0"); load then reports the name it cannot find.
+// Throws Error(kUsage) for malformed text or a name given two different values in one scope.
 std::vector<LoadOptions> resolve_shapes(const std::vector<std::filesystem::path>& models, const ShapeArgs& args);
+// Values in `over` replace those of the same name in `base` (the command line over a manifest).
+void override_with(std::vector<LoadOptions>& base, const std::vector<LoadOptions>& over);
 
 // A checked-in description of a share group:
 //   {"models": [{"path": "prefill.onnx", "fix_dim": {"seq": 128}, "input_shape": {"ids": [1, 128]}}, ...],

@@ -16,7 +16,8 @@
 namespace ctxgen {
 
 struct SpecialiseOptions {
-  uint64_t max_folded_bytes = uint64_t{64} << 20;  // larger results stay nodes, computed at run time
+  uint64_t max_folded_bytes = uint64_t{64} << 20;         // larger results stay nodes, computed at run time
+  uint64_t max_total_folded_bytes = uint64_t{256} << 20;  // past this, nothing more is folded
 };
 
 struct SpecialiseSummary {

@@ -236,6 +236,13 @@ void hoist_constants(onnx::GraphProto& graph) {
   while (nodes->size() > kept) nodes->RemoveLast();
 }
 
+// Names given with a "MODEL:" prefix that is no model's file stem reach load whole; say so.
+std::string scope_hint(const std::string& name) {
+  auto colon = name.find(':');
+  if (colon == std::string::npos) return "";
+  return " (no model given has the file stem '" + name.substr(0, colon) + "', so it was read as part of the name)";
+}
+
 void fix_shape(onnx::TypeProto& type, const LoadOptions& options, std::set<std::string>& used) {
   if (!type.has_tensor_type() || !type.tensor_type().has_shape()) return;
   for (auto& dim : *type.mutable_tensor_type()->mutable_shape()->mutable_dim()) {
@@ -253,13 +260,14 @@ void apply_shapes(const fs::path& path, onnx::GraphProto& graph, const LoadOptio
   for (auto& v : *graph.mutable_output()) fix_shape(*v.mutable_type(), options, used_dims);
   for (auto& v : *graph.mutable_value_info()) fix_shape(*v.mutable_type(), options, used_dims);
   for (const auto& [name, value] : options.fix_dims)
-    if (!used_dims.count(name)) throw Error(ErrorCode::kUsage, path.string() + ": --fix-dim " + name + ": no dimension of that name in the model");
+    if (!used_dims.count(name)) throw Error(ErrorCode::kUsage, path.string() + ": --fix-dim " + name + ": no dimension of that name in the model" + scope_hint(name));
 
   for (const auto& [name, dims] : options.input_shapes) {
     auto it = std::find_if(graph.mutable_input()->begin(), graph.mutable_input()->end(),
                            [&](const onnx::ValueInfoProto& v) { return v.name() == name; });
     if (it == graph.mutable_input()->end())
-      throw Error(ErrorCode::kUsage, path.string() + ": --input-shape " + name + ": the model has no input of that name");
+      throw Error(ErrorCode::kUsage, path.string() + ": --input-shape " + name + ": the model has no input of that name" +
+                                         scope_hint(name));
     auto* tensor = it->mutable_type()->mutable_tensor_type();
     if (tensor->has_shape() && tensor->shape().dim_size() != static_cast<int>(dims.size()))
       throw Error(ErrorCode::kUsage, path.string() + ": --input-shape " + name + ": the input has rank " +
@@ -278,12 +286,12 @@ void apply_shapes(const fs::path& path, onnx::GraphProto& graph, const LoadOptio
 
 // --fix-value: the input leaves the graph's inputs and becomes an initializer holding the values,
 // typed as the input is; a static input shape must hold exactly that many values.
-void apply_values(const fs::path& path, onnx::GraphProto& graph, const LoadOptions& options) {
+void apply_values(const fs::path& path, onnx::GraphProto& graph, const LoadOptions& options, Model& model) {
   for (const auto& [name, texts] : options.fix_values) {
     std::string what = path.string() + ": --fix-value " + name;
     auto* inputs = graph.mutable_input();
     auto it = std::find_if(inputs->begin(), inputs->end(), [&](const onnx::ValueInfoProto& v) { return v.name() == name; });
-    if (it == inputs->end()) throw Error(ErrorCode::kUsage, what + ": the model has no input of that name");
+    if (it == inputs->end()) throw Error(ErrorCode::kUsage, what + ": the model has no input of that name" + scope_hint(name));
     if (!it->type().has_tensor_type()) throw Error(ErrorCode::kUsage, what + ": the input is not a tensor");
     const auto& type = it->type().tensor_type();
     onnx::TensorProto t;
@@ -299,7 +307,10 @@ void apply_values(const fs::path& path, onnx::GraphProto& graph, const LoadOptio
         throw Error(ErrorCode::kUsage, what + ": the input holds " + std::to_string(want) + " values, " +
                                            std::to_string(count) + " given");
       for (const auto& d : type.shape().dim()) t.add_dims(d.dim_value());
-    } else if (count != 1) {
+    } else if (type.has_shape() && type.shape().dim_size() > 1) {
+      throw Error(ErrorCode::kUsage, what + ": the input has dynamic dims of rank " + std::to_string(type.shape().dim_size()) +
+                                         "; give its shape with --input-shape " + name + "=... first");
+    } else if (count != 1 || (type.has_shape() && type.shape().dim_size() == 1)) {
       t.add_dims(count);
     }
     for (const auto& text : texts) {
@@ -327,6 +338,11 @@ void apply_values(const fs::path& path, onnx::GraphProto& graph, const LoadOptio
         throw Error(ErrorCode::kUsage, what + ": '" + text + "' is not a " + dtype_name(type.elem_type()) + " value");
     }
     inputs->erase(it);
+    model.fixed_values[name] = {std::vector<int64_t>(t.dims().begin(), t.dims().end()), texts};
+    // An initializer of the same name was the input's default value: the fixed value replaces it.
+    auto* inits = graph.mutable_initializer();
+    inits->erase(std::remove_if(inits->begin(), inits->end(), [&](const onnx::TensorProto& i) { return i.name() == name; }),
+                 inits->end());
     *graph.add_initializer() = std::move(t);
   }
 }
@@ -543,8 +559,7 @@ Model load_model(const fs::path& path, const LoadOptions& options) {
   drop_initializer_inputs(proto);
   hoist_constants(*proto.mutable_graph());
   apply_shapes(path, *proto.mutable_graph(), options);
-  apply_values(path, *proto.mutable_graph(), options);
-  model.fixed_values = options.fix_values;
+  apply_values(path, *proto.mutable_graph(), options, model);
   // Shape inference still sees small constant tensors (Reshape shapes) with their data.
   infer_shapes(path, proto);
   ExternalFiles external(path);

@@ -23,19 +23,20 @@ struct Assignment {
   std::string scope, name, value;
 };
 
-// "[SCOPE:]NAME=VALUE". A scope is recognised only before the '='.
-Assignment split(const std::string& text, const std::string& option) {
+// "[MODEL:]NAME=VALUE". MODEL is a scope only where it is the file stem of one of the models (the
+// longest that fits), so names that hold a ':' themselves ("input:0") still work unscoped.
+Assignment split(const std::string& text, const std::string& option, const std::vector<std::string>& stems) {
   auto eq = text.find('=');
   if (eq == std::string::npos || eq == 0 || eq + 1 == text.size())
     throw usage(option + " '" + text + "': expected [MODEL:]NAME=VALUE");
   Assignment a;
   a.name = text.substr(0, eq);
   a.value = text.substr(eq + 1);
-  if (auto colon = a.name.find(':'); colon != std::string::npos) {
-    a.scope = a.name.substr(0, colon);
-    a.name = a.name.substr(colon + 1);
-    if (a.scope.empty() || a.name.empty()) throw usage(option + " '" + text + "': expected [MODEL:]NAME=VALUE");
-  }
+  for (const auto& stem : stems)
+    if (a.name.size() > stem.size() + 1 && a.name.compare(0, stem.size() + 1, stem + ":") == 0 && stem.size() >= a.scope.size())
+      a.scope = stem;
+  if (!a.scope.empty()) a.name = a.name.substr(a.scope.size() + 1);
+  if (a.name.empty() || a.name.front() == ':') throw usage(option + " '" + text + "': expected [MODEL:]NAME=VALUE");
   return a;
 }
 
@@ -53,6 +54,14 @@ std::vector<int64_t> parse_shape(const std::string& text, const std::string& con
   return dims;
 }
 
+std::vector<std::string> parse_values(const std::string& text, const std::string& context) {
+  std::vector<std::string> values;
+  std::stringstream parts(text);
+  for (std::string part; std::getline(parts, part, ',');) values.push_back(part);
+  if (values.empty() || text.back() == ',') throw usage(context + ": '" + text + "' is not a list of values");
+  return values;
+}
+
 // Sets map[name] = value, refusing a second different value for the same model.
 template <typename V>
 void assign(std::map<std::string, V>& map, const std::string& name, const V& value, const std::string& what) {
@@ -62,51 +71,58 @@ void assign(std::map<std::string, V>& map, const std::string& name, const V& val
 
 }  // namespace
 
+namespace {
+
+// One kind of option for every model: unscoped values for all, scoped ones for one, each name
+// given at most one value per kind; scoped values win over unscoped ones.
+template <typename V, typename Parse>
+void resolve(const std::vector<std::string>& items, const std::string& option, const std::vector<std::string>& stems,
+             Parse parse, std::vector<std::map<std::string, V>>& out) {
+  std::vector<std::map<std::string, V>> scoped(stems.size()), unscoped(stems.size());
+  for (const auto& item : items) {
+    Assignment a = split(item, option, stems);
+    std::string what = option + " " + (a.scope.empty() ? "" : a.scope + ":") + a.name;
+    V value = parse(a.value, what);
+    for (size_t m = 0; m < stems.size(); ++m) {
+      if (a.scope.empty()) assign(unscoped[m], a.name, value, what);
+      else if (stems[m] == a.scope) assign(scoped[m], a.name, value, what);
+    }
+  }
+  for (size_t m = 0; m < stems.size(); ++m) {
+    out[m] = unscoped[m];
+    for (const auto& [name, value] : scoped[m]) out[m][name] = value;
+  }
+}
+
+template <typename V>
+std::vector<std::map<std::string, V>> field(const std::vector<LoadOptions>& loads, std::map<std::string, V> LoadOptions::*member) {
+  std::vector<std::map<std::string, V>> maps;
+  for (const auto& l : loads) maps.push_back(l.*member);
+  return maps;
+}
+
+}  // namespace
+
 std::vector<LoadOptions> resolve_shapes(const std::vector<fs::path>& models, const ShapeArgs& args) {
+  std::vector<std::string> stems;
+  for (const auto& m : models) stems.push_back(file_stem(m));
+  std::vector<std::map<std::string, int64_t>> dims(models.size());
+  std::vector<std::map<std::string, std::vector<int64_t>>> shapes(models.size());
+  std::vector<std::map<std::string, std::vector<std::string>>> values(models.size());
+  resolve(args.fix_dims, "--fix-dim", stems, parse_dim, dims);
+  resolve(args.input_shapes, "--input-shape", stems, parse_shape, shapes);
+  resolve(args.fix_values, "--fix-value", stems, parse_values, values);
   std::vector<LoadOptions> out(models.size());
-  std::map<std::string, size_t> by_stem;
-  std::string stems;
-  for (size_t m = 0; m < models.size(); ++m) {
-    by_stem.emplace(file_stem(models[m]), m);
-    stems += (stems.empty() ? "" : ", ") + file_stem(models[m]);
-  }
-  // Scoped values win over global ones: apply scoped first, then fill in what is still unset.
-  for (bool scoped : {true, false}) {
-    auto apply = [&](const std::vector<std::string>& items, const std::string& option, auto&& set) {
-      for (const auto& item : items) {
-        Assignment a = split(item, option);
-        if (a.scope.empty() != !scoped) continue;
-        std::vector<size_t> targets;
-        if (scoped) {
-          auto it = by_stem.find(a.scope);
-          if (it == by_stem.end()) throw usage(option + " '" + item + "': no model named '" + a.scope + "' (models: " + stems + ")");
-          targets.push_back(it->second);
-        } else {
-          for (size_t m = 0; m < models.size(); ++m) targets.push_back(m);
-        }
-        for (size_t m : targets) set(out[m], a, option + " " + (scoped ? a.scope + ":" : "") + a.name, scoped);
-      }
-    };
-    apply(args.fix_dims, "--fix-dim", [](LoadOptions& load, const Assignment& a, const std::string& what, bool strict) {
-      int64_t v = parse_dim(a.value, what);
-      if (strict) assign(load.fix_dims, a.name, v, what);
-      else load.fix_dims.emplace(a.name, v);
-    });
-    apply(args.input_shapes, "--input-shape", [](LoadOptions& load, const Assignment& a, const std::string& what, bool strict) {
-      auto v = parse_shape(a.value, what);
-      if (strict) assign(load.input_shapes, a.name, v, what);
-      else load.input_shapes.emplace(a.name, v);
-    });
-    apply(args.fix_values, "--fix-value", [](LoadOptions& load, const Assignment& a, const std::string& what, bool strict) {
-      std::vector<std::string> values;
-      std::stringstream parts(a.value);
-      for (std::string part; std::getline(parts, part, ',');) values.push_back(part);
-      if (values.empty() || a.value.back() == ',') throw usage(what + ": '" + a.value + "' is not a list of values");
-      if (strict) assign(load.fix_values, a.name, values, what);
-      else load.fix_values.emplace(a.name, values);
-    });
-  }
+  for (size_t m = 0; m < models.size(); ++m) out[m] = {dims[m], shapes[m], values[m]};
   return out;
+}
+
+void override_with(std::vector<LoadOptions>& base, const std::vector<LoadOptions>& over) {
+  for (size_t m = 0; m < base.size() && m < over.size(); ++m) {
+    for (const auto& [k, v] : over[m].fix_dims) base[m].fix_dims[k] = v;
+    for (const auto& [k, v] : over[m].input_shapes) base[m].input_shapes[k] = v;
+    for (const auto& [k, v] : over[m].fix_values) base[m].fix_values[k] = v;
+  }
 }
 
 namespace {

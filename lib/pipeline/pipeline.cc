@@ -132,11 +132,9 @@ void record_fallbacks(onnx::ModelProto& out, const Job& job) {
                                {"folded_by_op", job.specialised.folded_by_op}}
                     .dump());
   if (job.model.fixed_values.empty()) return;
+  // The values as given (and accepted by load): text keeps int64 exact and nan/inf intact.
   nlohmann::json fixed = nlohmann::json::object();
-  for (const auto& [name, values] : job.model.fixed_values) {
-    fixed[name] = nlohmann::json::array();
-    for (const auto& v : values) fixed[name].push_back(nlohmann::json::parse(v == "true" ? "1" : v == "false" ? "0" : v));
-  }
+  for (const auto& [name, value] : job.model.fixed_values) fixed[name] = {{"dims", value.dims}, {"values", value.values}};
   kv = out.add_metadata_props();
   kv->set_key(kFixedValuesMetadataKey);
   kv->set_value(fixed.dump());

@@ -4,6 +4,7 @@
 
 #include "ctxgen/specialise.h"
 
+#include <algorithm>
 #include <memory>
 #include <set>
 #include <unordered_map>
@@ -185,6 +186,7 @@ SpecialiseSummary specialise(Model& model, const SpecialiseOptions& options) {
   SpecialiseSummary summary;
   auto& graph = *model.proto->mutable_graph();
   std::vector<bool> removed(static_cast<size_t>(graph.node_size()), false);
+  uint64_t folded_bytes = 0;  // bounds the memory folding takes, whatever the model asks for
   for (int i = 0; i < graph.node_size(); ++i) {
     if (const onnx::GraphProto* branch = taken_branch(model, graph.node(i))) {
       log().debug("{}: {} has a constant condition: inlined the {} nodes of the branch it takes", model.path.string(),
@@ -197,7 +199,8 @@ SpecialiseSummary specialise(Model& model, const SpecialiseOptions& options) {
     const auto& node = graph.node(i);
     std::optional<ref::Evaluated> result;
     try {
-      result = ref::evaluate(model, node, options.max_folded_bytes, nullptr);
+      uint64_t budget = options.max_total_folded_bytes > folded_bytes ? options.max_total_folded_bytes - folded_bytes : 0;
+      result = ref::evaluate(model, node, std::min(options.max_folded_bytes, budget), nullptr);
     } catch (const Error& e) {
       // The model computes something invalid from constants (an index out of range, a division
       // by zero): left to run, and fail, as it would in ONNX Runtime.
@@ -212,6 +215,7 @@ SpecialiseSummary specialise(Model& model, const SpecialiseOptions& options) {
       ++summary.typed_values;
     }
     if (!result->bytes) continue;
+    folded_bytes += result->bytes->size();
     add_folded_weight(model, result->types[0].first, result->types[0].second, std::move(*result->bytes));
     removed[static_cast<size_t>(i)] = true;
     ++summary.folded_nodes;

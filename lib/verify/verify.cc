@@ -3,6 +3,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
@@ -200,44 +201,54 @@ Tensor random_input(const Ort::TypeInfo& type, const std::vector<int64_t>& compi
 
 // The inputs ctxgen replaced by constants (--fix-value), as the compiled model records them: the
 // original must be fed the same values.
-std::map<std::string, std::vector<double>> fixed_values(const fs::path& model) {
-  std::map<std::string, std::vector<double>> values;
+std::map<std::string, Model::FixedValue> fixed_values(const fs::path& model) {
+  std::map<std::string, Model::FixedValue> values;
   onnx::ModelProto proto = parse(model);
   for (const auto& kv : proto.metadata_props()) {
     if (kv.key() != kFixedValuesMetadataKey) continue;
     auto j = nlohmann::json::parse(kv.value(), nullptr, false);
     if (!j.is_object()) throw mismatch(model, "metadata " + kv.key() + " is not a JSON object");
-    for (const auto& [name, list] : j.items()) {
-      if (!list.is_array()) throw mismatch(model, "metadata " + kv.key() + " '" + name + "' is not a list");
-      for (const auto& v : list) {
-        if (!v.is_number()) throw mismatch(model, "metadata " + kv.key() + " '" + name + "' holds a non-number");
-        values[name].push_back(v.get<double>());
-      }
+    for (const auto& [name, entry] : j.items()) {
+      bool ok = entry.is_object() && entry.contains("dims") && entry.contains("values") && entry["dims"].is_array() &&
+                entry["values"].is_array();
+      for (const auto& d : ok ? entry["dims"] : nlohmann::json::array()) ok = ok && d.is_number_unsigned();
+      for (const auto& v : ok ? entry["values"] : nlohmann::json::array()) ok = ok && v.is_string();
+      if (!ok) throw mismatch(model, "metadata " + kv.key() + " '" + name + "' is not {\"dims\": [...], \"values\": [\"...\"]}");
+      values[name] = {entry["dims"].get<std::vector<int64_t>>(), entry["values"].get<std::vector<std::string>>()};
     }
   }
   return values;
 }
 
-// A tensor of the original's input type holding the fixed values.
-Tensor fixed_input(const Ort::TypeInfo& type, const std::string& name, const std::vector<double>& values) {
+// A tensor of the original's input type holding the fixed values, parsed as load parsed them.
+Tensor fixed_input(const Ort::TypeInfo& type, const std::string& name, const Model::FixedValue& fixed) {
+  const std::vector<std::string>& values = fixed.values;
   auto info = type.GetTensorTypeAndShapeInfo();
   Tensor t;
   t.type = info.GetElementType();
-  t.dims = info.GetShape();
-  for (auto& d : t.dims)
-    if (d < 0) d = static_cast<int64_t>(values.size());
+  t.dims = fixed.dims;
+  int64_t count = 1;
+  for (int64_t d : t.dims) count *= d;
+  if (count != static_cast<int64_t>(values.size()))
+    throw Error(ErrorCode::kMismatch, "input '" + name + "': recorded fixed value has " + std::to_string(values.size()) +
+                                          " values for dims of " + std::to_string(count));
   auto kind = element_kind(t.type);
   if (!kind) throw Error(ErrorCode::kUsage, "input '" + name + "': element type " + std::to_string(t.type) + " cannot be fixed");
   t.bytes.assign(values.size() * kind->size, 0);
   for (size_t i = 0; i < values.size(); ++i) {
     uint8_t* p = t.bytes.data() + i * kind->size;
-    switch (t.type) {
-      case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: { float v = static_cast<float>(values[i]); std::memcpy(p, &v, 4); break; }
-      case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE: std::memcpy(p, &values[i], 8); break;
-      case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64: { auto v = static_cast<int64_t>(values[i]); std::memcpy(p, &v, 8); break; }
-      case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32: { auto v = static_cast<int32_t>(values[i]); std::memcpy(p, &v, 4); break; }
-      case ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL: *p = values[i] != 0 ? 1 : 0; break;
-      default: throw Error(ErrorCode::kUsage, "input '" + name + "': element type " + std::to_string(t.type) + " cannot be fixed");
+    const std::string& text = values[i];
+    try {
+      switch (t.type) {
+        case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: { float v = std::stof(text); std::memcpy(p, &v, 4); break; }
+        case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE: { double v = std::stod(text); std::memcpy(p, &v, 8); break; }
+        case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64: { int64_t v = std::stoll(text); std::memcpy(p, &v, 8); break; }
+        case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32: { int32_t v = std::stoi(text); std::memcpy(p, &v, 4); break; }
+        case ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL: *p = text == "1" || text == "true" ? 1 : 0; break;
+        default: throw Error(ErrorCode::kUsage, "input '" + name + "': element type " + std::to_string(t.type) + " cannot be fixed");
+      }
+    } catch (const std::logic_error&) {
+      throw Error(ErrorCode::kMismatch, "input '" + name + "': recorded fixed value '" + text + "' does not parse");
     }
   }
   return t;

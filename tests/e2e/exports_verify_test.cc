@@ -75,7 +75,9 @@ TEST(Exports, ScopeNamingNoModelIsAnError) {
   auto r = ctxgen("share " + quote(kExports / "decoder_prefill.onnx") + "," + quote(kExports / "decoder_decode.onnx") +
                   " --fix-dim decoder:seq=1 --output-dir " + quote(dir / "out"));
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("no model named 'decoder' (models: decoder_prefill, decoder_decode)"), std::string::npos)
+  EXPECT_NE(r.output.find("--fix-dim decoder:seq: no dimension of that name in the model (no model given has the file "
+                          "stem 'decoder', so it was read as part of the name)"),
+            std::string::npos)
       << r.output;
   EXPECT_FALSE(fs::exists(dir / "out"));
 }

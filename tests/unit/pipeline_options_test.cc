@@ -39,12 +39,32 @@ TEST(ResolveShapes, ScopedValuesWinOverGlobalOnes) {
   EXPECT_EQ(loads[1].fix_values.at("sr"), (std::vector<std::string>{"8000"}));
 }
 
+// A prefix that is no model's stem is part of the name: TensorFlow-style inputs are "input:0".
+TEST(ResolveShapes, OnlyModelStemsAreScopes) {
+  auto loads = resolve_shapes(kPair, {{"decoder:seq=1"}, {"input:0=1x3", "decode:input:0=1x1"}, {}});
+  EXPECT_EQ(loads[0].fix_dims.count("decoder:seq"), 1u);
+  EXPECT_EQ(loads[0].input_shapes.at("input:0"), (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(loads[1].input_shapes.at("input:0"), (std::vector<int64_t>{1, 1}));
+  auto colon = resolve_shapes({"a:b.onnx", "a.onnx"}, {{"a:b:seq=2", "a:seq=3"}, {}, {}});
+  EXPECT_EQ(colon[0].fix_dims.at("seq"), 2) << "the longest stem that fits is the scope";
+  EXPECT_EQ(colon[1].fix_dims.at("seq"), 3);
+}
+
+TEST(ResolveShapes, CommandLineOverridesTheManifest) {
+  auto loads = resolve_shapes(kPair, {{"batch=2", "decode:past=7"}, {}, {}});
+  override_with(loads, resolve_shapes(kPair, {{"batch=1"}, {}, {}}));
+  EXPECT_EQ(loads[0].fix_dims.at("batch"), 1);
+  EXPECT_EQ(loads[1].fix_dims.at("batch"), 1);
+  EXPECT_EQ(loads[1].fix_dims.at("past"), 7);
+}
+
 TEST(ResolveShapes, MistakesAreUsageErrors) {
-  expect_usage_error([] { resolve_shapes(kPair, {{"decoder:seq=1"}, {}, {}}); },
-                     "no model named 'decoder' (models: prefill, decode)");
   expect_usage_error([] { resolve_shapes(kPair, {{"decode:seq=1", "decode:seq=2"}, {}, {}}); },
                      "--fix-dim decode:seq: given twice with different values");
-  expect_usage_error([] { resolve_shapes(kPair, {{":seq=1"}, {}, {}}); }, "expected [MODEL:]NAME=VALUE");
+  expect_usage_error([] { resolve_shapes(kPair, {{"n=3", "n=4"}, {}, {}}); }, "--fix-dim n: given twice with different values");
+  expect_usage_error([] { resolve_shapes(kPair, {{}, {}, {"s=1", "s=2"}}); }, "--fix-value s: given twice");
+  EXPECT_NO_THROW(resolve_shapes(kPair, {{"n=3", "n=3"}, {}, {}})) << "the same value twice is fine";
+  expect_usage_error([] { resolve_shapes(kPair, {{"=1"}, {}, {}}); }, "expected [MODEL:]NAME=VALUE");
   expect_usage_error([] { resolve_shapes(kPair, {{}, {"ids=1x"}, {}}); }, "ends with 'x'");
   expect_usage_error([] { resolve_shapes(kPair, {{}, {}, {"sr=1,"}}); }, "is not a list of values");
 }

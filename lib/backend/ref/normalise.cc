@@ -11,6 +11,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <set>
 #include <numeric>
 
 #include "ctxgen/error.h"
@@ -180,7 +181,7 @@ NormalisedNode constant_of_shape(const NodeView& v) {
 }
 
 // The element count ONNX Runtime computes: ceil((limit - start) / delta), at least 0; for floats
-// (limit - start) in float, then the division in double; for integers exactly.
+// (limit - start) in float, then the division in double; for integers all in double.
 NormalisedNode range(const NodeView& v) {
   ref::DType dtype = ref_dtype(v.input_elem_type(0), "input 0 '" + v.input(0) + "'");
   if (dtype == ref::DType::kBool) refuse("Range of bool");
@@ -192,10 +193,10 @@ NormalisedNode range(const NodeView& v) {
     if (!(n < static_cast<double>(kMaxElements))) refuse("Range of more than 2^48 elements");
     count = n > 0 ? static_cast<int64_t>(n) : 0;
   } else {
+    // ONNX Runtime counts integer ranges in double too (so 2^53 + 1 .. 2^53 + 4 has 4 elements).
     if (delta.i == 0) refuse("Range with delta 0");
-    __int128 span = static_cast<__int128>(limit.i) - start.i, step = delta.i;
-    __int128 n = span / step + ((span % step != 0 && ((span > 0) == (step > 0))) ? 1 : 0);
-    if (n > kMaxElements) refuse("Range of more than 2^48 elements");
+    double n = std::ceil((static_cast<double>(limit.i) - static_cast<double>(start.i)) / static_cast<double>(delta.i));
+    if (!(n < static_cast<double>(kMaxElements))) refuse("Range of more than 2^48 elements");
     count = n > 0 ? static_cast<int64_t>(n) : 0;
   }
   return make(v, "Range", {},
@@ -391,7 +392,13 @@ NormalisedNode reduce(const NodeView& v) {
   bool axes_as_input = v.op() == "ReduceSum" ? v.opset() >= 13 : v.opset() >= 18;
   std::vector<int64_t> axes = axes_as_input ? (v.has_input(1) ? v.const_ints(1) : std::vector<int64_t>{})
                                             : v.ints_attr("axes", {});
-  if (axes.empty() && v.int_attr("noop_with_empty_axes", 0) != 0) return reshaped(v, x);
+  if (axes.empty() && v.int_attr("noop_with_empty_axes", 0) != 0) {
+    // Only the reductions without an elementwise part are then a copy; ReduceL2 still takes |x|
+    // and so on, which ref does not express as a reduction over no axes.
+    static const std::set<std::string> kCopies = {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceLogSumExp"};
+    if (!kCopies.count(v.op())) refuse(v.op() + " with noop_with_empty_axes and no axes");
+    return reshaped(v, x);
+  }
   if (axes.empty()) {
     axes.resize(static_cast<size_t>(rank));
     std::iota(axes.begin(), axes.end(), 0);
