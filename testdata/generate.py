@@ -306,6 +306,11 @@ def modern(outdir):
     save_unchecked(modern_model(relu, *io, [], 23), outdir, "modern/opset23.onnx")
     save_unchecked(modern_model(relu, *io, [], 99), outdir, "modern/opset99.onnx")
     save_unchecked(modern_model(relu, *io, [], 21, ir_version=99), outdir, "modern/ir99.onnx")
+    # Invalid from opset 18 on (axes became an input); onnx 1.12 would read it with ReduceMean-13.
+    old_axes = [helper.make_node("ReduceMean", ["x"], ["y"], axes=[1], keepdims=1)]
+    io = ([helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 1])])
+    save_unchecked(modern_model(old_axes, *io, [], 21), outdir, "modern/axes_attribute.onnx")
 
 
 def main():

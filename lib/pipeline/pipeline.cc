@@ -183,6 +183,8 @@ void check_options(const std::vector<fs::path>& inputs, const CompileOptions& op
     throw Error(ErrorCode::kUsage, "give -o or --output-dir, not both: -o already says where the outputs go");
   if (!options.external_initializers_file.empty())
     check_relative_name(options.external_initializers_file, "--external-initializers-file");
+  if (options.stop_after && options.embed)
+    throw Error(ErrorCode::kUsage, "--stop-after writes the model before compiling: there is no context to --embed");
 }
 
 const Backend& find_backend(const BackendRegistry& backends, const std::string& name) {
@@ -317,8 +319,12 @@ RunSummary compile_models(const std::vector<fs::path>& inputs, const CompileOpti
     if (stops_at(Phase::kPartition)) continue;
     if (job.plan.partitions.empty() && !options.allow_empty)
       throw Error(ErrorCode::kNothingCompiled,
-                  inputs[m].string() + ": nothing to compile: no node is supported by backend '" + backend.name() +
-                      "' (" + describe_fallbacks(job) + "); pass --allow-empty to write the model anyway");
+                  inputs[m].string() + ": nothing to compile: " +
+                      (job.plan.cpu_nodes.empty()
+                           ? "every node was folded into constants (" + std::to_string(job.specialised.folded_nodes) +
+                                 " folded), so the outputs are constants"
+                           : "no node is supported by backend '" + backend.name() + "' (" + describe_fallbacks(job) + ")") +
+                      "; pass --allow-empty to write the model anyway");
     phase_compile(job, backend, options.node_name_prefix + file_stem(inputs[m]), store);
     timer.lap("compile " + label);
   }

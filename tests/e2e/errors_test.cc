@@ -77,6 +77,13 @@ TEST_F(BadInput, VersionsBeyondOnnxRuntime) {
   fails(quote(modern / "opset99.onnx"), 3, "imports opset 99 of the default domain; ONNX Runtime 1.29 implements up to 26");
   fails(quote(modern / "ir99.onnx"), 3, "IR version 99 is newer than ONNX Runtime 1.29 reads (up to 13)");
   fails(quote(modern / "opset23.onnx"), 4, "Relu: opset 23: ref knows the semantics of ops up to opset 21");
+  fails(quote(modern / "axes_attribute.onnx"), 3, "(ReduceMean): at opset 21 'axes' is an input, not an attribute");
+}
+
+TEST_F(BadInput, InputsAndOptionsOfNewFeatures) {
+  fs::path vad = generated_models() / "vad.onnx";
+  fails(quote(vad) + " --fix-value sr=16000 --stop-after load --embed", 2, "there is no context to --embed");
+  fails(quote(vad) + " --fix-value sr=1 --fix-value sr=2", 2, "--fix-value sr: given twice with different values");
 }
 
 TEST_F(BadInput, InvalidOptionValues) {
