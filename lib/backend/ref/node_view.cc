@@ -17,6 +17,12 @@ std::string dims_text(const std::vector<int64_t>& dims) {
   return text + "]";
 }
 
+std::string values_text(const std::vector<int64_t>& values) {
+  std::string text = "[";
+  for (size_t i = 0; i < values.size(); ++i) text += (i ? "," : "") + std::to_string(values[i]);
+  return text + "]";
+}
+
 namespace {
 
 // Opset version of the default ONNX domain the model imports (0 when it imports none).

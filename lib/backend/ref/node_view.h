@@ -29,6 +29,7 @@ struct Refusal {
 [[noreturn]] void refuse(std::string reason);
 
 std::string dims_text(const std::vector<int64_t>& dims);  // "[1,3,?,?]" (-1 shown as ?)
+std::string values_text(const std::vector<int64_t>& values);  // "[1,-1,0]": attribute and constant values
 
 class NodeView {
  public:

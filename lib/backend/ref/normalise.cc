@@ -283,7 +283,7 @@ std::vector<int64_t> window_list(const NodeView& v, const std::string& name, siz
     refuse("attribute " + name + " has " + std::to_string(values.size()) + " values, expected " + std::to_string(n));
   for (int64_t x : values)
     if (x < min || x >= kMaxWindowValue)
-      refuse("attribute " + name + " " + dims_text(values) + " has a value outside [" + std::to_string(min) + ", 2^31)");
+      refuse("attribute " + name + " " + values_text(values) + " has a value outside [" + std::to_string(min) + ", 2^31)");
   return values;
 }
 
@@ -293,7 +293,7 @@ Window resolve_window(const NodeView& v, const std::vector<int64_t>& in, std::ve
                       bool has_dilations, bool ceil_mode) {
   size_t n = in.size();
   for (int64_t k : kernel)
-    if (k >= kMaxWindowValue) refuse("kernel " + dims_text(kernel) + " is too large");
+    if (k >= kMaxWindowValue) refuse("kernel " + values_text(kernel) + " is too large");
   Window w;
   w.kernel = std::move(kernel);
   w.strides = window_list(v, "strides", n, 1, 1);
@@ -377,7 +377,7 @@ NormalisedNode pool(const NodeView& v) {
 std::vector<int64_t> normalise_axes(std::vector<int64_t> axes, int64_t rank) {
   for (auto& a : axes) a = normalise_axis(a, rank, "axis");
   std::sort(axes.begin(), axes.end());
-  if (std::adjacent_find(axes.begin(), axes.end()) != axes.end()) refuse("repeated axis in " + dims_text(axes));
+  if (std::adjacent_find(axes.begin(), axes.end()) != axes.end()) refuse("repeated axis in " + values_text(axes));
   return axes;
 }
 
@@ -428,24 +428,24 @@ std::vector<int64_t> resolve_shape(const std::vector<int64_t>& in, std::vector<i
   int64_t known = 1, infer_at = -1;
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] == 0 && !allow_zero) {
-      if (i >= in.size()) refuse("shape " + dims_text(shape) + " copies dim " + std::to_string(i) + " of input " + dims_text(in));
+      if (i >= in.size()) refuse("shape " + values_text(shape) + " copies dim " + std::to_string(i) + " of input " + dims_text(in));
       shape[i] = in[i];
     }
     if (shape[i] == -1) {
-      if (infer_at >= 0) refuse("shape " + dims_text(shape) + " has more than one -1");
+      if (infer_at >= 0) refuse("shape " + values_text(shape) + " has more than one -1");
       infer_at = static_cast<int64_t>(i);
     } else if (shape[i] < 0) {
-      refuse("shape " + dims_text(shape) + " has a negative dim");
+      refuse("shape " + values_text(shape) + " has a negative dim");
     } else {
       known = element_count({known, shape[i]});
     }
   }
   int64_t total = element_count(in);
   if (infer_at >= 0) {
-    if (known == 0 || total % known != 0) refuse("cannot reshape " + dims_text(in) + " to " + dims_text(shape));
+    if (known == 0 || total % known != 0) refuse("cannot reshape " + dims_text(in) + " to " + values_text(shape));
     shape[static_cast<size_t>(infer_at)] = total / known;
   }
-  if (element_count(shape) != total) refuse("cannot reshape " + dims_text(in) + " to " + dims_text(shape));
+  if (element_count(shape) != total) refuse("cannot reshape " + dims_text(in) + " to " + values_text(shape));
   return shape;
 }
 
@@ -518,7 +518,7 @@ NormalisedNode transpose(const NodeView& v) {
   auto perm = v.ints_attr("perm", reversed);
   auto sorted = perm;
   std::sort(sorted.begin(), sorted.end());
-  if (sorted != identity) refuse("attribute perm " + dims_text(perm) + " is not a permutation of rank " + std::to_string(x.size()));
+  if (sorted != identity) refuse("attribute perm " + values_text(perm) + " is not a permutation of rank " + std::to_string(x.size()));
   return make(v, "Transpose", {v.input(0)}, {ints_attr("perm", perm)});
 }
 
@@ -643,7 +643,7 @@ NormalisedNode pad(const NodeView& v) {
     if (v.has_input(2)) value = v.const_scalar(2);
     if (v.has_input(3)) {
       auto axes = v.const_ints(3);
-      if (pads.size() != 2 * axes.size()) refuse("pads " + dims_text(pads) + " do not match axes " + dims_text(axes));
+      if (pads.size() != 2 * axes.size()) refuse("pads " + values_text(pads) + " do not match axes " + values_text(axes));
       std::vector<int64_t> full(2 * x.dims.size(), 0);
       std::vector<bool> seen(x.dims.size(), false);
       for (size_t k = 0; k < axes.size(); ++k) {
@@ -656,7 +656,7 @@ NormalisedNode pad(const NodeView& v) {
       pads = full;
     }
   }
-  if (pads.size() != 2 * x.dims.size()) refuse("pads " + dims_text(pads) + " do not fit rank " + std::to_string(rank));
+  if (pads.size() != 2 * x.dims.size()) refuse("pads " + values_text(pads) + " do not fit rank " + std::to_string(rank));
   return make(v, "Pad", {v.input(0)},
               {ints_attr("pads", pads), int_attr("mode", mode_code), scalar_attr("value", x.dtype, value)});
 }
@@ -710,7 +710,9 @@ NormalisedNode resize(const NodeView& v) {
     }
   }
   if (!sizes.empty()) {
-    if (sizes.size() != rank) refuse("sizes " + dims_text(sizes) + " do not fit rank " + std::to_string(rank));
+    if (sizes.size() != rank) refuse("sizes " + values_text(sizes) + " do not fit rank " + std::to_string(rank));
+    for (int64_t d : sizes)
+      if (d < 1) refuse("sizes " + values_text(sizes) + " hold a size below 1");
     for (size_t a = 0; a < rank; ++a) scales.push_back(static_cast<float>(sizes[a]) / static_cast<float>(x[a]));
   } else {
     if (scales.size() != rank) refuse(std::to_string(scales.size()) + " scales for rank " + std::to_string(rank));
@@ -939,11 +941,11 @@ std::vector<NormalisedNode> split(const NodeView& v) {
     for (int64_t k = 0, left = x[axis]; k < outputs; ++k, left -= part) sizes.push_back(std::min(part, left));
   }
   if (static_cast<int64_t>(sizes.size()) != outputs || static_cast<int64_t>(v.output_count()) != outputs)
-    refuse("split sizes " + dims_text(sizes) + " do not match the " + std::to_string(v.output_count()) + " outputs");
+    refuse("split sizes " + values_text(sizes) + " do not match the " + std::to_string(v.output_count()) + " outputs");
   std::vector<NormalisedNode> parts;
   int64_t start = 0;
   for (size_t k = 0; k < sizes.size(); ++k) {
-    if (sizes[k] < 0 || start + sizes[k] > x[axis]) refuse("split sizes " + dims_text(sizes) + " exceed axis size " + std::to_string(x[axis]));
+    if (sizes[k] < 0 || start + sizes[k] > x[axis]) refuse("split sizes " + values_text(sizes) + " exceed axis size " + std::to_string(x[axis]));
     std::vector<int64_t> starts(x.size(), 0), steps(x.size(), 1), out = x;
     starts[axis] = start;
     out[axis] = sizes[k];
@@ -956,7 +958,7 @@ std::vector<NormalisedNode> split(const NodeView& v) {
     parts.push_back(std::move(n));
     start += sizes[k];
   }
-  if (start != x[axis]) refuse("split sizes " + dims_text(sizes) + " do not add up to axis size " + std::to_string(x[axis]));
+  if (start != x[axis]) refuse("split sizes " + values_text(sizes) + " do not add up to axis size " + std::to_string(x[axis]));
   return parts;
 }
 
@@ -1189,7 +1191,7 @@ std::vector<NormalisedNode> prelu(const NodeView& v) {
     slope[0] = x[1];
     s = parts.add("Reshape", {s}, {ints_attr("shape", slope)}, false);
   }
-  if (broadcast_dims(x, slope) != x) refuse("slope dims " + dims_text(slope) + " do not broadcast to X dims " + dims_text(x));
+  if (broadcast_dims(x, slope) != x) refuse("slope dims " + values_text(slope) + " do not broadcast to X dims " + dims_text(x));
   parts.add("PRelu", {v.input(0), s}, {}, true);
   return parts.take();
 }
