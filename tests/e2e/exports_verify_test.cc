@@ -61,7 +61,8 @@ TEST(Exports, ManifestDescribesTheSameGroup) {
   write_file(dir / "group.json", manifest);
   auto r = ctxgen("share --manifest " + quote(dir / "group.json") + " --report " + quote(dir / "r.json"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  for (const auto& m : read_json(dir / "r.json")["models"]) expect_compiled_whole(m);
+  auto report = read_json(dir / "r.json");
+  for (const auto& m : report["models"]) expect_compiled_whole(m);
   EXPECT_TRUE(fs::exists(dir / "dist" / "decoder_decode_ctx.onnx"));
 
   write_file(dir / "typo.json", R"({"models": [{"path": "a.onnx", "fixdim": {"seq": 1}}]})");
