@@ -19,7 +19,8 @@ std::shared_ptr<const MappedFile> MappedFile::open(const std::filesystem::path& 
   auto fail = [&](const std::string& what) -> Error {
     return Error(ErrorCode::kInvalidModel, path.string() + ": " + what);
   };
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused as not a regular file below.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw fail(std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {

@@ -1,6 +1,8 @@
 // Bad input: a one-line error naming the file and the problem, a documented exit code, and no
 // output file left behind.
 
+#include <sys/stat.h>
+
 #include <algorithm>
 
 #include "e2e.h"
@@ -84,6 +86,17 @@ TEST_F(BadInput, InputsAndOptionsOfNewFeatures) {
   fs::path vad = generated_models() / "vad.onnx";
   fails(quote(vad) + " --fix-value sr=16000 --stop-after load --embed", 2, "there is no context to --embed");
   fails(quote(vad) + " --fix-value sr=1 --fix-value sr=2", 2, "--fix-value sr: given twice with different values");
+}
+
+// A FIFO is refused at once, never opened blocking (which would wait for a writer forever).
+TEST_F(BadInput, FifoIsNotAModel) {
+  fs::path fifo = dir_ / "pipe.onnx";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto r = run_command("timeout 20 " + std::string(CTXGEN_BINARY) + " compile " + quote(fifo) + " --output-dir " + quote(out_));
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_NE(r.output.find("pipe.onnx: is not a regular file"), std::string::npos) << r.output;
+  r = run_command("timeout 20 " + std::string(CTXGEN_BINARY) + " inspect " + quote(fifo));
+  EXPECT_EQ(r.exit_code, 3) << r.output;
 }
 
 TEST_F(BadInput, InvalidOptionValues) {
