@@ -26,6 +26,11 @@ namespace ctxgen::ref {
 // positions, masks and the shape arithmetic of exported models.
 enum class DType : uint8_t { kFloat32 = 1, kInt32 = 6, kInt64 = 7, kBool = 9 };
 
+// Limits every program respects, so no size or offset arithmetic can overflow: a value holds at
+// most 2^48 elements; window attributes (kernel, stride, pad, dilation) are below 2^31.
+inline constexpr int64_t kMaxElements = int64_t{1} << 48;
+inline constexpr int64_t kMaxWindow = (int64_t{1} << 31) - 1;
+
 // Bytes per element, or 0 for a code that is not a DType.
 size_t dtype_size(DType dtype);
 std::string dtype_name(DType dtype);  // "float32", "int32", "int64", "bool"

@@ -15,10 +15,8 @@ using ref::DType;
 
 constexpr int64_t kIntMax = std::numeric_limits<int64_t>::max();
 constexpr int64_t kIntMin = std::numeric_limits<int64_t>::min();
-// Window attributes are bounded (as the compiler bounds them) so size arithmetic cannot overflow.
-constexpr int64_t kMaxWindow = (int64_t{1} << 31) - 1;
-// The element bound validate() puts on every value, applied to kernel scratch buffers too.
-constexpr int64_t kMaxElements = int64_t{1} << 48;
+using ref::kMaxElements;  // also bounds kernel scratch buffers
+using ref::kMaxWindow;
 
 const std::vector<DType> kNumeric = {DType::kFloat32, DType::kInt32, DType::kInt64};
 const std::vector<DType> kAny = {DType::kFloat32, DType::kInt32, DType::kInt64, DType::kBool};

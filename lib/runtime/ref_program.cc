@@ -226,7 +226,7 @@ Program deserialize(const uint8_t* data, size_t size) {
     v.index = in.get<uint64_t>("value index");
     v.dims = in.get_list<int64_t>("value dims");
     for (int64_t d : v.dims)
-      if (d < 0 || d > (int64_t{1} << 48)) in.fail("value " + std::to_string(i) + " has dimension " + std::to_string(d));
+      if (d < 0 || d > kMaxElements) in.fail("value " + std::to_string(i) + " has dimension " + std::to_string(d));
   }
   constexpr size_t kMinOpBytes = 4 + 4 + 4 + 4;
   p.ops.resize(in.count(kMinOpBytes, "op"));

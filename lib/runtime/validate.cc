@@ -14,9 +14,7 @@ namespace {
 using ref::Value;
 using ref::ValueKind;
 
-// Elements a value may hold: the compiler refuses larger tensors, and the bound keeps every byte
-// offset far from overflowing.
-constexpr int64_t kMaxElements = int64_t{1} << 48;
+using ref::kMaxElements;
 constexpr uint64_t kArenaAlignment = 64;
 
 [[noreturn]] void fail(const std::string& what) { throw Error(ErrorCode::kInvalidBinary, "ref program: " + what); }

@@ -96,7 +96,7 @@ std::vector<int64_t> static_dims(const Model& model, const std::string& name, co
 Scalar scalar_value(const onnx::TensorProto& tensor, const std::string& what);
 
 // Bounded so byte sizes derived from it cannot overflow; refuses beyond.
-inline constexpr int64_t kMaxElements = int64_t{1} << 48;
+using ref::kMaxElements;
 int64_t element_count(const std::vector<int64_t>& dims);
 
 // Numpy broadcast of two shapes; refuses when they do not broadcast.

@@ -274,15 +274,13 @@ struct Window {
   std::vector<int64_t> output;                            // spatial output dims
 };
 
-// Window attributes are bounded so the size arithmetic below cannot overflow.
-constexpr int64_t kMaxWindowValue = int64_t{1} << 31;
 
 std::vector<int64_t> window_list(const NodeView& v, const std::string& name, size_t n, int64_t fallback, int64_t min) {
   auto values = v.ints_attr(name, std::vector<int64_t>(n, fallback));
   if (values.size() != n)
     refuse("attribute " + name + " has " + std::to_string(values.size()) + " values, expected " + std::to_string(n));
   for (int64_t x : values)
-    if (x < min || x >= kMaxWindowValue)
+    if (x < min || x > ref::kMaxWindow)
       refuse("attribute " + name + " " + values_text(values) + " has a value outside [" + std::to_string(min) + ", 2^31)");
   return values;
 }
@@ -293,7 +291,7 @@ Window resolve_window(const NodeView& v, const std::vector<int64_t>& in, std::ve
                       bool has_dilations, bool ceil_mode) {
   size_t n = in.size();
   for (int64_t k : kernel)
-    if (k >= kMaxWindowValue) refuse("kernel " + values_text(kernel) + " is too large");
+    if (k > ref::kMaxWindow) refuse("kernel " + values_text(kernel) + " is too large");
   Window w;
   w.kernel = std::move(kernel);
   w.strides = window_list(v, "strides", n, 1, 1);
