@@ -180,19 +180,46 @@ size_t remove_dead(const onnx::GraphProto& graph, std::vector<bool>& removed) {
   return dead;
 }
 
+// How many live nodes (and graph outputs) read each value.
+std::unordered_map<std::string, size_t> count_readers(const onnx::GraphProto& graph, const std::vector<bool>& removed) {
+  std::unordered_map<std::string, size_t> readers;
+  for (const auto& out : graph.output()) ++readers[out.name()];
+  for (int i = 0; i < graph.node_size(); ++i)
+    if (!removed[static_cast<size_t>(i)])
+      for (const auto& name : node_reads(graph.node(i))) ++readers[name];
+  return readers;
+}
+
 }  // namespace
 
 SpecialiseSummary specialise(Model& model, const SpecialiseOptions& options) {
   SpecialiseSummary summary;
   auto& graph = *model.proto->mutable_graph();
   std::vector<bool> removed(static_cast<size_t>(graph.node_size()), false);
-  uint64_t folded_bytes = 0;  // bounds the memory folding takes, whatever the model asks for
+  // Live folded bytes, bounded whatever the model asks for; a folded value nothing reads any more
+  // (a mask reduced to a scalar, say) gives its memory back at once.
+  uint64_t folded_bytes = 0;
+  auto readers = count_readers(graph, removed);
+  auto drop_reads = [&](const onnx::NodeProto& node) {
+    for (const auto& name : node_reads(node)) {
+      if (--readers[name] > 0) continue;
+      auto it = model.constants.find(name);
+      if (it == model.constants.end()) continue;
+      Weight& w = model.weights[it->second];
+      if (w.origin != WeightOrigin::kFolded || !w.data.owner) continue;
+      folded_bytes -= w.data.size;
+      w.data.owner.reset();
+      w.data.data = nullptr;
+      w.data.size = 0;
+    }
+  };
   for (int i = 0; i < graph.node_size(); ++i) {
     if (const onnx::GraphProto* branch = taken_branch(model, graph.node(i))) {
       log().debug("{}: {} has a constant condition: inlined the {} nodes of the branch it takes", model.path.string(),
                   describe_node(graph.node(i), static_cast<size_t>(i)), branch->node_size());
       ++summary.inlined_branches;
       inline_branch(model, i, *branch, removed);
+      readers = count_readers(graph, removed);
       --i;  // the branch's first node is next
       continue;
     }
@@ -218,6 +245,7 @@ SpecialiseSummary specialise(Model& model, const SpecialiseOptions& options) {
     folded_bytes += result->bytes->size();
     add_folded_weight(model, result->types[0].first, result->types[0].second, std::move(*result->bytes));
     removed[static_cast<size_t>(i)] = true;
+    drop_reads(node);
     ++summary.folded_nodes;
     ++summary.folded_by_op[node.op_type()];
   }

@@ -163,3 +163,33 @@ TEST(FixValue, BadValuesAreUsageErrors) {
 
 }  // namespace
 }  // namespace ctxgen::testing
+
+namespace ctxgen::testing {
+namespace {
+
+// --stop-after writes the model as each phase leaves it: valid ONNX, smaller after folding, and
+// after partitioning every node says where it goes.
+TEST(StopAfter, WritesTheModelAfterEachPhase) {
+  TempDir dir;
+  fs::path decode = kExports / "decoder_decode.onnx";
+  std::map<std::string, int> nodes;
+  for (const char* phase : {"load", "specialise", "partition"}) {
+    auto r = ctxgen("compile " + quote(decode) + " --fix-dim batch=1 --fix-dim seq=1 --fix-dim past=127 --stop-after " +
+                    phase + " --output-dir " + quote(dir.path()));
+    ASSERT_EQ(r.exit_code, 0) << phase << ": " << r.output;
+    fs::path out = dir / (std::string("decoder_decode_") + phase + ".onnx");
+    onnx::ModelProto m = load_proto(out);
+    EXPECT_NO_THROW(onnx::checker::check_model(m)) << phase;
+    nodes[phase] = m.graph().node_size();
+    if (std::string(phase) == "partition") {
+      for (const auto& n : m.graph().node()) EXPECT_EQ(n.doc_string(), "ctxgen: ref partition 0") << n.name();
+    }
+  }
+  EXPECT_EQ(nodes["load"], 239) << "357 nodes less the 118 Constant nodes hoisted into initializers";
+  EXPECT_EQ(nodes["specialise"], 125);
+  EXPECT_EQ(nodes["partition"], 125);
+  EXPECT_EQ(files_in(dir.path()).size(), 3u) << "no context binary before compiling";
+}
+
+}  // namespace
+}  // namespace ctxgen::testing
