@@ -311,6 +311,11 @@ def modern(outdir):
     io = ([helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 1])])
     save_unchecked(modern_model(old_axes, *io, [], 21), outdir, "modern/axes_attribute.onnx")
+    # Unsqueeze takes axes as an input from opset 13 on; onnx 1.12's own message would not say so.
+    unsqueeze = [helper.make_node("Unsqueeze", ["x"], ["y"], axes=[0])]
+    io = ([helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 3])])
+    save_unchecked(modern_model(unsqueeze, *io, [], 13, ir_version=7), outdir, "modern/unsqueeze_axes_attribute.onnx")
 
 
 def main():

@@ -59,16 +59,19 @@ void check_versions(const fs::path& path, const onnx::ModelProto& model) {
                             std::to_string(kMaxOpset));
 }
 
-// What onnx 1.12 cannot check in a newer model because it reads those nodes with older
-// schemas: attributes the newer opsets replaced by inputs. ONNX Runtime refuses these models.
-void check_newer_nodes(const fs::path& path, const onnx::ModelProto& model) {
+// Attributes that later opsets turned into inputs. onnx 1.12 cannot tell for opsets it does not
+// know, and for the others its messages do not say this; ONNX Runtime refuses such models.
+void check_moved_attributes(const fs::path& path, const onnx::ModelProto& model) {
   int64_t opset = default_opset(model);
   for (int i = 0; i < model.graph().node_size(); ++i) {
     const auto& node = model.graph().node(i);
     if (!(node.domain().empty() || node.domain() == "ai.onnx")) continue;
     const std::string& op = node.op_type();
-    bool reduce = op.rfind("Reduce", 0) == 0 && op != "ReduceSum";  // ReduceSum moved at 13, which onnx knows
-    const char* moved = reduce && opset >= 18 ? "axes" : op == "Split" && opset >= 13 ? "split" : nullptr;
+    bool reduce = op.rfind("Reduce", 0) == 0;
+    const char* moved = nullptr;
+    if (opset >= 13 && (op == "Squeeze" || op == "Unsqueeze" || op == "ReduceSum")) moved = "axes";
+    else if (opset >= 13 && op == "Split") moved = "split";
+    else if (opset >= 18 && reduce) moved = "axes";
     for (const auto& a : node.attribute())
       if (moved && a.name() == moved)
         throw invalid(path, "node " + describe_node(node, static_cast<size_t>(i)) + ": at opset " + std::to_string(opset) +
@@ -572,7 +575,7 @@ Model load_model(const fs::path& path, const LoadOptions& options) {
   model.proto = parse(path);
   auto& proto = *model.proto;
   check_versions(path, proto);
-  check_newer_nodes(path, proto);
+  check_moved_attributes(path, proto);
   reject_compiled(path, proto.graph());
   drop_initializer_inputs(proto);
   hoist_constants(*proto.mutable_graph());

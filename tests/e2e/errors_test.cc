@@ -80,6 +80,7 @@ TEST_F(BadInput, VersionsBeyondOnnxRuntime) {
   fails(quote(modern / "ir99.onnx"), 3, "IR version 99 is newer than ONNX Runtime 1.29 reads (up to 13)");
   fails(quote(modern / "opset23.onnx"), 4, "Relu: opset 23: ref knows the semantics of ops up to opset 21");
   fails(quote(modern / "axes_attribute.onnx"), 3, "(ReduceMean): at opset 21 'axes' is an input, not an attribute");
+  fails(quote(modern / "unsqueeze_axes_attribute.onnx"), 3, "(Unsqueeze): at opset 13 'axes' is an input, not an attribute");
 }
 
 TEST_F(BadInput, InputsAndOptionsOfNewFeatures) {
