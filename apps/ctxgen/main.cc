@@ -1,7 +1,6 @@
 // ctxgen command line: parse flags, call the library, map errors to documented exit codes
 // (docs/cli.md).
 
-#include <fstream>
 #include <iostream>
 #include <sstream>
 
@@ -196,14 +195,10 @@ int main(int argc, char** argv) {
     options.output_file = output_file;
     if (!stop_after.empty()) options.stop_after = ctxgen::parse_phase(stop_after);
     // Command-line shape options override the manifest's, name by name.
+    options.report_file = report_path;
     options.per_model = ctxgen::resolve_shapes(models, manifest_shapes);
     ctxgen::override_with(options.per_model, ctxgen::resolve_shapes(models, shape_args));
     auto summary = ctxgen::compile_models(models, options, backends);
-    if (!report_path.empty()) {
-      std::ofstream report(report_path);
-      report << ctxgen::report_json(summary).dump(2) << "\n";
-      if (!report) throw Error(ErrorCode::kIo, report_path + ": cannot write the report");
-    }
     if (!quiet) std::cout << ctxgen::report_text(summary);
     return 0;
   } catch (const Error& e) {

@@ -35,6 +35,7 @@ struct CompileOptions {
   bool force = false;                       // overwrite existing outputs
   bool allow_empty = false;                 // write models in which nothing compiled
   std::optional<Phase> stop_after;          // write the model after this phase instead of compiling
+  std::filesystem::path report_file;        // --report: written with the other outputs, all or nothing
 };
 
 struct PartitionSummary {

@@ -57,22 +57,30 @@ OutputSummary OutputFile::finish(const fs::path& final_path) {
 OutputSet::OutputSet(std::vector<fs::path> paths, bool force) : paths_(std::move(paths)) {
   for (size_t i = 0; i < paths_.size(); ++i)
     for (size_t j = i + 1; j < paths_.size(); ++j)
-      if (paths_[i] == paths_[j])
+      if (fs::weakly_canonical(fs::absolute(paths_[i])) == fs::weakly_canonical(fs::absolute(paths_[j])))
         throw Error(ErrorCode::kUsage, "two outputs would both be written to " + paths_[i].string() +
-                                           "; give the input models different file names");
+                                           " (model, binary, weights file and report each need their own path)");
+  // Every check before any folder is made, so a refusal leaves nothing behind.
   for (const auto& path : paths_) {
     std::error_code ec;
     fs::path folder = path.parent_path().empty() ? fs::path(".") : path.parent_path();
     if (fs::exists(folder, ec) && !fs::is_directory(folder, ec))
       throw io_error(folder, "output folder is not a directory");
-    // Folders this run creates are removed again if it fails, so a failure leaves nothing behind.
-    for (fs::path f = fs::absolute(folder); !f.empty() && !fs::exists(f, ec); f = f.parent_path())
-      created_.push_back(f);
-    fs::create_directories(folder, ec);
-    if (ec) throw io_error(folder, "cannot create output folder: " + ec.message());
     if (fs::is_directory(path, ec)) throw io_error(path, "an output path is a directory");
     if (fs::exists(path, ec) && !force)
       throw Error(ErrorCode::kOutputExists, path.string() + ": output exists already; remove it or pass --force");
+  }
+  for (const auto& path : paths_) {
+    std::error_code ec;
+    fs::path folder = path.parent_path().empty() ? fs::path(".") : path.parent_path();
+    // Folders this run creates are removed again if it fails.
+    for (fs::path f = fs::absolute(folder); !f.empty() && !fs::exists(f, ec); f = f.parent_path())
+      created_.push_back(f);
+    fs::create_directories(folder, ec);
+    if (ec) {
+      for (const auto& made : created_) fs::remove(made, ec);
+      throw io_error(folder, "cannot create output folder: " + ec.message());
+    }
   }
 }
 

@@ -147,6 +147,7 @@ struct Plan {
   std::vector<fs::path> models;  // one per input: _ctx.onnx, or _<phase>.onnx with --stop-after
   fs::path binary;               // empty when nothing but models is written
   fs::path external;             // the external initializers file, if any
+  fs::path report;               // the JSON report, if any
 };
 
 Plan plan_outputs(const std::vector<fs::path>& inputs, const CompileOptions& options, const Backend& backend) {
@@ -160,12 +161,13 @@ Plan plan_outputs(const std::vector<fs::path>& inputs, const CompileOptions& opt
   std::string bin_stem = !options.output_file.empty() ? file_stem(options.output_file) : file_stem(inputs.front());
   if (!options.embed && !options.stop_after) plan.binary = plan.folder / (bin_stem + "_" + backend.name() + ".bin");
   if (!options.external_initializers_file.empty()) plan.external = plan.folder / options.external_initializers_file;
+  plan.report = options.report_file;
   return plan;
 }
 
 std::vector<fs::path> planned_paths(const Plan& plan) {
   std::vector<fs::path> paths = plan.models;
-  for (const auto& p : {plan.binary, plan.external})
+  for (const auto& p : {plan.binary, plan.external, plan.report})
     if (!p.empty()) paths.push_back(p);
   return paths;
 }
@@ -386,6 +388,14 @@ RunSummary compile_models(const std::vector<fs::path>& inputs, const CompileOpti
     summary.external_weights = external->store().stats();
   }
   timer.lap("write models");
+  if (!plan.report.empty()) {
+    // The report describes the other outputs, so it is written last; it lands with them or not at all.
+    summary.outputs = outputs.written();
+    std::string json = report_json(summary).dump(2) + "\n";
+    OutputFile& file = outputs.open(plan.report);
+    file.write(reinterpret_cast<const uint8_t*>(json.data()), json.size());
+    outputs.finished(file.finish(plan.report));
+  }
   outputs.commit();
   summary.outputs = outputs.written();
   return summary;

@@ -100,6 +100,21 @@ TEST_F(BadInput, FifoIsNotAModel) {
   EXPECT_EQ(r.exit_code, 3) << r.output;
 }
 
+// The report is one of the outputs: planned and checked with them, written with them or not at all.
+TEST_F(BadInput, ReportNeverReplacesAFile) {
+  fs::path model = copy_model("cnn.onnx", dir_ / "m");
+  std::string before = read_file(model);
+  fails(quote(model) + " --report " + quote(model), 2, "an output would overwrite an input model");
+  EXPECT_EQ(read_file(model), before) << "the input model is intact";
+  fails(quote(model) + " --report " + quote(out_ / "cnn_ctx.onnx"), 2, "two outputs would both be written to");
+  write_file(dir_ / "old.json", "keep me");
+  fails(quote(model) + " --report " + quote(dir_ / "old.json"), 5, "old.json: output exists already");
+  EXPECT_EQ(read_file(dir_ / "old.json"), "keep me");
+  // A failure after the plan (nothing to compile) leaves neither the report nor its new folder.
+  fails(quote(copy_model("unsupported.onnx", dir_ / "m")) + " --report " + quote(out_ / "new" / "r.json"), 4, "nothing to compile");
+  EXPECT_FALSE(fs::exists(out_ / "new"));
+}
+
 TEST_F(BadInput, InvalidOptionValues) {
   fs::path model = copy_model("dynamic.onnx", dir_ / "m");
   fails(quote(model) + " --fix-dim batch", 2, "--fix-dim 'batch': expected [MODEL:]NAME=VALUE");
