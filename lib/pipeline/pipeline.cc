@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <set>
 #include <optional>
 #include <unordered_set>
 
@@ -197,6 +198,22 @@ const Backend& find_backend(const BackendRegistry& backends, const std::string& 
   throw Error(ErrorCode::kUsage, "unknown backend '" + name + "' (available: " + known + ")");
 }
 
+// An output that is a file a loaded model reads (its external data) would be replaced under it; the
+// check is by file identity, so no spelling of the path slips through.
+void check_not_read(const Job& job, const std::vector<fs::path>& planned) {
+  std::set<fs::path> read;
+  for (const auto& w : job.model.weights)
+    if (w.data.file) read.insert(w.data.file->path());
+  for (const auto& out : planned) {
+    std::error_code ec;
+    if (!fs::exists(out, ec)) continue;
+    for (const auto& file : read)
+      if (fs::equivalent(out, file, ec))
+        throw Error(ErrorCode::kUsage, out.string() + ": an output would overwrite " + file.string() + ", which " +
+                                           job.model.path.string() + " reads its weights from");
+  }
+}
+
 // ---- the phases ---------------------------------------------------------------------------------
 
 void phase_load(Job& job, const fs::path& input, const LoadOptions& load) {
@@ -320,6 +337,7 @@ RunSummary compile_models(const std::vector<fs::path>& inputs, const CompileOpti
     job.output = plan.models[m];
     std::string label = inputs[m].filename().string();
     phase_load(job, inputs[m], options.per_model.empty() ? LoadOptions{} : options.per_model.at(m));
+    check_not_read(job, planned_paths(plan));
     timer.lap("load " + label);
     if (stops_at(Phase::kLoad)) continue;
     phase_specialise(job);

@@ -115,6 +115,22 @@ TEST_F(BadInput, ReportNeverReplacesAFile) {
   EXPECT_FALSE(fs::exists(out_ / "new"));
 }
 
+// Outputs are checked against the files the input models read, by identity: the weights file of
+// a model with external data is never replaced, however it is named.
+TEST_F(BadInput, OutputsNeverReplaceAnInputsWeights) {
+  fs::path model = copy_model("external.onnx", dir_ / "m");
+  fs::path weights = dir_ / "m" / "external.weights";
+  std::string before = read_file(weights);
+  fails(quote(model) + " --force --external-initializers-file ../m/external.weights", 2, "--external-initializers-file");
+  fs::create_symlink(weights, out_ / "alias.weights");
+  auto r = ctxgen("compile " + quote(model) + " --force --external-initializers-file alias.weights --output-dir " + quote(out_));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("which " + model.string() + " reads its weights from"), std::string::npos) << r.output;
+  EXPECT_EQ(read_file(weights), before);
+  EXPECT_TRUE(fs::is_symlink(out_ / "alias.weights"));
+  EXPECT_EQ(std::distance(fs::directory_iterator(out_), fs::directory_iterator()), 1) << "nothing but the link";
+}
+
 TEST_F(BadInput, InvalidOptionValues) {
   fs::path model = copy_model("dynamic.onnx", dir_ / "m");
   fails(quote(model) + " --fix-dim batch", 2, "--fix-dim 'batch': expected [MODEL:]NAME=VALUE");
