@@ -47,7 +47,7 @@ int print_verification(const ctxgen::verify::Result& result, bool as_json) {
       outputs.push_back({{"model", o.model.string()}, {"output", o.output}, {"max_abs_diff", o.difference.max_abs},
                          {"max_rel_diff", o.difference.max_rel}, {"ok", o.difference.within},
                          {"problem", o.difference.problem}});
-    std::cout << nlohmann::json{{"checks", result.checks}, {"outputs", outputs}, {"ok", result.ok()}}.dump(2) << "\n";
+    std::cout << ctxgen::json_text(nlohmann::json{{"checks", result.checks}, {"outputs", outputs}, {"ok", result.ok()}}, 2) << "\n";
   } else {
     for (const auto& c : result.checks) std::cout << "ok  " << c << "\n";
     for (const auto& o : result.outputs) {
@@ -158,7 +158,7 @@ int main(int argc, char** argv) {
     }
     if (*inspect) {
       auto inspected = ctxgen::inspect_json(inspect_path);
-      std::cout << (inspect_as_json ? inspected.dump(2) + "\n" : ctxgen::inspect_text(inspected));
+      std::cout << (inspect_as_json ? ctxgen::json_text(inspected, 2) + "\n" : ctxgen::inspect_text(inspected));
       return 0;
     }
 #ifdef CTXGEN_WITH_VERIFY

@@ -12,6 +12,12 @@ namespace ctxgen {
 
 // Metadata key under which an EPContext model records why each node stayed on CPU (JSON list).
 inline constexpr const char* kFallbackMetadataKey = "ctxgen.cpu_nodes";
+
+// JSON text of `j`; bytes that are not UTF-8 (a file or tensor name in another encoding) become
+// U+FFFD instead of failing the run.
+inline std::string json_text(const nlohmann::json& j, int indent = -1) {
+  return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+}
 // What the specialise stage did to the model: node counts and folded nodes by op (inspect shows it).
 inline constexpr const char* kSpecialisedMetadataKey = "ctxgen.specialised";
 

@@ -124,22 +124,22 @@ void record_fallbacks(onnx::ModelProto& out, const Job& job) {
   }
   auto* kv = out.add_metadata_props();
   kv->set_key(kFallbackMetadataKey);
-  kv->set_value(list.dump());
+  kv->set_value(json_text(list));
   kv = out.add_metadata_props();
   kv->set_key(kSpecialisedMetadataKey);
-  kv->set_value(nlohmann::json{{"nodes_in_input", job.input_nodes},
+  kv->set_value(json_text(nlohmann::json{{"nodes_in_input", job.input_nodes},
                                {"nodes_folded", job.specialised.folded_nodes},
                                {"nodes_removed", job.specialised.removed_nodes},
                                {"branches_inlined", job.specialised.inlined_branches},
                                {"folded_by_op", job.specialised.folded_by_op}}
-                    .dump());
+                    ));
   if (job.model.fixed_values.empty()) return;
   // The values as given (and accepted by load): text keeps int64 exact and nan/inf intact.
   nlohmann::json fixed = nlohmann::json::object();
   for (const auto& [name, value] : job.model.fixed_values) fixed[name] = {{"dims", value.dims}, {"values", value.values}};
   kv = out.add_metadata_props();
   kv->set_key(kFixedValuesMetadataKey);
-  kv->set_value(fixed.dump());
+  kv->set_value(json_text(fixed));
 }
 
 // Where every output goes; planned before any work so a clash or an existing file fails fast.
@@ -409,7 +409,7 @@ RunSummary compile_models(const std::vector<fs::path>& inputs, const CompileOpti
   if (!plan.report.empty()) {
     // The report describes the other outputs, so it is written last; it lands with them or not at all.
     summary.outputs = outputs.written();
-    std::string json = report_json(summary).dump(2) + "\n";
+    std::string json = json_text(report_json(summary), 2) + "\n";
     OutputFile& file = outputs.open(plan.report);
     file.write(reinterpret_cast<const uint8_t*>(json.data()), json.size());
     outputs.finished(file.finish(plan.report));

@@ -237,3 +237,24 @@ TEST(Cli, ListsBackends) {
 
 }  // namespace
 }  // namespace ctxgen::testing
+
+namespace ctxgen::testing {
+namespace {
+
+// Names that are not UTF-8 (a file name, a prefix) are carried through; the JSON written about
+// them (report, metadata, inspect) shows U+FFFD instead of failing the run.
+TEST(Compile, NamesThatAreNotUtf8AreCarried) {
+  TempDir dir;
+  fs::path model = dir / "m\xff.onnx";
+  fs::copy_file(copy_model("islands.onnx", dir.path()), model);
+  auto r = ctxgen("compile " + quote(model) + " --node-name-prefix '\xfe' --report " + quote(dir / "r.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(fs::exists(dir / "m\xff_ctx.onnx"));
+  auto report = nlohmann::json::parse(read_file(dir / "r.json"), nullptr, false);
+  ASSERT_FALSE(report.is_discarded()) << "the report is valid JSON";
+  r = ctxgen("inspect " + quote(dir / "m\xff_ctx.onnx") + " --json");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+}  // namespace
+}  // namespace ctxgen::testing
