@@ -331,6 +331,11 @@ def main():
     share_groups(outdir)
     modern(outdir)
     save(vad(), outdir, "vad.onnx")
+    # A stride of 0 made onnx 1.12's shape inference divide by zero (SIGFPE) before ctxgen saw it.
+    pool = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[0, 0])
+    save_unchecked(model(helper.make_graph([pool], "zero_stride", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])],
+                                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])),
+                   outdir, "bad/zero_stride.onnx")
 
 
 if __name__ == "__main__":

@@ -59,12 +59,16 @@ void check_versions(const fs::path& path, const onnx::ModelProto& model) {
                             std::to_string(kMaxOpset));
 }
 
-// Attributes that later opsets turned into inputs. onnx 1.12 cannot tell for opsets it does not
-// know, and for the others its messages do not say this; ONNX Runtime refuses such models.
-void check_moved_attributes(const fs::path& path, const onnx::ModelProto& model) {
-  int64_t opset = default_opset(model);
-  for (int i = 0; i < model.graph().node_size(); ++i) {
-    const auto& node = model.graph().node(i);
+// What ctxgen checks itself before onnx 1.12 sees the model: attributes that later opsets turned
+// into inputs (onnx cannot tell for opsets it does not know, and otherwise does not say so; ONNX
+// Runtime refuses such models), and window attributes its shape inference would divide by.
+void check_attributes(const fs::path& path, const onnx::GraphProto& graph, int64_t opset) {
+  for (int i = 0; i < graph.node_size(); ++i) {
+    const auto& node = graph.node(i);
+    for (const auto& a : node.attribute()) {
+      if (a.has_g()) check_attributes(path, a.g(), opset);
+      for (const auto& g : a.graphs()) check_attributes(path, g, opset);
+    }
     if (!(node.domain().empty() || node.domain() == "ai.onnx")) continue;
     const std::string& op = node.op_type();
     bool reduce = op.rfind("Reduce", 0) == 0;
@@ -76,6 +80,16 @@ void check_moved_attributes(const fs::path& path, const onnx::ModelProto& model)
       if (moved && a.name() == moved)
         throw invalid(path, "node " + describe_node(node, static_cast<size_t>(i)) + ": at opset " + std::to_string(opset) +
                                 " '" + moved + "' is an input, not an attribute");
+    // onnx 1.12's shape inference divides by these without checking (a stride of 0 is a SIGFPE).
+    static const std::set<std::string> kWindowed = {"Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool",
+                                                    "ConvInteger", "QLinearConv", "MaxUnpool"};
+    if (!kWindowed.count(op)) continue;
+    for (const auto& a : node.attribute())
+      if (a.name() == "strides" || a.name() == "dilations" || a.name() == "kernel_shape")
+        for (int64_t v : a.ints())
+          if (v < 1)
+            throw invalid(path, "node " + describe_node(node, static_cast<size_t>(i)) + ": attribute '" + a.name() +
+                                    "' holds " + std::to_string(v) + "; every value must be at least 1");
   }
 }
 
@@ -575,7 +589,7 @@ Model load_model(const fs::path& path, const LoadOptions& options) {
   model.proto = parse(path);
   auto& proto = *model.proto;
   check_versions(path, proto);
-  check_moved_attributes(path, proto);
+  check_attributes(path, proto.graph(), default_opset(proto));
   reject_compiled(path, proto.graph());
   drop_initializer_inputs(proto);
   hoist_constants(*proto.mutable_graph());

@@ -131,6 +131,11 @@ TEST_F(BadInput, OutputsNeverReplaceAnInputsWeights) {
   EXPECT_EQ(std::distance(fs::directory_iterator(out_), fs::directory_iterator()), 1) << "nothing but the link";
 }
 
+TEST_F(BadInput, ZeroStrideIsRefusedNotASignal) {
+  fails(quote(generated_models() / "bad" / "zero_stride.onnx"), 3,
+        "(MaxPool): attribute 'strides' holds 0; every value must be at least 1");
+}
+
 TEST_F(BadInput, InvalidOptionValues) {
   fs::path model = copy_model("dynamic.onnx", dir_ / "m");
   fails(quote(model) + " --fix-dim batch", 2, "--fix-dim 'batch': expected [MODEL:]NAME=VALUE");
