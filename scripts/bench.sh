@@ -35,7 +35,7 @@ dd if="$work/prefill.weights" of="$floor_file" bs=64M conv=fsync status=none
 t1=$(now)
 rm -f "$floor_file"
 
-rm -rf "$out"
+rm -rf "$out" "$work/report.json"
 /usr/bin/time -f "%e %M" -o "$work/time.txt" \
   "$ctxgen" share "$work/prefill.onnx,$work/decode.onnx" --output-dir "$out" --report "$work/report.json" -q
 read -r ctx_seconds rss_kb <"$work/time.txt"
