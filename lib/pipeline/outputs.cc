@@ -1,6 +1,7 @@
 #include "outputs.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -15,6 +16,16 @@ namespace {
 
 Error io_error(const fs::path& path, const std::string& what) {
   return Error(ErrorCode::kIo, path.string() + ": " + what);
+}
+
+// Temporaries are ".<file>.ctxgen-<pid>.tmp" (OutputSet::temp_for).
+bool is_temporary(const std::string& name) {
+  auto mark = name.rfind(".ctxgen-");
+  if (name.empty() || name[0] != '.' || mark == std::string::npos || name.size() < 4 ||
+      name.compare(name.size() - 4, 4, ".tmp") != 0)
+    return false;
+  std::string pid = name.substr(mark + 8, name.size() - 4 - (mark + 8));
+  return !pid.empty() && pid.find_first_not_of("0123456789") == std::string::npos;
 }
 
 }  // namespace
@@ -82,14 +93,44 @@ OutputSet::OutputSet(std::vector<fs::path> paths, bool force) : paths_(std::move
       throw io_error(folder, "cannot create output folder: " + ec.message());
     }
   }
+  try {
+    for (const auto& path : paths_) lock(path.parent_path().empty() ? fs::path(".") : path.parent_path());
+  } catch (const Error&) {
+    // The destructor does not run for a constructor that throws. Folders are left: the run that
+    // holds the lock may have made them at the same moment, and uses them.
+    for (const auto& [folder, fd] : locks_) ::close(fd);
+    throw;
+  }
+}
+
+// One run at a time per output folder: two runs into one folder could leave models of one beside
+// the binary of the other. Holding the lock, any temporary in the folder is a leftover of a run
+// that was killed, and is removed.
+void OutputSet::lock(const fs::path& folder) {
+  std::error_code ec;
+  for (const auto& [held, fd] : locks_)
+    if (fs::equivalent(held, folder, ec)) return;
+  int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw io_error(folder, std::string("cannot open output folder: ") + std::strerror(errno));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    int err = errno;
+    ::close(fd);
+    throw io_error(folder, err == EWOULDBLOCK ? "another ctxgen run is writing into this folder; run again when it is done"
+                                              : std::string("cannot lock output folder: ") + std::strerror(err));
+  }
+  locks_.emplace_back(folder, fd);
+  for (const auto& e : fs::directory_iterator(folder, ec))
+    if (is_temporary(e.path().filename().string())) fs::remove(e.path(), ec);
 }
 
 OutputSet::~OutputSet() {
-  if (committed_) return;
-  std::error_code ec;
-  files_.clear();  // closes the temporaries before they are removed
-  for (const auto& path : paths_) fs::remove(temp_for(path), ec);
-  for (const auto& folder : created_) fs::remove(folder, ec);  // innermost first; only if empty
+  if (!committed_) {
+    std::error_code ec;
+    files_.clear();  // closes the temporaries before they are removed
+    for (const auto& path : paths_) fs::remove(temp_for(path), ec);
+    for (const auto& folder : created_) fs::remove(folder, ec);  // innermost first; only if empty
+  }
+  for (const auto& [folder, fd] : locks_) ::close(fd);  // releases the lock
 }
 
 fs::path OutputSet::temp_for(const fs::path& path) const {

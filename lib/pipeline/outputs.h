@@ -37,7 +37,9 @@ class OutputFile {
 
 class OutputSet {
  public:
-  // Refuses (Error kOutputExists) any planned path that exists unless `force`; creates folders.
+  // Refuses (Error kOutputExists) any planned path that exists unless `force`; creates folders;
+  // locks each output folder for this run (Error kIo when another run holds it) and removes the
+  // temporaries killed runs left there.
   OutputSet(std::vector<std::filesystem::path> paths, bool force);
   ~OutputSet();  // removes temporaries that were not committed
 
@@ -50,10 +52,12 @@ class OutputSet {
 
  private:
   std::filesystem::path temp_for(const std::filesystem::path& path) const;
+  void lock(const std::filesystem::path& folder);
   std::vector<std::filesystem::path> paths_;
   std::vector<std::unique_ptr<OutputFile>> files_;
   std::vector<OutputSummary> written_;
   std::vector<std::filesystem::path> created_;  // folders this run created, innermost first
+  std::vector<std::pair<std::filesystem::path, int>> locks_;  // output folders this run holds (flock)
   bool committed_ = false;
 };
 

@@ -241,6 +241,20 @@ TEST(Cli, ListsBackends) {
 namespace ctxgen::testing {
 namespace {
 
+// A run killed mid-write (kill -9) leaves hidden temporaries; the next run into the folder, which
+// holds the folder's lock, knows nobody else owns them and removes them. Other hidden files stay.
+TEST(Compile, LeftoverTemporariesOfKilledRunsAreRemoved) {
+  TempDir dir;
+  fs::path model = copy_model("cnn.onnx", dir / "m");
+  fs::create_directories(dir / "out");
+  write_file(dir / "out" / ".cnn_ctx.onnx.ctxgen-4242.tmp", "half written");
+  write_file(dir / "out" / ".cnn_ref.bin.ctxgen-77.tmp", "half written");
+  write_file(dir / "out" / ".keep", "the user's");
+  auto r = ctxgen("compile " + quote(model) + " --output-dir " + quote(dir / "out"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(files_in(dir / "out"), (std::set<std::string>{".keep", "cnn_ctx.onnx", "cnn_ref.bin"}));
+}
+
 // Names that are not UTF-8 (a file name, a prefix) are carried through; the JSON written about
 // them (report, metadata, inspect) shows U+FFFD instead of failing the run.
 TEST(Compile, NamesThatAreNotUtf8AreCarried) {

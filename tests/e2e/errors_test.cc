@@ -1,7 +1,10 @@
 // Bad input: a one-line error naming the file and the problem, a documented exit code, and no
 // output file left behind.
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 
@@ -134,6 +137,16 @@ TEST_F(BadInput, OutputsNeverReplaceAnInputsWeights) {
 TEST_F(BadInput, ZeroStrideIsRefusedNotASignal) {
   fails(quote(generated_models() / "bad" / "zero_stride.onnx"), 3,
         "(MaxPool): attribute 'strides' holds 0; every value must be at least 1");
+}
+
+// One run per output folder: a second one is refused while the first holds the folder.
+TEST_F(BadInput, AFolderAnotherRunWritesIntoIsRefused) {
+  fs::create_directories(out_);
+  int fd = ::open(out_.c_str(), O_RDONLY | O_DIRECTORY);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX), 0);  // as a running ctxgen holds it
+  fails(quote(copy_model("cnn.onnx", dir_ / "m")), 6, "another ctxgen run is writing into this folder");
+  ::close(fd);
 }
 
 TEST_F(BadInput, InvalidOptionValues) {
