@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include <onnx/onnx_pb.h>
@@ -96,6 +97,14 @@ struct Model {
 // inference. Throws Error(kInvalidModel) naming the file and the problem.
 Model load_model(const std::filesystem::path& path, const LoadOptions& options = {});
 
+// The ValueType a declared type gives (tensor types only; other types are unknown).
+ValueType value_type_of(const onnx::TypeProto& type);
+
+// The default ONNX domain, spelled "" or "ai.onnx".
+inline bool is_onnx_domain(const std::string& domain) { return domain.empty() || domain == "ai.onnx"; }
+// The default-domain opset a model imports (0 when it imports none).
+int64_t default_opset(const onnx::ModelProto& model);
+
 // A node's name, or "#<index>" when it has none.
 std::string node_label(const onnx::NodeProto& node, size_t index);
 // Names a node for messages: "'conv_3' (Conv)", or "#12 (Conv)" when it has no name.
@@ -103,6 +112,9 @@ std::string describe_node(const onnx::NodeProto& node, size_t index);
 
 // Every value a node reads, including the outer-scope values its subgraphs read implicitly.
 std::vector<std::string> node_reads(const onnx::NodeProto& node);
+// The names an initializer of `graph` must have to matter: read by a node, a graph output, or a
+// graph input it gives a default value.
+std::unordered_set<std::string> names_in_use(const onnx::GraphProto& graph);
 
 size_t element_size(int32_t dtype);  // 0 for types without a fixed size (string)
 std::string dtype_name(int32_t dtype);
@@ -110,6 +122,12 @@ std::string dtype_name(int32_t dtype);
 // A numeric tensor's data as little-endian raw bytes, from raw_data or its typed fields. Throws
 // Error(kInvalidModel) for external or string data, or bytes that do not match dims and type.
 std::vector<uint8_t> tensor_bytes(const onnx::TensorProto& tensor);
+
+// A tensor of `elem_type` (float, double, int32, int64, bool) and `dims` holding values given as
+// text, as --fix-value takes them. Throws Error(kUsage) naming `what` for text that is not a
+// whole value of the type, or another type.
+onnx::TensorProto tensor_of_values(int32_t elem_type, const std::vector<int64_t>& dims, const std::vector<std::string>& texts,
+                                   const std::string& what);
 
 // The Model::weights index a tensor refers to, or -1 when it holds its own bytes.
 int64_t weight_ref(const onnx::TensorProto& tensor);

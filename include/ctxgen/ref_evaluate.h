@@ -19,9 +19,8 @@ struct Evaluated {
   std::optional<std::vector<uint8_t>> bytes;  // the value of a single-output node whose inputs are constants
 };
 
-// nullopt when ref does not take the node (the reason is in `why`). The value is computed only
-// when it is at most `max_bytes` long.
-std::optional<Evaluated> evaluate(const Model& model, const onnx::NodeProto& node, uint64_t max_bytes,
-                                  std::string* why);
+// nullopt when ref does not take the node. The value is computed only when it is at most
+// `max_bytes` long.
+std::optional<Evaluated> evaluate(const Model& model, const onnx::NodeProto& node, uint64_t max_bytes);
 
 }  // namespace ctxgen::ref

@@ -156,11 +156,7 @@ onnx::ModelProto build_epcontext_model(const Model& model, const PartitionPlan& 
 
   // Keep an initializer only if something left in the graph reads it (or it is a graph output or
   // an overridable input); weights only compiled partitions read live in the context binary.
-  std::unordered_set<std::string> needed;
-  for (const auto& node : g.node())
-    for (const auto& value : node_reads(node)) needed.insert(value);
-  for (const auto& v : src.output()) needed.insert(v.name());
-  for (const auto& v : src.input()) needed.insert(v.name());
+  auto needed = names_in_use(g);
   for (const auto& t : src.initializer())
     if (needed.count(t.name())) *g.add_initializer() = t;
   for (const auto& t : src.sparse_initializer())

@@ -43,12 +43,6 @@ constexpr int64_t kOnnxOpset = 17;
 // Domain onnx's checker and shape inference skip: nodes they would misread are moved there.
 constexpr const char* kUncheckedDomain = "ctxgen.unchecked";
 
-int64_t default_opset(const onnx::ModelProto& model) {
-  for (const auto& op : model.opset_import())
-    if (op.domain().empty() || op.domain() == "ai.onnx") return op.version();
-  return 0;
-}
-
 void check_versions(const fs::path& path, const onnx::ModelProto& model) {
   if (model.ir_version() > kMaxIrVersion)
     throw invalid(path, "IR version " + std::to_string(model.ir_version()) + " is newer than ONNX Runtime 1.29 reads (up to " +
@@ -69,7 +63,7 @@ void check_attributes(const fs::path& path, const onnx::GraphProto& graph, int64
       if (a.has_g()) check_attributes(path, a.g(), opset);
       for (const auto& g : a.graphs()) check_attributes(path, g, opset);
     }
-    if (!(node.domain().empty() || node.domain() == "ai.onnx")) continue;
+    if (!is_onnx_domain(node.domain())) continue;
     const std::string& op = node.op_type();
     bool reduce = op.rfind("Reduce", 0) == 0;
     const char* moved = nullptr;
@@ -111,8 +105,7 @@ bool changed_after_onnx(const std::string& op) {
 // whose semantics changed after 17 (in a model beyond 17), and ops of domains it has no schema
 // for (com.microsoft ...), are unknown to it.
 bool known_to_onnx(const onnx::NodeProto& node, bool beyond) {
-  bool onnx_domain = node.domain().empty() || node.domain() == "ai.onnx";
-  if (!onnx_domain) return onnx::OpSchemaRegistry::Schema(node.op_type(), 1 << 20, node.domain()) != nullptr;
+  if (!is_onnx_domain(node.domain())) return onnx::OpSchemaRegistry::Schema(node.op_type(), 1 << 20, node.domain()) != nullptr;
   if (beyond && changed_after_onnx(node.op_type())) return false;
   return onnx::OpSchemaRegistry::Schema(node.op_type(), static_cast<int>(kOnnxOpset), "") != nullptr;
 }
@@ -128,7 +121,7 @@ class OnnxView {
     bool beyond = beyond_onnx(model);
     for (auto& op : *model.mutable_opset_import()) {
       opsets_.push_back(op.version());
-      if (beyond && (op.domain().empty() || op.domain() == "ai.onnx") && op.version() > kOnnxOpset)
+      if (beyond && is_onnx_domain(op.domain()) && op.version() > kOnnxOpset)
         op.set_version(kOnnxOpset);
     }
     if (beyond) model.set_ir_version(std::min<int64_t>(model.ir_version(), kOnnxIrVersion));
@@ -225,7 +218,7 @@ void drop_initializer_inputs(onnx::ModelProto& model) {
 // A Constant node with a numeric tensor value becomes an initializer of its graph, so every weight
 // has one representation the later stages handle.
 bool constant_tensor(const onnx::NodeProto& node, onnx::TensorProto& out) {
-  if (node.op_type() != "Constant" || !(node.domain().empty() || node.domain() == "ai.onnx") ||
+  if (node.op_type() != "Constant" || !is_onnx_domain(node.domain()) ||
       node.output_size() != 1)
     return false;
   for (const auto& a : node.attribute()) {
@@ -318,6 +311,41 @@ void apply_shapes(const fs::path& path, onnx::GraphProto& graph, const LoadOptio
   }
 }
 
+}  // namespace
+
+onnx::TensorProto tensor_of_values(int32_t elem_type, const std::vector<int64_t>& dims, const std::vector<std::string>& texts,
+                                   const std::string& what) {
+  onnx::TensorProto t;
+  t.set_data_type(elem_type);
+  for (int64_t d : dims) t.add_dims(d);
+  for (const auto& text : texts) {
+    size_t used = 0;
+    try {
+      switch (elem_type) {
+        case onnx::TensorProto::FLOAT: t.add_float_data(std::stof(text, &used)); break;
+        case onnx::TensorProto::DOUBLE: t.add_double_data(std::stod(text, &used)); break;
+        case onnx::TensorProto::INT64: t.add_int64_data(std::stoll(text, &used)); break;
+        case onnx::TensorProto::INT32: t.add_int32_data(std::stoi(text, &used)); break;
+        case onnx::TensorProto::BOOL: {
+          bool known = text == "0" || text == "1" || text == "true" || text == "false";
+          if (known) t.add_int32_data(text == "1" || text == "true" ? 1 : 0);
+          used = known ? text.size() : std::string::npos;
+          break;
+        }
+        default:
+          throw Error(ErrorCode::kUsage, what + ": inputs of element type " + dtype_name(elem_type) +
+                                             " cannot be fixed (float, double, int32, int64, bool can)");
+      }
+    } catch (const std::logic_error&) {
+      used = std::string::npos;
+    }
+    if (used != text.size()) throw Error(ErrorCode::kUsage, what + ": '" + text + "' is not a " + dtype_name(elem_type) + " value");
+  }
+  return t;
+}
+
+namespace {
+
 // --fix-value: the input leaves the graph's inputs and becomes an initializer holding the values,
 // typed as the input is; a static input shape must hold exactly that many values.
 void apply_values(const fs::path& path, onnx::GraphProto& graph, const LoadOptions& options, Model& model) {
@@ -328,49 +356,25 @@ void apply_values(const fs::path& path, onnx::GraphProto& graph, const LoadOptio
     if (it == inputs->end()) throw Error(ErrorCode::kUsage, what + ": the model has no input of that name" + scope_hint(name));
     if (!it->type().has_tensor_type()) throw Error(ErrorCode::kUsage, what + ": the input is not a tensor");
     const auto& type = it->type().tensor_type();
-    onnx::TensorProto t;
-    t.set_name(name);
-    t.set_data_type(type.elem_type());
     auto count = static_cast<int64_t>(texts.size());
     bool declared = type.has_shape() && std::all_of(type.shape().dim().begin(), type.shape().dim().end(),
                                                     [](const auto& d) { return d.has_dim_value(); });
-    int64_t want = 1;
-    for (const auto& d : type.shape().dim()) want *= d.has_dim_value() ? d.dim_value() : 1;
+    std::vector<int64_t> dims;
     if (declared) {
+      int64_t want = 1;
+      for (const auto& d : type.shape().dim()) want *= d.dim_value();
       if (want != count)
         throw Error(ErrorCode::kUsage, what + ": the input holds " + std::to_string(want) + " values, " +
                                            std::to_string(count) + " given");
-      for (const auto& d : type.shape().dim()) t.add_dims(d.dim_value());
+      for (const auto& d : type.shape().dim()) dims.push_back(d.dim_value());
     } else if (type.has_shape() && type.shape().dim_size() > 1) {
       throw Error(ErrorCode::kUsage, what + ": the input has dynamic dims of rank " + std::to_string(type.shape().dim_size()) +
                                          "; give its shape with --input-shape " + name + "=... first");
     } else if (count != 1 || (type.has_shape() && type.shape().dim_size() == 1)) {
-      t.add_dims(count);
+      dims.push_back(count);
     }
-    for (const auto& text : texts) {
-      size_t used = 0;
-      try {
-        switch (type.elem_type()) {
-          case onnx::TensorProto::FLOAT: t.add_float_data(std::stof(text, &used)); break;
-          case onnx::TensorProto::DOUBLE: t.add_double_data(std::stod(text, &used)); break;
-          case onnx::TensorProto::INT64: t.add_int64_data(std::stoll(text, &used)); break;
-          case onnx::TensorProto::INT32: t.add_int32_data(std::stoi(text, &used)); break;
-          case onnx::TensorProto::BOOL: {
-            bool known = text == "0" || text == "1" || text == "true" || text == "false";
-            if (known) t.add_int32_data(text == "1" || text == "true" ? 1 : 0);
-            used = known ? text.size() : std::string::npos;
-            break;
-          }
-          default:
-            throw Error(ErrorCode::kUsage, what + ": inputs of element type " + dtype_name(type.elem_type()) +
-                                               " cannot be fixed (float, double, int32, int64, bool can)");
-        }
-      } catch (const std::logic_error&) {
-        used = std::string::npos;
-      }
-      if (used != text.size())
-        throw Error(ErrorCode::kUsage, what + ": '" + text + "' is not a " + dtype_name(type.elem_type()) + " value");
-    }
+    onnx::TensorProto t = tensor_of_values(type.elem_type(), dims, texts, what);
+    t.set_name(name);
     inputs->erase(it);
     model.fixed_values[name] = {std::vector<int64_t>(t.dims().begin(), t.dims().end()), texts};
     // An initializer of the same name was the input's default value: the fixed value replaces it.
@@ -427,18 +431,6 @@ void check(const fs::path& path, const onnx::ModelProto& proto) {
     while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
     throw invalid(path, "invalid ONNX model: " + msg);
   }
-}
-
-ValueType type_of(const onnx::TypeProto& type) {
-  ValueType vt;
-  if (!type.has_tensor_type()) return vt;
-  vt.elem_type = type.tensor_type().elem_type();
-  if (type.tensor_type().has_shape()) {
-    std::vector<int64_t> dims;
-    for (const auto& d : type.tensor_type().shape().dim()) dims.push_back(d.has_dim_value() ? d.dim_value() : -1);
-    vt.dims = std::move(dims);
-  }
-  return vt;
 }
 
 // Resolves external-data locations inside the model's folder and maps each file once.
@@ -613,7 +605,7 @@ Model load_model(const fs::path& path, const LoadOptions& options) {
     model.value_types[t.name()] = vt;
   }
   for (const auto* list : {&graph.input(), &graph.value_info(), &graph.output()})
-    for (const auto& v : *list) model.value_types[v.name()] = type_of(v.type());
+    for (const auto& v : *list) model.value_types[v.name()] = value_type_of(v.type());
   log().debug("{}: {} nodes, {} weights, {} constants", path.string(), graph.node_size(), model.weights.size(),
               model.constants.size());
   return model;
@@ -638,6 +630,24 @@ int64_t weight_ref(const onnx::TensorProto& tensor) {
       tensor.external_data(0).key() != kWeightRefKey)
     return -1;
   return std::stoll(tensor.external_data(0).value());
+}
+
+ValueType value_type_of(const onnx::TypeProto& type) {
+  ValueType vt;
+  if (!type.has_tensor_type()) return vt;
+  vt.elem_type = type.tensor_type().elem_type();
+  if (type.tensor_type().has_shape()) {
+    std::vector<int64_t> dims;
+    for (const auto& d : type.tensor_type().shape().dim()) dims.push_back(d.has_dim_value() ? d.dim_value() : -1);
+    vt.dims = std::move(dims);
+  }
+  return vt;
+}
+
+int64_t default_opset(const onnx::ModelProto& model) {
+  for (const auto& op : model.opset_import())
+    if (is_onnx_domain(op.domain())) return op.version();
+  return 0;
 }
 
 std::string node_label(const onnx::NodeProto& node, size_t index) {
@@ -668,6 +678,15 @@ void collect_outer_reads(const onnx::GraphProto& g, std::set<std::string>& defin
   }
 }
 }  // namespace
+
+std::unordered_set<std::string> names_in_use(const onnx::GraphProto& graph) {
+  std::unordered_set<std::string> used;
+  for (const auto& node : graph.node())
+    for (const auto& value : node_reads(node)) used.insert(value);
+  for (const auto& v : graph.output()) used.insert(v.name());
+  for (const auto& v : graph.input()) used.insert(v.name());
+  return used;
+}
 
 std::vector<std::string> node_reads(const onnx::NodeProto& node) {
   std::vector<std::string> reads;

@@ -249,12 +249,9 @@ void phase_compile(Job& job, const Backend& backend, const std::string& stem, We
 onnx::ModelProto snapshot(const Job& job, Phase phase, const Backend& backend) {
   onnx::ModelProto out = *job.model.proto;
   // Constants folding left unread (their bytes may already be released) are not part of it.
-  std::unordered_set<std::string> read;
-  for (const auto& o : out.graph().output()) read.insert(o.name());
-  for (const auto& n : out.graph().node())
-    for (const auto& name : node_reads(n)) read.insert(name);
+  auto used = names_in_use(out.graph());
   auto* inits = out.mutable_graph()->mutable_initializer();
-  inits->erase(std::remove_if(inits->begin(), inits->end(), [&](const onnx::TensorProto& t) { return !read.count(t.name()); }),
+  inits->erase(std::remove_if(inits->begin(), inits->end(), [&](const onnx::TensorProto& t) { return !used.count(t.name()); }),
                inits->end());
   if (phase != Phase::kPartition) return out;
   auto* graph = out.mutable_graph();

@@ -46,7 +46,7 @@ void add_folded_weight(Model& model, const std::string& name, const ValueType& t
 
 // The branch an If with a constant condition takes, or nullptr.
 const onnx::GraphProto* taken_branch(const Model& model, const onnx::NodeProto& node) {
-  if (node.op_type() != "If" || !(node.domain().empty() || node.domain() == "ai.onnx") || node.input_size() != 1) return nullptr;
+  if (node.op_type() != "If" || !is_onnx_domain(node.domain()) || node.input_size() != 1) return nullptr;
   const Weight* cond = model.constant(node.input(0));
   if (!cond || cond->data.size != 1) return nullptr;
   const char* name = cond->data.data[0] != 0 ? "then_branch" : "else_branch";
@@ -109,11 +109,11 @@ void inline_branch(Model& model, int index, const onnx::GraphProto& taken, std::
   std::vector<onnx::NodeProto> forwards;
   for (int k = 0; k < branch.output_size() && k < node.output_size(); ++k) {
     const std::string& inner = branch.output(k).name();
-    if (auto it = rename.find(inner); it != rename.end() && it->second == node.output(k)) continue;
+    auto it = rename.find(inner);
+    if (it != rename.end() && it->second == node.output(k)) continue;
     onnx::NodeProto identity;
     identity.set_op_type("Identity");
     identity.set_name(node.name() + "/forward_" + std::to_string(k));
-    auto it = rename.find(inner);
     identity.add_input(it == rename.end() ? inner : it->second);
     identity.add_output(node.output(k));
     forwards.push_back(identity);
@@ -133,15 +133,8 @@ void inline_branch(Model& model, int index, const onnx::GraphProto& taken, std::
     *graph.add_initializer() = t;
   }
   for (const auto& v : branch.value_info()) {
-    if (!v.type().has_tensor_type()) continue;
-    ValueType vt;
-    vt.elem_type = v.type().tensor_type().elem_type();
-    if (v.type().tensor_type().has_shape()) {
-      vt.dims.emplace();
-      for (const auto& d : v.type().tensor_type().shape().dim()) vt.dims->push_back(d.has_dim_value() ? d.dim_value() : -1);
-    }
     auto it = rename.find(v.name());
-    model.value_types.emplace(it == rename.end() ? v.name() : it->second, vt);
+    model.value_types.emplace(it == rename.end() ? v.name() : it->second, value_type_of(v.type()));
   }
   google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
   for (int i = 0; i < graph.node_size(); ++i) {
@@ -158,13 +151,19 @@ void inline_branch(Model& model, int index, const onnx::GraphProto& taken, std::
   removed.insert(removed.begin() + index, added, false);
 }
 
-// Marks nodes whose outputs nothing live reads (no later node, no subgraph, no graph output).
-size_t remove_dead(const onnx::GraphProto& graph, std::vector<bool>& removed) {
+// How many live nodes (and graph outputs) read each value.
+std::unordered_map<std::string, size_t> count_readers(const onnx::GraphProto& graph, const std::vector<bool>& removed) {
   std::unordered_map<std::string, size_t> readers;
   for (const auto& out : graph.output()) ++readers[out.name()];
   for (int i = 0; i < graph.node_size(); ++i)
     if (!removed[static_cast<size_t>(i)])
       for (const auto& name : node_reads(graph.node(i))) ++readers[name];
+  return readers;
+}
+
+// Marks nodes whose outputs nothing live reads (no later node, no subgraph, no graph output).
+size_t remove_dead(const onnx::GraphProto& graph, std::vector<bool>& removed) {
+  auto readers = count_readers(graph, removed);
   size_t dead = 0;
   for (int i = graph.node_size(); i-- > 0;) {
     auto index = static_cast<size_t>(i);
@@ -178,16 +177,6 @@ size_t remove_dead(const onnx::GraphProto& graph, std::vector<bool>& removed) {
     for (const auto& name : node_reads(node)) --readers[name];
   }
   return dead;
-}
-
-// How many live nodes (and graph outputs) read each value.
-std::unordered_map<std::string, size_t> count_readers(const onnx::GraphProto& graph, const std::vector<bool>& removed) {
-  std::unordered_map<std::string, size_t> readers;
-  for (const auto& out : graph.output()) ++readers[out.name()];
-  for (int i = 0; i < graph.node_size(); ++i)
-    if (!removed[static_cast<size_t>(i)])
-      for (const auto& name : node_reads(graph.node(i))) ++readers[name];
-  return readers;
 }
 
 }  // namespace
@@ -227,7 +216,7 @@ SpecialiseSummary specialise(Model& model, const SpecialiseOptions& options) {
     std::optional<ref::Evaluated> result;
     try {
       uint64_t budget = options.max_total_folded_bytes > folded_bytes ? options.max_total_folded_bytes - folded_bytes : 0;
-      result = ref::evaluate(model, node, std::min(options.max_folded_bytes, budget), nullptr);
+      result = ref::evaluate(model, node, std::min(options.max_folded_bytes, budget));
     } catch (const Error& e) {
       // The model computes something invalid from constants (an index out of range, a division
       // by zero): left to run, and fail, as it would in ONNX Runtime.

@@ -3,7 +3,6 @@
 #include <optional>
 #include <random>
 #include <set>
-#include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
@@ -222,34 +221,13 @@ std::map<std::string, Model::FixedValue> fixed_values(const fs::path& model) {
 
 // A tensor of the original's input type holding the fixed values, parsed as load parsed them.
 Tensor fixed_input(const Ort::TypeInfo& type, const std::string& name, const Model::FixedValue& fixed) {
-  const std::vector<std::string>& values = fixed.values;
-  auto info = type.GetTensorTypeAndShapeInfo();
   Tensor t;
-  t.type = info.GetElementType();
+  t.type = type.GetTensorTypeAndShapeInfo().GetElementType();  // ORT's codes are ONNX's
   t.dims = fixed.dims;
-  int64_t count = 1;
-  for (int64_t d : t.dims) count *= d;
-  if (count != static_cast<int64_t>(values.size()))
-    throw Error(ErrorCode::kMismatch, "input '" + name + "': recorded fixed value has " + std::to_string(values.size()) +
-                                          " values for dims of " + std::to_string(count));
-  auto kind = element_kind(t.type);
-  if (!kind) throw Error(ErrorCode::kUsage, "input '" + name + "': element type " + std::to_string(t.type) + " cannot be fixed");
-  t.bytes.assign(values.size() * kind->size, 0);
-  for (size_t i = 0; i < values.size(); ++i) {
-    uint8_t* p = t.bytes.data() + i * kind->size;
-    const std::string& text = values[i];
-    try {
-      switch (t.type) {
-        case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: { float v = std::stof(text); std::memcpy(p, &v, 4); break; }
-        case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE: { double v = std::stod(text); std::memcpy(p, &v, 8); break; }
-        case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64: { int64_t v = std::stoll(text); std::memcpy(p, &v, 8); break; }
-        case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32: { int32_t v = std::stoi(text); std::memcpy(p, &v, 4); break; }
-        case ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL: *p = text == "1" || text == "true" ? 1 : 0; break;
-        default: throw Error(ErrorCode::kUsage, "input '" + name + "': element type " + std::to_string(t.type) + " cannot be fixed");
-      }
-    } catch (const std::logic_error&) {
-      throw Error(ErrorCode::kMismatch, "input '" + name + "': recorded fixed value '" + text + "' does not parse");
-    }
+  try {
+    t.bytes = tensor_bytes(tensor_of_values(static_cast<int32_t>(t.type), fixed.dims, fixed.values, "input '" + name + "'"));
+  } catch (const Error& e) {
+    throw Error(ErrorCode::kMismatch, std::string("recorded fixed value: ") + e.what());
   }
   return t;
 }

@@ -10,13 +10,11 @@
 
 namespace ctxgen::ref {
 
-std::optional<Evaluated> evaluate(const Model& model, const onnx::NodeProto& node, uint64_t max_bytes,
-                                  std::string* why) {
+std::optional<Evaluated> evaluate(const Model& model, const onnx::NodeProto& node, uint64_t max_bytes) {
   std::vector<refc::NormalisedNode> parts;
   try {
     parts = refc::normalise_all(model, node);
-  } catch (const refc::Refusal& r) {
-    if (why) *why = r.reason;
+  } catch (const refc::Refusal&) {
     return std::nullopt;
   }
   Evaluated result;

@@ -60,16 +60,6 @@ struct Draft {
   const Blob& weight(int32_t id) const { return *bytes[static_cast<size_t>(id)]; }
 };
 
-// A Reshape from `from` to `to`: a byte copy into a value of `dims`.
-ref::Op copy_op(int32_t from, int32_t to, std::vector<int64_t> dims) {
-  ref::Op copy;
-  copy.type = "Reshape";
-  copy.attrs = {ints_attr("shape", std::move(dims))};
-  copy.inputs = {from};
-  copy.outputs = {to};
-  return copy;
-}
-
 // ---- building from ONNX ------------------------------------------------------------------------
 
 class Lowerer {
@@ -153,9 +143,14 @@ class Lowerer {
     const std::string& name = partition_.outputs[position];
     int32_t source = read(name);
     if (draft_.value(source).kind != ValueKind::kOutput) {
-      const ref::Value& src = draft_.value(source);
+      ref::Value src = draft_.value(source);  // a copy: add() may move the values
       int32_t out = draft_.add(name, src.dtype, src.dims, ValueKind::kOutput, position);
-      draft_.program.ops.push_back(copy_op(source, out, src.dims));
+      ref::Op copy;
+      copy.type = "Reshape";
+      copy.attrs = {ints_attr("shape", src.dims)};
+      copy.inputs = {source};
+      copy.outputs = {out};
+      draft_.program.ops.push_back(std::move(copy));
       source = out;
     }
     draft_.program.outputs.push_back(source);

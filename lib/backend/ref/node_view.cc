@@ -23,17 +23,6 @@ std::string values_text(const std::vector<int64_t>& values) {
   return text + "]";
 }
 
-namespace {
-
-// Opset version of the default ONNX domain the model imports (0 when it imports none).
-int64_t default_opset(const onnx::ModelProto& model) {
-  for (const auto& op : model.opset_import())
-    if (op.domain().empty() || op.domain() == "ai.onnx") return op.version();
-  return 0;
-}
-
-}  // namespace
-
 int64_t element_count(const std::vector<int64_t>& dims) {
   int64_t n = 1;
   for (int64_t d : dims)
@@ -114,6 +103,27 @@ const onnx::TensorProto* NodeView::tensor_attr(const std::string& name) const {
   return &a->t();
 }
 
+Scalar scalar_of(int32_t dtype, const uint8_t* data, size_t size, const std::string& what) {
+  size_t element = element_size(dtype);
+  if (element == 0 || size != element) refuse(what + " is not a single element");
+  Scalar v;
+  switch (dtype) {
+    case onnx::TensorProto::FLOAT:
+      v.is_float = true;
+      std::memcpy(&v.f, data, 4);
+      return v;
+    case onnx::TensorProto::INT32: {
+      int32_t i;
+      std::memcpy(&i, data, 4);
+      v.i = i;
+      return v;
+    }
+    case onnx::TensorProto::INT64: std::memcpy(&v.i, data, 8); return v;
+    case onnx::TensorProto::BOOL: v.i = data[0] != 0 ? 1 : 0; return v;
+    default: refuse(what + " has element type " + dtype_name(dtype) + " (ref supports float32, int32, int64, bool)");
+  }
+}
+
 Scalar scalar_value(const onnx::TensorProto& tensor, const std::string& what) {
   std::vector<uint8_t> bytes;
   try {
@@ -121,24 +131,7 @@ Scalar scalar_value(const onnx::TensorProto& tensor, const std::string& what) {
   } catch (const Error& e) {
     refuse(what + ": " + e.what());
   }
-  size_t size = element_size(tensor.data_type());
-  if (size == 0 || bytes.size() != size) refuse(what + " is not a single element");
-  Scalar v;
-  switch (tensor.data_type()) {
-    case onnx::TensorProto::FLOAT:
-      v.is_float = true;
-      std::memcpy(&v.f, bytes.data(), 4);
-      return v;
-    case onnx::TensorProto::INT32: {
-      int32_t i;
-      std::memcpy(&i, bytes.data(), 4);
-      v.i = i;
-      return v;
-    }
-    case onnx::TensorProto::INT64: std::memcpy(&v.i, bytes.data(), 8); return v;
-    case onnx::TensorProto::BOOL: v.i = bytes[0] != 0 ? 1 : 0; return v;
-    default: refuse(what + " has element type " + dtype_name(tensor.data_type()) + " (ref supports float32, int32, int64, bool)");
-  }
+  return scalar_of(tensor.data_type(), bytes.data(), bytes.size(), what);
 }
 
 size_t NodeView::input_count() const {
@@ -255,12 +248,7 @@ std::vector<float> NodeView::const_floats(size_t i) const {
 Scalar NodeView::const_scalar(size_t i) const {
   const Weight* w = constant(i);
   if (!w) refuse(input_label(i) + " is not a constant");
-  // The weight's bytes, seen as the one-element tensor they are.
-  onnx::TensorProto t;
-  t.set_data_type(w->data.dtype);
-  for (int64_t d : w->data.dims) t.add_dims(d);
-  t.set_raw_data(w->data.data, w->data.size);
-  return scalar_value(t, input_label(i));
+  return scalar_of(w->data.dtype, w->data.data, w->data.size, input_label(i));
 }
 
 const std::string& NodeView::single_output(const std::string& extra_output_reason) const {

@@ -92,7 +92,9 @@ ref::DType ref_dtype(int32_t onnx_type, const std::string& what);
 std::vector<int64_t> static_dims(const Model& model, const std::string& name, const std::string& label,
                                  bool must_be_nonempty);
 
-// The one element of a numeric tensor (float32, int32, int64, bool), exactly; refuses others.
+// The one element of a numeric tensor (float32, int32, int64, bool), exactly, from its
+// little-endian bytes or its TensorProto; refuses other types and other sizes.
+Scalar scalar_of(int32_t dtype, const uint8_t* data, size_t size, const std::string& what);
 Scalar scalar_value(const onnx::TensorProto& tensor, const std::string& what);
 
 // Bounded so byte sizes derived from it cannot overflow; refuses beyond.

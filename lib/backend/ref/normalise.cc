@@ -783,17 +783,16 @@ NormalisedNode gather_elements(const NodeView& v) {
 NormalisedNode one_hot(const NodeView& v) {
   auto indices = v.typed_input(0);
   auto depth = v.const_scalar(1);
+  if (depth.is_float && !(depth.f >= 1 && depth.f < static_cast<float>(kMaxElements)))
+    refuse("depth " + std::to_string(depth.f) + " is not a count");
   int64_t d = depth.is_float ? static_cast<int64_t>(depth.f) : depth.i;
   const Weight* values = v.constant(2);
   if (!values) refuse("input 2 'values' is not a constant");
   ref::DType dtype = ref_dtype(values->data.dtype, "input 2 'values'");
   if (values->data.element_count() != 2) refuse("input 2 'values' does not hold [off, on]");
   auto element = [&](size_t k) {
-    onnx::TensorProto t;
-    t.set_data_type(values->data.dtype);
     size_t size = values->data.size / 2;
-    t.set_raw_data(values->data.data + k * size, size);
-    return scalar_value(t, "input 2 'values'");
+    return scalar_of(values->data.dtype, values->data.data + k * size, size, "input 2 'values'");
   };
   int64_t axis = normalise_axis(v.int_attr("axis", -1), static_cast<int64_t>(indices.dims.size()) + 1, "axis");
   return make(v, "OneHot", {v.input(0)},
@@ -920,6 +919,33 @@ const std::map<std::string, Rule>& rules() {
 // Ops with several outputs, lowered to one ref op per output.
 using MultiRule = std::vector<NormalisedNode> (*)(const NodeView&);
 
+// Builds the parts of a node that becomes several ref ops; values between them are internal,
+// named after the node's first output so they stay unique.
+class Parts {
+ public:
+  explicit Parts(const NodeView& v) : v_(v) {}
+  // Adds `type` reading `inputs` and writing `output`, one of the node's outputs, or a fresh
+  // internal value when `output` is empty; returns the value written.
+  std::string add(std::string type, std::vector<std::string> inputs, std::vector<ref::Attr> attrs, std::string output = {}) {
+    NormalisedNode n;
+    n.type = std::move(type);
+    n.inputs = std::move(inputs);
+    n.attrs = std::move(attrs);
+    n.internal = output.empty();
+    n.output = n.internal ? v_.output(0) + "/ctxgen_" + std::to_string(parts_.size()) : std::move(output);
+    parts_.push_back(n);
+    return n.output;
+  }
+  // The node's one output, written by the last part of a node that has only one.
+  std::string out() const { return v_.single_output(kNoExtraOutputs); }
+  std::vector<NormalisedNode> take() { return std::move(parts_); }
+
+ private:
+  const NodeView& v_;
+  std::vector<NormalisedNode> parts_;
+};
+
+
 // Split: one Slice per output, along `axis`, sizes from the `split` list or equal parts.
 std::vector<NormalisedNode> split(const NodeView& v) {
   auto x = v.typed_input(0).dims;
@@ -940,48 +966,21 @@ std::vector<NormalisedNode> split(const NodeView& v) {
   }
   if (static_cast<int64_t>(sizes.size()) != outputs || static_cast<int64_t>(v.output_count()) != outputs)
     refuse("split sizes " + values_text(sizes) + " do not match the " + std::to_string(v.output_count()) + " outputs");
-  std::vector<NormalisedNode> parts;
+  Parts parts(v);
   int64_t start = 0;
   for (size_t k = 0; k < sizes.size(); ++k) {
     if (sizes[k] < 0 || start + sizes[k] > x[axis]) refuse("split sizes " + values_text(sizes) + " exceed axis size " + std::to_string(x[axis]));
+    if (v.output(k).empty()) refuse("output " + std::to_string(k) + " is absent");
     std::vector<int64_t> starts(x.size(), 0), steps(x.size(), 1), out = x;
     starts[axis] = start;
     out[axis] = sizes[k];
-    NormalisedNode n;
-    n.type = "Slice";
-    n.inputs = {v.input(0)};
-    n.attrs = {ints_attr("starts", starts), ints_attr("steps", steps), ints_attr("sizes", out)};
-    n.output = v.output(k);
-    if (n.output.empty()) refuse("output " + std::to_string(k) + " is absent");
-    parts.push_back(std::move(n));
+    parts.add("Slice", {v.input(0)}, {ints_attr("starts", starts), ints_attr("steps", steps), ints_attr("sizes", out)},
+              v.output(k));
     start += sizes[k];
   }
   if (start != x[axis]) refuse("split sizes " + values_text(sizes) + " do not add up to axis size " + std::to_string(x[axis]));
-  return parts;
+  return parts.take();
 }
-
-// Builds the parts of a node that becomes several ref ops; values between them are internal,
-// named after the node's output so they stay unique.
-class Parts {
- public:
-  explicit Parts(const NodeView& v) : v_(v) {}
-  // Adds `type` reading `inputs`; returns the value it writes: the node's output when `last`.
-  std::string add(std::string type, std::vector<std::string> inputs, std::vector<ref::Attr> attrs, bool last) {
-    NormalisedNode n;
-    n.type = std::move(type);
-    n.inputs = std::move(inputs);
-    n.attrs = std::move(attrs);
-    n.internal = !last;
-    n.output = last ? v_.single_output(kNoExtraOutputs) : v_.output(0) + "/ctxgen_" + std::to_string(parts_.size());
-    parts_.push_back(n);
-    return n.output;
-  }
-  std::vector<NormalisedNode> take() { return std::move(parts_); }
-
- private:
-  const NodeView& v_;
-  std::vector<NormalisedNode> parts_;
-};
 
 // Sum of any number of inputs: a copy, or a chain of Adds.
 std::vector<NormalisedNode> sum(const NodeView& v) {
@@ -989,11 +988,12 @@ std::vector<NormalisedNode> sum(const NodeView& v) {
   for (size_t i = 0; i < v.input_count(); ++i) v.typed_input(i);
   Parts parts(v);
   if (v.input_count() == 1) {
-    parts.add("Reshape", {v.input(0)}, {ints_attr("shape", v.typed_input(0).dims)}, true);
+    parts.add("Reshape", {v.input(0)}, {ints_attr("shape", v.typed_input(0).dims)}, parts.out());
     return parts.take();
   }
   std::string acc = v.input(0);
-  for (size_t i = 1; i < v.input_count(); ++i) acc = parts.add("Add", {acc, v.input(i)}, {}, i + 1 == v.input_count());
+  for (size_t i = 1; i < v.input_count(); ++i)
+    acc = parts.add("Add", {acc, v.input(i)}, {}, i + 1 == v.input_count() ? parts.out() : "");
   return parts.take();
 }
 
@@ -1044,7 +1044,7 @@ std::vector<NormalisedNode> einsum(const NodeView& v) {
   // Transposes `value` from `from` to `to` letter order, unless it already is.
   auto transposed = [&](const std::string& value, const std::string& from, const std::string& to, bool last) {
     if (from == to && !last) return value;
-    return parts.add("Transpose", {value}, {ints_attr("perm", permutation(from, to))}, last);
+    return parts.add("Transpose", {value}, {ints_attr("perm", permutation(from, to))}, last ? parts.out() : "");
   };
   if (ops.size() == 1) {
     if (ops[0].size() != out.size()) refuse("Einsum '" + eq + "' sums over an operand");
@@ -1068,7 +1068,7 @@ std::vector<NormalisedNode> einsum(const NodeView& v) {
     std::vector<int64_t> shape = dims_of(batch);
     shape.insert(shape.end(), tail.begin(), tail.end());
     if (shape == dims_of(letters)) return value;
-    return parts.add("Reshape", {value}, {ints_attr("shape", shape)}, false);
+    return parts.add("Reshape", {value}, {ints_attr("shape", shape)});
   };
   std::string a_order = batch + free_a + contracted, b_order = batch + contracted + free_b;
   std::string am = as_matrix(transposed(v.input(0), a, a_order, false), a_order, {product(free_a), product(contracted)});
@@ -1077,8 +1077,8 @@ std::vector<NormalisedNode> einsum(const NodeView& v) {
   bool needs_shape = dims_of(batch).size() + 2 != result_order.size() ||
                      dims_of(free_a) != std::vector<int64_t>{product(free_a)} || dims_of(free_b) != std::vector<int64_t>{product(free_b)};
   bool needs_perm = result_order != out;
-  std::string y = parts.add("MatMul", {am, bm}, {int_attr("act", 0)}, !needs_shape && !needs_perm);
-  if (needs_shape) y = parts.add("Reshape", {y}, {ints_attr("shape", dims_of(result_order))}, !needs_perm);
+  std::string y = parts.add("MatMul", {am, bm}, {int_attr("act", 0)}, !needs_shape && !needs_perm ? parts.out() : "");
+  if (needs_shape) y = parts.add("Reshape", {y}, {ints_attr("shape", dims_of(result_order))}, !needs_perm ? parts.out() : "");
   if (needs_perm) transposed(y, result_order, out, true);
   return parts.take();
 }
@@ -1099,19 +1099,16 @@ std::vector<NormalisedNode> layer_norm(const NodeView& v) {
       refuse("input " + std::to_string(i) + " '" + v.input(i) + "' dims " + dims_text(p) +
              " do not match the normalised dims " + dims_text(normalised));
   }
-  std::vector<NormalisedNode> parts;
-  for (size_t k = 0; k < v.output_count() && k < 3; ++k) {
-    if (v.output(k).empty()) continue;
-    NormalisedNode n;
-    n.type = "LayerNormalization";
-    n.inputs = inputs;
-    n.attrs = {int_attr("axis", axis), float_attr("epsilon", v.float_attr("epsilon", 1e-5f)),
-               int_attr("output", static_cast<int64_t>(k))};
-    n.output = v.output(k);
-    parts.push_back(std::move(n));
-  }
-  if (parts.empty()) refuse("no output is used");
-  return parts;
+  Parts parts(v);
+  for (size_t k = 0; k < v.output_count() && k < 3; ++k)
+    if (!v.output(k).empty())
+      parts.add("LayerNormalization", inputs,
+                {int_attr("axis", axis), float_attr("epsilon", v.float_attr("epsilon", 1e-5f)),
+                 int_attr("output", static_cast<int64_t>(k))},
+                v.output(k));
+  auto all = parts.take();
+  if (all.empty()) refuse("no output is used");
+  return all;
 }
 
 // The NegativeLogLikelihoodLoss attributes, for it and for SoftmaxCrossEntropyLoss.
@@ -1127,7 +1124,7 @@ std::vector<NormalisedNode> nll_loss(const NodeView& v) {
   v.float_input(0);
   v.typed_input(1);
   Parts parts(v);
-  parts.add("NegativeLogLikelihoodLoss", {v.input(0), v.input(1), v.has_input(2) ? v.input(2) : ""}, loss_attrs(v), true);
+  parts.add("NegativeLogLikelihoodLoss", {v.input(0), v.input(1), v.has_input(2) ? v.input(2) : ""}, loss_attrs(v), parts.out());
   return parts.take();
 }
 
@@ -1137,18 +1134,13 @@ std::vector<NormalisedNode> softmax_cross_entropy(const NodeView& v) {
   auto x = v.float_input(0);
   v.typed_input(1);
   if (x.size() < 2) refuse("scores of dims " + dims_text(x) + ", expected N x C x ...");
-  std::vector<NormalisedNode> parts(2);
+  if (v.output(0).empty()) refuse("output 0 is absent");
+  Parts parts(v);
   bool log_prob = v.output_count() > 1 && !v.output(1).empty();
-  parts[0].type = "LogSoftmax";
-  parts[0].inputs = {v.input(0)};
-  parts[0].attrs = {int_attr("axis", 1), int_attr("coerce_2d", 0)};
-  parts[0].output = log_prob ? v.output(1) : v.output(0) + "/ctxgen_log_prob";
-  parts[0].internal = !log_prob;
-  parts[1].type = "NegativeLogLikelihoodLoss";
-  parts[1].inputs = {parts[0].output, v.input(1), v.has_input(2) ? v.input(2) : ""};
-  parts[1].attrs = loss_attrs(v);
-  parts[1].output = v.output(0);
-  return parts;
+  std::string p = parts.add("LogSoftmax", {v.input(0)}, {int_attr("axis", 1), int_attr("coerce_2d", 0)},
+                            log_prob ? v.output(1) : "");
+  parts.add("NegativeLogLikelihoodLoss", {p, v.input(1), v.has_input(2) ? v.input(2) : ""}, loss_attrs(v), v.output(0));
+  return parts.take();
 }
 
 // DepthToSpace (DCR or CRD) and SpaceToDepth: Reshape, Transpose, Reshape.
@@ -1171,9 +1163,9 @@ std::vector<NormalisedNode> depth_space(const NodeView& v) {
     shape = {n, c / (b * b), h * b, w * b};
   }
   Parts parts(v);
-  std::string s = parts.add("Reshape", {v.input(0)}, {ints_attr("shape", split)}, false);
-  s = parts.add("Transpose", {s}, {ints_attr("perm", perm)}, false);
-  parts.add("Reshape", {s}, {ints_attr("shape", shape)}, true);
+  std::string s = parts.add("Reshape", {v.input(0)}, {ints_attr("shape", split)});
+  s = parts.add("Transpose", {s}, {ints_attr("perm", perm)});
+  parts.add("Reshape", {s}, {ints_attr("shape", shape)}, parts.out());
   return parts.take();
 }
 
@@ -1187,10 +1179,10 @@ std::vector<NormalisedNode> prelu(const NodeView& v) {
   if (v.opset() < 7 && slope.size() == 1 && x.size() >= 2 && slope[0] == x[1] && x[1] != 1) {
     slope.assign(x.size() - 1, 1);
     slope[0] = x[1];
-    s = parts.add("Reshape", {s}, {ints_attr("shape", slope)}, false);
+    s = parts.add("Reshape", {s}, {ints_attr("shape", slope)});
   }
   if (broadcast_dims(x, slope) != x) refuse("slope dims " + values_text(slope) + " do not broadcast to X dims " + dims_text(x));
-  parts.add("PRelu", {v.input(0), s}, {}, true);
+  parts.add("PRelu", {v.input(0), s}, {}, parts.out());
   return parts.take();
 }
 
@@ -1268,20 +1260,17 @@ void finish(const Model& model, NormalisedNode& n, const std::map<std::string, r
 }  // namespace
 
 std::vector<NormalisedNode> normalise_all(const Model& model, const onnx::NodeProto& node) {
-  if (!node.domain().empty() && node.domain() != "ai.onnx") refuse("domain '" + node.domain() + "' is not supported");
+  if (!is_onnx_domain(node.domain())) refuse("domain '" + node.domain() + "' is not supported");
+  auto multi = multi_rules().find(node.op_type());
+  auto single = rules().find(node.op_type());
+  if (multi == multi_rules().end() && single == rules().end()) refuse("unsupported op");
   NodeView view(model, node);
+  if (view.opset() < 1) refuse("the model imports no default-domain opset");
   if (view.opset() > kMaxOpset)
     refuse("opset " + std::to_string(view.opset()) + ": ref knows the semantics of ops up to opset " + std::to_string(kMaxOpset));
   std::vector<NormalisedNode> parts;
-  if (auto multi = multi_rules().find(node.op_type()); multi != multi_rules().end()) {
-    if (view.opset() < 1) refuse("the model imports no default-domain opset");
-    parts = multi->second(view);
-  } else {
-    auto it = rules().find(node.op_type());
-    if (it == rules().end()) refuse("unsupported op");
-    if (view.opset() < 1) refuse("the model imports no default-domain opset");
-    parts.push_back(it->second(view));
-  }
+  if (multi != multi_rules().end()) parts = multi->second(view);
+  else parts.push_back(single->second(view));
   // Parts may read values earlier parts of the same node write (an Einsum's transposed operands).
   std::map<std::string, ref::Value> earlier;
   for (auto& n : parts) {
