@@ -73,32 +73,28 @@ void assign(std::map<std::string, V>& map, const std::string& name, const V& val
 
 namespace {
 
-// One kind of option for every model: unscoped values for all, scoped ones for one, each name
-// given at most one value per kind; scoped values win over unscoped ones.
+// Values in `over` replace those of the same name in `base`.
+template <typename V>
+void overlay(std::map<std::string, V>& base, const std::map<std::string, V>& over) {
+  for (const auto& [name, value] : over) base[name] = value;
+}
+
+// One kind of option (`member` of LoadOptions) for every model: unscoped values for all, scoped
+// ones for one, each name given at most one value per scope; scoped values win.
 template <typename V, typename Parse>
 void resolve(const std::vector<std::string>& items, const std::string& option, const std::vector<std::string>& stems,
-             Parse parse, std::vector<std::map<std::string, V>>& out) {
-  std::vector<std::map<std::string, V>> scoped(stems.size()), unscoped(stems.size());
+             Parse parse, std::map<std::string, V> LoadOptions::*member, std::vector<LoadOptions>& out) {
+  std::vector<std::map<std::string, V>> scoped(stems.size());
   for (const auto& item : items) {
     Assignment a = split(item, option, stems);
     std::string what = option + " " + (a.scope.empty() ? "" : a.scope + ":") + a.name;
     V value = parse(a.value, what);
     for (size_t m = 0; m < stems.size(); ++m) {
-      if (a.scope.empty()) assign(unscoped[m], a.name, value, what);
+      if (a.scope.empty()) assign(out[m].*member, a.name, value, what);
       else if (stems[m] == a.scope) assign(scoped[m], a.name, value, what);
     }
   }
-  for (size_t m = 0; m < stems.size(); ++m) {
-    out[m] = unscoped[m];
-    for (const auto& [name, value] : scoped[m]) out[m][name] = value;
-  }
-}
-
-template <typename V>
-std::vector<std::map<std::string, V>> field(const std::vector<LoadOptions>& loads, std::map<std::string, V> LoadOptions::*member) {
-  std::vector<std::map<std::string, V>> maps;
-  for (const auto& l : loads) maps.push_back(l.*member);
-  return maps;
+  for (size_t m = 0; m < stems.size(); ++m) overlay(out[m].*member, scoped[m]);
 }
 
 }  // namespace
@@ -106,22 +102,18 @@ std::vector<std::map<std::string, V>> field(const std::vector<LoadOptions>& load
 std::vector<LoadOptions> resolve_shapes(const std::vector<fs::path>& models, const ShapeArgs& args) {
   std::vector<std::string> stems;
   for (const auto& m : models) stems.push_back(file_stem(m));
-  std::vector<std::map<std::string, int64_t>> dims(models.size());
-  std::vector<std::map<std::string, std::vector<int64_t>>> shapes(models.size());
-  std::vector<std::map<std::string, std::vector<std::string>>> values(models.size());
-  resolve(args.fix_dims, "--fix-dim", stems, parse_dim, dims);
-  resolve(args.input_shapes, "--input-shape", stems, parse_shape, shapes);
-  resolve(args.fix_values, "--fix-value", stems, parse_values, values);
   std::vector<LoadOptions> out(models.size());
-  for (size_t m = 0; m < models.size(); ++m) out[m] = {dims[m], shapes[m], values[m]};
+  resolve(args.fix_dims, "--fix-dim", stems, parse_dim, &LoadOptions::fix_dims, out);
+  resolve(args.input_shapes, "--input-shape", stems, parse_shape, &LoadOptions::input_shapes, out);
+  resolve(args.fix_values, "--fix-value", stems, parse_values, &LoadOptions::fix_values, out);
   return out;
 }
 
 void override_with(std::vector<LoadOptions>& base, const std::vector<LoadOptions>& over) {
   for (size_t m = 0; m < base.size() && m < over.size(); ++m) {
-    for (const auto& [k, v] : over[m].fix_dims) base[m].fix_dims[k] = v;
-    for (const auto& [k, v] : over[m].input_shapes) base[m].input_shapes[k] = v;
-    for (const auto& [k, v] : over[m].fix_values) base[m].fix_values[k] = v;
+    overlay(base[m].fix_dims, over[m].fix_dims);
+    overlay(base[m].input_shapes, over[m].input_shapes);
+    overlay(base[m].fix_values, over[m].fix_values);
   }
 }
 

@@ -3,6 +3,7 @@
 // attribute they read has been checked by validate(), so they index without further checks.
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -54,27 +55,23 @@ decltype(auto) visit_dtype(ref::DType dtype, F&& f) {
 
 using Kernel = void (*)(const ref::Op& op, const std::vector<Tensor>& in, const Output& out);
 
-// a + b, wrapping around as two's complement for integers instead of overflowing.
-template <typename T>
-T wrapping_add(T a, T b) {
+// Integer arithmetic wraps around as two's complement instead of overflowing (which would be
+// undefined behaviour); floats are left as they are.
+template <typename T, typename Op>
+T wrapping(T a, T b, Op op) {
   if constexpr (std::is_integral_v<T>) {
     using U = std::make_unsigned_t<T>;
-    return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
+    return static_cast<T>(op(static_cast<U>(a), static_cast<U>(b)));
   } else {
-    return a + b;
+    return op(a, b);
   }
 }
-
-// a * b, wrapping around as two's complement for integers instead of overflowing.
 template <typename T>
-T wrapping_mul(T a, T b) {
-  if constexpr (std::is_integral_v<T>) {
-    using U = std::make_unsigned_t<T>;
-    return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
-  } else {
-    return a * b;
-  }
-}
+T wrapping_add(T a, T b) { return wrapping(a, b, std::plus<>()); }
+template <typename T>
+T wrapping_sub(T a, T b) { return wrapping(a, b, std::minus<>()); }
+template <typename T>
+T wrapping_mul(T a, T b) { return wrapping(a, b, std::multiplies<>()); }
 
 // A scalar attribute of an op writing `T`: float for float32, int otherwise (validate() checks the
 // kind matches the output type).

@@ -68,24 +68,12 @@ void unary(const std::vector<Tensor>& in, const Output& out, F f) {
   for (int64_t i = 0, n = out.size(); i < n; ++i) y[i] = f(x[i]);
 }
 
-// Two's complement wrap-around instead of signed overflow.
-template <typename T, typename F>
-T wrapping(T a, T b, F f) {
-  using U = std::make_unsigned_t<T>;
-  return static_cast<T>(f(static_cast<U>(a), static_cast<U>(b)));
-}
-
-template <typename T>
-T sub_of(T a, T b) {
-  if constexpr (std::is_integral_v<T>) return wrapping(a, b, [](auto x, auto y) { return x - y; });
-  else return a - b;
-}
 // Integer division truncates toward zero, as ONNX Runtime's does.
 template <typename T>
 T div_of(T a, T b) {
   if constexpr (std::is_integral_v<T>) {
     if (b == 0) throw Error(ErrorCode::kRuntime, "integer division by zero");
-    if (std::is_signed_v<T> && b == T(-1)) return sub_of(T(0), a);
+    if (std::is_signed_v<T> && b == T(-1)) return wrapping_sub(T(0), a);
   }
   return a / b;
 }
@@ -144,7 +132,7 @@ void add(const ref::Op&, const Ins& in, const Output& out) {
   arithmetic(in, out, [](auto a, auto b) { return wrapping_add(a, b); });
 }
 void sub(const ref::Op&, const Ins& in, const Output& out) {
-  arithmetic(in, out, [](auto a, auto b) { return sub_of(a, b); });
+  arithmetic(in, out, [](auto a, auto b) { return wrapping_sub(a, b); });
 }
 void mul(const ref::Op&, const Ins& in, const Output& out) {
   arithmetic(in, out, [](auto a, auto b) { return wrapping_mul(a, b); });
@@ -213,13 +201,13 @@ void cast(const ref::Op&, const Ins& in, const Output& out) {
 void neg(const ref::Op&, const Ins& in, const Output& out) {
   visit_dtype(in[0].dtype(), [&](auto tag) {
     using T = decltype(tag);
-    map<T, T>(in, out, [](T x) { return sub_of(T(0), x); });
+    map<T, T>(in, out, [](T x) { return wrapping_sub(T(0), x); });
   });
 }
 void abs(const ref::Op&, const Ins& in, const Output& out) {
   visit_dtype(in[0].dtype(), [&](auto tag) {
     using T = decltype(tag);
-    map<T, T>(in, out, [](T x) { return x < T(0) ? sub_of(T(0), x) : x; });
+    map<T, T>(in, out, [](T x) { return x < T(0) ? wrapping_sub(T(0), x) : x; });
   });
 }
 

@@ -193,3 +193,25 @@ TEST(StopAfter, WritesTheModelAfterEachPhase) {
 
 }  // namespace
 }  // namespace ctxgen::testing
+
+namespace ctxgen::testing {
+namespace {
+
+// -v says what specialisation and lowering did, and inspect says it later from the model.
+TEST(SayWhy, VerboseLogsFoldsFusionsAndInspectShowsThem) {
+  TempDir dir;
+  auto r = ctxgen("compile " + quote(kExports / "decoder_decode.onnx") +
+                  " --fix-dim batch=1 --fix-dim seq=1 --fix-dim past=127 -v --output-dir " + quote(dir.path()));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("folded 114 nodes (1 Add, 11 Cast, 14 Concat"), std::string::npos) << r.output;
+  r = ctxgen("inspect " + quote(dir / "decoder_decode_ctx.onnx"));
+  EXPECT_NE(r.output.find("specialised: 239 input nodes, 114 folded into constants"), std::string::npos) << r.output;
+  r = ctxgen("compile " + quote(copy_model("cnn.onnx", dir / "cnn")) + " -v");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("ref: folded BatchNormalization 'n1' into the Conv producing 'c1'"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("ref: fused Relu 'r1' into Conv 'n1'"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("ref: packed Gemm weight 'fc_w' to [K, N]"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace ctxgen::testing
