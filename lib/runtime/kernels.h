@@ -165,7 +165,6 @@ void hardmax(const ref::Op&, const std::vector<Tensor>&, const Output&);
 void nll_loss(const ref::Op&, const std::vector<Tensor>&, const Output&);
 void cum_sum(const ref::Op&, const std::vector<Tensor>&, const Output&);
 void batch_normalization(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void instance_normalization(const ref::Op&, const std::vector<Tensor>&, const Output&);
 void layer_normalization(const ref::Op&, const std::vector<Tensor>&, const Output&);
 void reduce_mean(const ref::Op&, const std::vector<Tensor>&, const Output&);
 void reduce_sum(const ref::Op&, const std::vector<Tensor>&, const Output&);

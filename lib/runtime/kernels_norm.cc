@@ -129,25 +129,6 @@ void batch_normalization(const ref::Op& op, const std::vector<Tensor>& in, const
     }
 }
 
-// Per (image, channel): y = (x - mean) / sqrt(var + eps) * scale[c] + bias[c].
-void instance_normalization(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
-  const Dims& d = in[0].dims();
-  int64_t channels = d[1], inner = product(d, 2, d.size());
-  double eps = op.get_float("epsilon", 1e-5f);
-  for (int64_t b = 0; b < d[0]; ++b)
-    for (int64_t c = 0; c < channels; ++c) {
-      const float* x = in[0].f32() + (b * channels + c) * inner;
-      float* y = out.f32() + (b * channels + c) * inner;
-      double sum = 0, sq = 0;
-      for (int64_t i = 0; i < inner; ++i) sum += x[i];
-      double mean = inner > 0 ? sum / static_cast<double>(inner) : 0.0;
-      for (int64_t i = 0; i < inner; ++i) sq += (x[i] - mean) * (x[i] - mean);
-      double inv = 1.0 / std::sqrt((inner > 0 ? sq / static_cast<double>(inner) : 0.0) + eps);
-      for (int64_t i = 0; i < inner; ++i)
-        y[i] = static_cast<float>((x[i] - mean) * inv) * in[1].f32()[c] + in[2].f32()[c];
-    }
-}
-
 void layer_normalization(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
   const Dims& d = in[0].dims();
   auto axis = static_cast<size_t>(op.get_int("axis", 0));

@@ -312,16 +312,6 @@ OutType batch_normalization(const OpCheck& c) {
   return {DType::kFloat32, x};
 }
 
-OutType instance_normalization(const OpCheck& c) {
-  c.arity(3, 3);
-  c.expect_inputs(DType::kFloat32);
-  const Dims& x = c.in(0).dims;
-  c.expect(x.size() >= 3, "input 0 has dims " + dims_text(x) + ", expected N x C x D1 ...");
-  for (size_t i = 1; i <= 2; ++i) c.expect_dims(c.in(i), {x[1]}, "input " + std::to_string(i));
-  c.float_attr("epsilon");
-  return {DType::kFloat32, x};
-}
-
 OutType layer_normalization(const OpCheck& c) {
   c.arity(2, 3);
   c.expect_inputs(DType::kFloat32);
@@ -582,6 +572,7 @@ OutType conv_transpose(const OpCheck& c) {
 }
 
 // GroupNormalization: channels in `groups` groups normalised together; scale and bias per channel.
+// InstanceNormalization is this with one channel per group.
 OutType group_normalization(const OpCheck& c) {
   c.arity(3, 3);
   c.expect_inputs(DType::kFloat32);
@@ -772,7 +763,6 @@ const std::vector<OpDef>& op_defs() {
       {"MaxPool", max_pool, k::max_pool},
       {"AveragePool", average_pool, k::average_pool},
       {"BatchNormalization", batch_normalization, k::batch_normalization},
-      {"InstanceNormalization", instance_normalization, k::instance_normalization},
       {"LayerNormalization", layer_normalization, k::layer_normalization},
       {"ReduceMean", reduce, k::reduce_mean},
       {"ReduceSum", reduce, k::reduce_sum},

@@ -138,6 +138,22 @@ TEST(RefLower, SoftmaxAxisAndCoercionFollowTheOpset) {
   EXPECT_EQ(b.get_int("coerce_2d", -1), 0);
 }
 
+// One rule serves both: InstanceNormalization is GroupNormalization with a group per channel.
+TEST(RefLower, InstanceNormalizationIsGroupNormalization) {
+  auto l = lower(TestModel()
+                     .input("x", {1, 3, 4})
+                     .floats("s", {3}, {1, 2, 3})
+                     .floats("b", {3}, {0, 0, 1})
+                     .node("InstanceNormalization", {"x", "s", "b"}, {"y"})
+                     .attr("epsilon", 0.01f)
+                     .output("y")
+                     .load());
+  ASSERT_EQ(op_types(l->program()), std::vector<std::string>{"GroupNormalization"});
+  const auto& op = l->program().ops[0];
+  EXPECT_EQ(op.get_int("groups", 0), 3);
+  EXPECT_FLOAT_EQ(op.get_float("epsilon", 0), 0.01f);
+}
+
 TEST(RefLower, ShapeOpsBecomeReshapeCopies) {
   auto l = lower(TestModel(13)
                      .input("x", {1, 2, 3})

@@ -500,17 +500,23 @@ TEST(RuntimeKernels, LogSoftmax) {
               {-1.79175947f, -1.79175947f, -0.69314718f, -1.79175947f});
 }
 
-TEST(RuntimeKernels, InstanceNormalization) {
+// One channel per group: InstanceNormalization, as the compiler lowers it.
+TEST(RuntimeKernels, GroupNormalizationOneChannelPerGroup) {
   // [N=2, C=2, L=2], scale {2, 1}, bias {0.5, -1}. Every (n, c) pair has values m -+ s, so it
   // normalises to {-1, 1}: channel 0 gives {-1.5, 2.5}, channel 1 gives {-2, 0}.
   In scale{{2}, f32({2, 1})}, bias{{2}, f32({0.5f, -1})};
-  expect_near(run_op("InstanceNormalization", {{{2, 2, 2}, f32({1, 3, 0, 4, -1, 1, 2, 8})}, scale, bias}, {2, 2, 2},
-                     {float_attr("epsilon", 0)}),
+  expect_near(run_op("GroupNormalization", {{{2, 2, 2}, f32({1, 3, 0, 4, -1, 1, 2, 8})}, scale, bias}, {2, 2, 2},
+                     {int_attr("groups", 2), float_attr("epsilon", 0)}),
               {-1.5f, 2.5f, -2, 0, -1.5f, 2.5f, -2, 0});
   // epsilon counted: {1, 3} has variance 1; with epsilon 3, (x - 2) / 2.
-  expect_near(run_op("InstanceNormalization", {{{1, 1, 2}, f32({1, 3})}, {{1}, f32({1})}, {{1}, f32({0})}}, {1, 1, 2},
-                     {float_attr("epsilon", 3)}),
+  expect_near(run_op("GroupNormalization", {{{1, 1, 2}, f32({1, 3})}, {{1}, f32({1})}, {{1}, f32({0})}}, {1, 1, 2},
+                     {int_attr("groups", 1), float_attr("epsilon", 3)}),
               {-0.5f, 0.5f});
+  // Two channels in one group: normalised together over {1, 3, 5, 7} (mean 4, variance 5).
+  float inv = 1.0f / std::sqrt(5.0f);
+  expect_near(run_op("GroupNormalization", {{{1, 2, 2}, f32({1, 3, 5, 7})}, {{2}, f32({1, 1})}, {{2}, f32({0, 0})}},
+                     {1, 2, 2}, {int_attr("groups", 1), float_attr("epsilon", 0)}),
+              {-3 * inv, -inv, inv, 3 * inv});
 }
 
 TEST(RuntimeKernels, MoreUnaryOps) {
@@ -626,7 +632,7 @@ TEST(RuntimeKernels, SupportedOpsListsEveryKernel) {
                            "ReduceSum", "Transpose", "Reshape", "Concat", "Slice", "Gather", "Min", "Max", "PRelu",
                            "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Not",
                            "Where", "Cast", "Log", "Sin", "Cos", "Reciprocal", "Softplus", "Elu", "Selu",
-                           "ConstantOfShape", "Range", "LogSoftmax", "InstanceNormalization", "ReduceMax", "ReduceMin",
+                           "ConstantOfShape", "Range", "LogSoftmax", "GroupNormalization", "ReduceMax", "ReduceMin",
                            "Expand", "Tile", "Trilu", "Pad", "Shape", "Size"})
     EXPECT_NE(std::find(ops.begin(), ops.end(), type), ops.end()) << type;
   EXPECT_GE(ops.size(), 65u);

@@ -230,10 +230,13 @@ NormalisedNode batch_norm(const NodeView& v) {
               {float_attr("epsilon", v.float_attr("epsilon", 1e-5f))}, "BatchNormalization with training outputs");
 }
 
+// InstanceNormalization is GroupNormalization with one channel per group.
 NormalisedNode instance_norm(const NodeView& v) {
-  for (size_t i = 0; i < 3; ++i) v.float_input(i);
-  return make(v, "InstanceNormalization", {v.input(0), v.input(1), v.input(2)},
-              {float_attr("epsilon", v.float_attr("epsilon", 1e-5f))});
+  auto x = v.float_input(0);
+  if (x.size() < 3) refuse("input 0 has rank " + std::to_string(x.size()) + ", expected N x C x D1 ...");
+  for (size_t i = 1; i <= 2; ++i) v.float_input(i);
+  return make(v, "GroupNormalization", {v.input(0), v.input(1), v.input(2)},
+              {int_attr("groups", x[1]), float_attr("epsilon", v.float_attr("epsilon", 1e-5f))});
 }
 
 // ---- linear algebra ----------------------------------------------------------------------------
