@@ -128,8 +128,7 @@ void check_binary(const fs::path& model, const ContextBinary& binary, std::vecto
   checks.push_back(binary.label() + ": " + std::to_string(binary.weights().size()) + " weights re-hashed, all match");
 }
 
-void check_integrity(const fs::path& model, OrtHost& host, std::vector<std::string>& checks) {
-  onnx::ModelProto proto = parse(model);
+void check_integrity(const fs::path& model, const onnx::ModelProto& proto, OrtHost& host, std::vector<std::string>& checks) {
   std::vector<const onnx::NodeProto*> nodes;
   for (const auto& node : proto.graph().node()) {
     const auto* source = attribute(node, "source");
@@ -200,9 +199,8 @@ Tensor random_input(const Ort::TypeInfo& type, const std::vector<int64_t>& compi
 
 // The inputs ctxgen replaced by constants (--fix-value), as the compiled model records them: the
 // original must be fed the same values.
-std::map<std::string, Model::FixedValue> fixed_values(const fs::path& model) {
+std::map<std::string, Model::FixedValue> fixed_values(const fs::path& model, const onnx::ModelProto& proto) {
   std::map<std::string, Model::FixedValue> values;
-  onnx::ModelProto proto = parse(model);
   for (const auto& kv : proto.metadata_props()) {
     if (kv.key() != kFixedValuesMetadataKey) continue;
     auto j = nlohmann::json::parse(kv.value(), nullptr, false);
@@ -232,7 +230,8 @@ Tensor fixed_input(const Ort::TypeInfo& type, const std::string& name, const Mod
   return t;
 }
 
-std::vector<OutputCheck> compare_outputs(const fs::path& model, const fs::path& reference, OrtHost& host,
+std::vector<OutputCheck> compare_outputs(const fs::path& model, const onnx::ModelProto& proto, const fs::path& reference,
+                                         OrtHost& host,
                                          const Options& options) {
   Ort::Session original = host.cpu_session(reference);
   Ort::Session compiled = host.plugin_session(model);
@@ -246,7 +245,7 @@ std::vector<OutputCheck> compare_outputs(const fs::path& model, const fs::path& 
     if (type.GetONNXType() == ONNX_TYPE_TENSOR)
       compiled_dims[compiled.GetInputNameAllocated(i, allocator).get()] = type.GetTensorTypeAndShapeInfo().GetShape();
   }
-  auto fixed = fixed_values(model);
+  auto fixed = fixed_values(model, proto);
   for (size_t i = 0; i < original.GetInputCount(); ++i) {
     input_names.emplace_back(original.GetInputNameAllocated(i, allocator).get());
     const std::string& name = input_names.back();
@@ -299,9 +298,10 @@ Result run(const Options& options) {
   Result result;
   for (size_t i = 0; i < options.models.size(); ++i) {
     if (!fs::exists(options.models[i])) throw mismatch(options.models[i], "no such file");
-    check_integrity(options.models[i], host, result.checks);
+    onnx::ModelProto proto = parse(options.models[i]);  // read once, for both checks
+    check_integrity(options.models[i], proto, host, result.checks);
     if (!options.references.empty()) {
-      auto outputs = compare_outputs(options.models[i], options.references[i], host, options);
+      auto outputs = compare_outputs(options.models[i], proto, options.references[i], host, options);
       result.outputs.insert(result.outputs.end(), outputs.begin(), outputs.end());
     }
   }
