@@ -34,7 +34,7 @@ ref::Activation activation_of(const std::string& op_type) {
 namespace {
 
 // The newest default-domain opset whose op semantics the rules below implement.
-constexpr int64_t kMaxOpset = 21;
+constexpr int64_t kNewestRuleOpset = 21;
 
 const std::string kNoExtraOutputs = "more than one output";
 
@@ -1269,8 +1269,8 @@ std::vector<NormalisedNode> normalise_all(const Model& model, const onnx::NodePr
   if (multi == multi_rules().end() && single == rules().end()) refuse("unsupported op");
   NodeView view(model, node);
   if (view.opset() < 1) refuse("the model imports no default-domain opset");
-  if (view.opset() > kMaxOpset)
-    refuse("opset " + std::to_string(view.opset()) + ": ref knows the semantics of ops up to opset " + std::to_string(kMaxOpset));
+  if (view.opset() > kNewestRuleOpset)
+    refuse("opset " + std::to_string(view.opset()) + ": ref knows the semantics of ops up to opset " + std::to_string(kNewestRuleOpset));
   std::vector<NormalisedNode> parts;
   if (multi != multi_rules().end()) parts = multi->second(view);
   else parts.push_back(single->second(view));
