@@ -2,6 +2,7 @@
 # Sets up a fresh Debian machine for ctxgen and builds it; idempotent.
 #   scripts/setup.sh               install, build, then compile the bundled example
 #   scripts/setup.sh --build-only  install and build only (used by scripts/test.sh)
+#   scripts/setup.sh --deps-only   install only (used by scripts/sanitize.sh)
 #   BUILD_DIR=... CMAKE_ARGS=...   choose the build folder / add CMake options
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -10,7 +11,8 @@ build_dir="${BUILD_DIR:-$repo/build}"
 packages=(g++ cmake ninja-build pkg-config
           libonnx-dev libprotobuf-dev protobuf-compiler libcli11-dev libspdlog-dev libxxhash-dev
           nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
-          libonnx-testdata python3-onnx python3-numpy)
+          libonnx-testdata python3-onnx python3-numpy
+          clang libclang-rt-dev)  # clang: the sanitizer build and the libFuzzer targets
 # npm fetches ONNX Runtime; machines that already have node and npm (often not from Debian) keep them.
 command -v npm >/dev/null || packages+=(npm)
 missing=()
@@ -25,6 +27,7 @@ if ((${#missing[@]})); then
 fi
 
 "$repo/scripts/install_ort.sh"
+[ "${1:-}" = "--deps-only" ] && exit 0
 
 # shellcheck disable=SC2086
 cmake -S "$repo" -B "$build_dir" -G Ninja -DCTXGEN_ORT_ROOT="$repo/third_party/onnxruntime" ${CMAKE_ARGS:-} >/dev/null

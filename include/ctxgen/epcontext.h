@@ -24,6 +24,7 @@ struct EpContextSettings {
   // embed: the context binary's bytes; otherwise its path relative to the output model's folder.
   std::string cache_context;
   std::string producer_version;
+  std::string content_id;  // hex; recorded under kContentIdMetadataKey
 };
 
 // Builds the EPContext model. `graphs[i]` is the compiled form of `plan.partitions[i]`. Weights

@@ -36,9 +36,23 @@ struct WeightPayload {
 // string (embed mode).
 using ByteSink = std::function<void(const uint8_t* data, size_t size)>;
 
-// Writes the binary through `sink`; returns the number of bytes written. Weight ids in the graphs
-// index `weights`. Throws Error(kIo) when the sink fails.
-uint64_t write_context_binary(const BinaryIdentity& identity, const std::vector<CompiledGraph>& graphs,
+// Model metadata key of a compiled model: the content_id().hex() of the context binary it was
+// compiled with. The plugin EP, verify and inspect refuse a model beside a binary with another id.
+inline constexpr const char* kContentIdMetadataKey = "ctxgen.context_binary_id";
+
+// Throws Error(kMismatch) naming both ids when `binary` is not the one whose id `model` (a label
+// for messages) recorded.
+class ContextBinary;
+void check_content_id(const ContextBinary& binary, const std::string& recorded, const std::string& model);
+
+struct WrittenBinary {
+  uint64_t bytes = 0;
+  Hash128 content_id;  // ContextBinary::content_id() of what was written
+};
+
+// Writes the binary through `sink`. Weight ids in the graphs index `weights`. Throws Error(kIo)
+// when the sink fails.
+WrittenBinary write_context_binary(const BinaryIdentity& identity, const std::vector<CompiledGraph>& graphs,
                               const std::vector<WeightPayload>& weights, const ByteSink& sink);
 
 struct GraphRecord {
@@ -72,6 +86,10 @@ class ContextBinary {
   const std::vector<WeightRecord>& weights() const { return weights_; }
   const uint8_t* weight_data(uint32_t id) const;
   uint64_t file_size() const { return size_; }
+  // XXH3-128 of the metadata, which holds every name, signature, program checksum and weight
+  // hash: what identifies the content. A model compiled with this binary records it, so a loader
+  // can tell it apart from a binary of another run (docs/context-binary-format.md §7).
+  const Hash128& content_id() const { return content_id_; }
   const std::string& label() const { return label_; }
   // Re-hashes every weight payload and compares with the table; throws Error(kInvalidBinary)
   // naming the first weight whose bytes changed.
@@ -83,6 +101,7 @@ class ContextBinary {
   std::shared_ptr<const void> owner_;
   const uint8_t* data_ = nullptr;
   uint64_t size_ = 0;
+  Hash128 content_id_;
   std::string label_;
   uint32_t version_ = 0;
   BinaryIdentity identity_;

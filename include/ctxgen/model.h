@@ -105,6 +105,9 @@ inline bool is_onnx_domain(const std::string& domain) { return domain.empty() ||
 // The default-domain opset a model imports (0 when it imports none).
 int64_t default_opset(const onnx::ModelProto& model);
 
+// The value of a model metadata entry (the first with that key), or nullopt.
+std::optional<std::string> metadata_value(const onnx::ModelProto& model, const std::string& key);
+
 // A node's name, or "#<index>" when it has none.
 std::string node_label(const onnx::NodeProto& node, size_t index);
 // Names a node for messages: "'conv_3' (Conv)", or "#12 (Conv)" when it has no name.

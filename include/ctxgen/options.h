@@ -37,5 +37,7 @@ struct Manifest {
   CompileOptions options;
 };
 Manifest read_manifest(const std::filesystem::path& path);
+// The same from manifest text; `folder` resolves relative paths, `where` names it in errors.
+Manifest parse_manifest(const std::string& text, const std::filesystem::path& folder, const std::string& where);
 
 }  // namespace ctxgen

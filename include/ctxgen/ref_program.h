@@ -28,8 +28,13 @@ enum class DType : uint8_t { kFloat32 = 1, kInt32 = 6, kInt64 = 7, kBool = 9 };
 
 // Limits every program respects, so no size or offset arithmetic can overflow: a value holds at
 // most 2^48 elements; window attributes (kernel, stride, pad, dilation) are below 2^31.
+// The arena holds at most the sum of its values' (64-byte aligned) sizes.
 inline constexpr int64_t kMaxElements = int64_t{1} << 48;
 inline constexpr int64_t kMaxWindow = (int64_t{1} << 31) - 1;
+// A program performs at most this many element operations per run (an upper bound each kernel
+// respects, see validate()), so no program, however crafted, keeps a session busy for days: 2^48
+// is some hours of one core, more than an 8B-parameter LLM prefill of 4096 tokens (~2^45).
+inline constexpr uint64_t kMaxWork = uint64_t{1} << 48;
 
 // Bytes per element, or 0 for a code that is not a DType.
 size_t dtype_size(DType dtype);

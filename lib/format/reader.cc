@@ -121,6 +121,8 @@ class Parser {
   std::vector<GraphRecord> graphs;
   std::vector<WeightRecord> weights;
 
+  uint64_t metadata_size() const { return metadata_size_; }
+
   void parse() {
     check_header();
     const uint32_t graph_count = static_cast<uint32_t>(header(format::field::kGraphCount, 4));
@@ -358,6 +360,7 @@ void ContextBinary::parse() {
   identity_ = std::move(parser.identity);
   graphs_ = std::move(parser.graphs);
   weights_ = std::move(parser.weights);
+  content_id_ = xxh3_128(data_, parser.metadata_size());
 }
 
 const GraphRecord* ContextBinary::find_graph(const std::string& name) const {
@@ -381,6 +384,16 @@ void ContextBinary::verify_payloads() const {
       throw Error(ErrorCode::kInvalidBinary, label_ + ": weight " + std::to_string(id) + " " + range(w.offset, w.size) +
                                                  " is damaged: its XXH3-128 is " + computed.hex() +
                                                  ", the weight table says " + w.hash.hex());
+  }
+}
+
+void check_content_id(const ContextBinary& binary, const std::string& recorded, const std::string& model) {
+  const std::string found = binary.content_id().hex();
+  if (recorded != found) {
+    throw Error(ErrorCode::kMismatch, model + " was compiled with the context binary whose id is " + recorded + ", but " +
+                                          binary.label() + " has id " + found +
+                                          ": they come from different compilations; use the .bin written with the "
+                                          "model, or compile again");
   }
 }
 

@@ -214,7 +214,7 @@ class SequentialWriter {
 
 }  // namespace
 
-uint64_t write_context_binary(const BinaryIdentity& identity, const std::vector<CompiledGraph>& graphs,
+WrittenBinary write_context_binary(const BinaryIdentity& identity, const std::vector<CompiledGraph>& graphs,
                               const std::vector<WeightPayload>& weights, const ByteSink& sink) {
   validate_inputs(identity, graphs, weights);
   const Layout layout = plan_layout(identity, graphs, weights);
@@ -236,7 +236,7 @@ uint64_t write_context_binary(const BinaryIdentity& identity, const std::vector<
   out.expect_at(layout.file_size, "end of file");
   log().debug("wrote context binary: {} graphs, {} weights, {} bytes ({} of metadata)", graphs.size(), weights.size(),
               layout.file_size, layout.metadata_size);
-  return out.written();
+  return {out.written(), xxh3_128(metadata.data(), metadata.size())};
 }
 
 }  // namespace ctxgen

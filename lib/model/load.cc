@@ -202,6 +202,27 @@ void reject_compiled(const fs::path& path, const onnx::GraphProto& graph) {
   }
 }
 
+// Every value a node reads is defined before it: a graph input, an initializer, an earlier node's
+// output or, in a subgraph, a value of an enclosing graph. onnx's shape inference assumes this
+// (1.12 dereferences a null type for a name nothing defines), and its checker runs only after it.
+void check_defined(const fs::path& path, const onnx::GraphProto& graph, std::set<std::string> defined,
+                   const std::string& where) {
+  for (const auto& v : graph.input()) defined.insert(v.name());
+  for (const auto& t : graph.initializer()) defined.insert(t.name());
+  for (int i = 0; i < graph.node_size(); ++i) {
+    const auto& node = graph.node(i);
+    for (const auto& name : node.input())
+      if (!name.empty() && !defined.count(name))
+        throw invalid(path, where + "node " + describe_node(node, static_cast<size_t>(i)) + " reads '" + name +
+                                "', which no graph input, initializer or earlier node defines");
+    for_each_subgraph(node, [&](const std::string& attr, const onnx::GraphProto& g) {
+      check_defined(path, g, defined, where + "subgraph '" + attr + "' of node " + describe_node(node, static_cast<size_t>(i)) + ": ");
+    });
+    for (const auto& name : node.output())
+      if (!name.empty()) defined.insert(name);
+  }
+}
+
 // IR < 4 lists every initializer as a graph input too; those inputs are not real inputs.
 void drop_initializer_inputs(onnx::ModelProto& model) {
   if (model.ir_version() >= 4) return;
@@ -291,7 +312,7 @@ void apply_shapes(const fs::path& path, onnx::GraphProto& graph, const LoadOptio
 
   for (const auto& [name, dims] : options.input_shapes) {
     auto it = std::find_if(graph.mutable_input()->begin(), graph.mutable_input()->end(),
-                           [&](const onnx::ValueInfoProto& v) { return v.name() == name; });
+                           [&name = name](const onnx::ValueInfoProto& v) { return v.name() == name; });
     if (it == graph.mutable_input()->end())
       throw Error(ErrorCode::kUsage, path.string() + ": --input-shape " + name + ": the model has no input of that name" +
                                          scope_hint(name));
@@ -352,7 +373,7 @@ void apply_values(const fs::path& path, onnx::GraphProto& graph, const LoadOptio
   for (const auto& [name, texts] : options.fix_values) {
     std::string what = path.string() + ": --fix-value " + name;
     auto* inputs = graph.mutable_input();
-    auto it = std::find_if(inputs->begin(), inputs->end(), [&](const onnx::ValueInfoProto& v) { return v.name() == name; });
+    auto it = std::find_if(inputs->begin(), inputs->end(), [&name = name](const onnx::ValueInfoProto& v) { return v.name() == name; });
     if (it == inputs->end()) throw Error(ErrorCode::kUsage, what + ": the model has no input of that name" + scope_hint(name));
     if (!it->type().has_tensor_type()) throw Error(ErrorCode::kUsage, what + ": the input is not a tensor");
     const auto& type = it->type().tensor_type();
@@ -379,7 +400,7 @@ void apply_values(const fs::path& path, onnx::GraphProto& graph, const LoadOptio
     model.fixed_values[name] = {std::vector<int64_t>(t.dims().begin(), t.dims().end()), texts};
     // An initializer of the same name was the input's default value: the fixed value replaces it.
     auto* inits = graph.mutable_initializer();
-    inits->erase(std::remove_if(inits->begin(), inits->end(), [&](const onnx::TensorProto& i) { return i.name() == name; }),
+    inits->erase(std::remove_if(inits->begin(), inits->end(), [&name = name](const onnx::TensorProto& i) { return i.name() == name; }),
                  inits->end());
     *graph.add_initializer() = std::move(t);
   }
@@ -587,6 +608,7 @@ Model load_model(const fs::path& path, const LoadOptions& options) {
   hoist_constants(*proto.mutable_graph());
   apply_shapes(path, *proto.mutable_graph(), options);
   apply_values(path, *proto.mutable_graph(), options, model);
+  check_defined(path, proto.graph(), {}, "");
   // Shape inference still sees small constant tensors (Reshape shapes) with their data.
   infer_shapes(path, proto);
   ExternalFiles external(path);
@@ -648,6 +670,12 @@ int64_t default_opset(const onnx::ModelProto& model) {
   for (const auto& op : model.opset_import())
     if (is_onnx_domain(op.domain())) return op.version();
   return 0;
+}
+
+std::optional<std::string> metadata_value(const onnx::ModelProto& model, const std::string& key) {
+  for (const auto& kv : model.metadata_props())
+    if (kv.key() == key) return kv.value();
+  return std::nullopt;
 }
 
 std::string node_label(const onnx::NodeProto& node, size_t index) {

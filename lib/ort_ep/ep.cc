@@ -172,6 +172,9 @@ void CtxgenEp::compile(const OrtGraph** graphs, const OrtNode** fused_nodes, siz
   for (size_t i = 0; i < count; ++i) {
     const EpContextNode& node = pending[i].node;
     const LoadedBinary found = find_graph(node, pending[i].own ? &*pending[i].own : nullptr);
+    // Models from other tools, and ctxgen's before 0.1, record no id.
+    if (auto recorded = model_metadata(graphs[i], kContentIdMetadataKey))
+      check_content_id(*found.binary, *recorded, "EPContext node '" + node.name + "': the model");
     std::shared_ptr<const runtime::Executable> executable;
     try {
       executable = std::make_shared<const runtime::Executable>(found.binary, node.graph_name());

@@ -1,6 +1,7 @@
 #include "ort_api.h"
 
 #include <exception>
+#include <memory>
 
 #include "ctxgen/error.h"
 
@@ -71,6 +72,22 @@ std::string graph_model_path(const OrtGraph* graph) {
   const ORTCHAR_T* path = nullptr;
   check(api().ort->Graph_GetModelPath(graph, &path), "Graph_GetModelPath");
   return path == nullptr ? std::string() : std::string(path);
+}
+
+std::optional<std::string> model_metadata(const OrtGraph* graph, const char* key) {
+  OrtModelMetadata* metadata = nullptr;
+  check(api().ort->Graph_GetModelMetadata(graph, &metadata), "Graph_GetModelMetadata");
+  std::unique_ptr<OrtModelMetadata, void (*)(OrtModelMetadata*)> owned(
+      metadata, [](OrtModelMetadata* m) { api().ort->ReleaseModelMetadata(m); });
+  OrtAllocator* allocator = nullptr;
+  check(api().ort->GetAllocatorWithDefaultOptions(&allocator), "GetAllocatorWithDefaultOptions");
+  char* value = nullptr;
+  check(api().ort->ModelMetadataLookupCustomMetadataMap(metadata, allocator, key, &value),
+        "ModelMetadataLookupCustomMetadataMap");
+  if (value == nullptr) return std::nullopt;
+  std::string text(value);
+  allocator->Free(allocator, value);
+  return text;
 }
 
 std::string node_name(const OrtNode* node) {

@@ -1,5 +1,6 @@
 // `ctxgen inspect`: what went where in an EPContext model, and what a context binary holds.
 
+#include <set>
 #include <sstream>
 
 #include "ctxgen/error.h"
@@ -34,6 +35,7 @@ nlohmann::json inspect_binary(const fs::path& path) {
           {"backend", id.backend},
           {"sdk_version", id.sdk_version},
           {"hardware_architecture", id.hardware_architecture},
+          {"content_id", binary->content_id().hex()},
           {"graphs", graphs},
           {"weights", {{"count", binary->weights().size()}, {"bytes", weight_bytes}}}};
 }
@@ -49,6 +51,35 @@ nlohmann::json attribute_json(const onnx::AttributeProto& a) {
       return a.s();
     default: return "<" + onnx::AttributeProto_AttributeType_Name(a.type()) + ">";
   }
+}
+
+// The context binaries the model's main-context nodes name beside it, each checked against the id
+// the model recorded: a mismatched pair is an error, a missing binary is shown as missing.
+nlohmann::json context_binaries(const fs::path& path, const onnx::ModelProto& proto) {
+  const auto recorded = metadata_value(proto, kContentIdMetadataKey);
+  nlohmann::json list = nlohmann::json::array();
+  std::set<fs::path> seen;
+  for (const auto& node : proto.graph().node()) {
+    std::optional<std::string> cache;
+    bool main = true, embedded = false;
+    for (const auto& a : node.attribute()) {
+      if (a.name() == "ep_cache_context") cache = a.s();
+      if (a.name() == "main_context") main = a.i() == 1;
+      if (a.name() == "embed_mode") embedded = a.i() == 1;
+    }
+    if (node.op_type() != "EPContext" || !main || embedded || !cache || cache->empty()) continue;
+    const fs::path bin = path.parent_path() / *cache;
+    if (!seen.insert(bin).second) continue;
+    std::error_code ec;
+    if (!fs::is_regular_file(bin, ec)) {
+      list.push_back({{"path", bin.string()}, {"missing", true}});
+      continue;
+    }
+    auto binary = ContextBinary::open(bin);
+    if (recorded) check_content_id(*binary, *recorded, path.string());
+    list.push_back({{"path", bin.string()}, {"content_id", binary->content_id().hex()}, {"missing", false}});
+  }
+  return list;
 }
 
 nlohmann::json inspect_model(const fs::path& path) {
@@ -73,6 +104,7 @@ nlohmann::json inspect_model(const fs::path& path) {
     if (kv.key() == kFallbackMetadataKey) fallback = nlohmann::json::parse(kv.value(), nullptr, false);
     if (kv.key() == kSpecialisedMetadataKey) specialised = nlohmann::json::parse(kv.value(), nullptr, false);
   }
+  const auto recorded_id = metadata_value(proto, kContentIdMetadataKey);
   uint64_t init_bytes = 0;
   bool external = false;
   for (const auto& t : graph.initializer()) {
@@ -83,6 +115,8 @@ nlohmann::json inspect_model(const fs::path& path) {
           {"path", path.string()},
           {"producer", proto.producer_name() + " " + proto.producer_version()},
           {"graph", graph.name()},
+          {"content_id", recorded_id ? nlohmann::json(*recorded_id) : nlohmann::json(nullptr)},
+          {"context_binaries", context_binaries(path, proto)},
           {"epcontext_nodes", contexts},
           {"cpu_node_ops", ops},
           {"cpu_nodes", fallback},
@@ -105,6 +139,7 @@ std::string inspect_text(const nlohmann::json& j) {
     out << "  context binary v" << j["format_version"] << ", " << human_bytes(j["size"]) << ", backend "
         << j["backend"].get<std::string>() << " (" << j["sdk_version"].get<std::string>() << ", "
         << j["hardware_architecture"].get<std::string>() << ")\n";
+    out << "  content id: " << j["content_id"].get<std::string>() << "\n";
     out << "  weights: " << j["weights"]["count"] << ", " << human_bytes(j["weights"]["bytes"]) << "\n";
     for (const auto& g : j["graphs"])
       out << "  graph " << g["name"].get<std::string>() << ": " << g["inputs"].size() << " input(s), "
@@ -113,6 +148,12 @@ std::string inspect_text(const nlohmann::json& j) {
     return out.str();
   }
   out << "  producer: " << j["producer"].get<std::string>() << "\n";
+  for (const auto& b : j["context_binaries"])
+    out << "  context binary " << b["path"].get<std::string>() << ": "
+        << (b["missing"].get<bool>() ? std::string("missing")
+                                     : "id " + b["content_id"].get<std::string>() +
+                                           (j["content_id"].is_string() ? ", the one this model was compiled with" : ""))
+        << "\n";
   for (const auto& c : j["epcontext_nodes"]) {
     out << "  EPContext " << c["name"].get<std::string>() << ": " << c["inputs"].size() << " input(s), "
         << c["outputs"].size() << " output(s)\n";

@@ -175,18 +175,22 @@ Manifest read_manifest(const fs::path& path) {
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) throw usage(path.string() + ": no such manifest file");
   std::ifstream in(path);
+  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  if (!in) throw Error(ErrorCode::kIo, path.string() + ": cannot read the manifest");
+  return parse_manifest(text, path.parent_path(), path.string());
+}
+
+Manifest parse_manifest(const std::string& text, const fs::path& folder, const std::string& where) {
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(in);
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    throw usage(path.string() + ": not valid JSON: " + e.what());
+    throw usage(where + ": not valid JSON: " + e.what());
   }
-  const std::string where = path.string();
   expect_keys(j, {"models", "output_dir", "backend", "fix_dim", "input_shape", "fix_value", "node_name_prefix",
                   "external_initializers_file", "embed"}, where);
   if (!j.contains("models") || !j["models"].is_array() || j["models"].empty())
     throw usage(where + ": 'models' must be a non-empty list");
-  fs::path folder = path.parent_path();
   Manifest m;
   add_shapes(j, "", m.shapes, where);
   for (size_t i = 0; i < j["models"].size(); ++i) {

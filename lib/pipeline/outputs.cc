@@ -156,6 +156,10 @@ void OutputSet::commit() {
       throw io_error(out.path, "cannot move output into place: " + why);
     }
   }
+  // The renames are only durable once each folder's entries are on disk; until then a power cut
+  // could bring back the old names.
+  for (const auto& [folder, fd] : locks_)
+    if (::fsync(fd) != 0) throw io_error(folder, std::string("fsync of the output folder failed: ") + std::strerror(errno));
   committed_ = true;
 }
 

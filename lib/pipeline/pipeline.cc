@@ -358,6 +358,7 @@ RunSummary compile_models(const std::vector<fs::path>& inputs, const CompileOpti
 
   // Context binary first: in embed mode its bytes go into the models.
   std::string embedded;
+  WrittenBinary written;
   if (!options.stop_after) {
     BinaryIdentity identity{backend.ep_name(), backend.sdk_version(), backend.hardware_architecture()};
     std::vector<WeightPayload> payloads;
@@ -365,19 +366,20 @@ RunSummary compile_models(const std::vector<fs::path>& inputs, const CompileOpti
     std::vector<CompiledGraph> all_graphs;
     for (const auto& job : jobs) all_graphs.insert(all_graphs.end(), job.graphs.begin(), job.graphs.end());
     if (options.embed && !all_graphs.empty()) {
-      write_context_binary(identity, all_graphs, payloads, [&](const uint8_t* data, size_t size) {
+      written = write_context_binary(identity, all_graphs, payloads, [&](const uint8_t* data, size_t size) {
         embedded.append(reinterpret_cast<const char*>(data), size);
       });
     } else if (!all_graphs.empty()) {
       OutputFile& file = outputs.open(plan.binary);
-      write_context_binary(identity, all_graphs, payloads, file.sink());
+      written = write_context_binary(identity, all_graphs, payloads, file.sink());
       outputs.finished(file.finish(plan.binary));
     }
     timer.lap("write context binary");
   }
 
   EpContextSettings settings{backend.ep_name(), backend.sdk_version(), backend.hardware_architecture(),
-                             options.embed, options.embed ? embedded : plan.binary.filename().string(), kVersion};
+                             options.embed, options.embed ? embedded : plan.binary.filename().string(), kVersion,
+                             written.bytes > 0 ? written.content_id.hex() : ""};
   std::unique_ptr<ExternalWeightsFile> external;
   if (!options.external_initializers_file.empty())
     external = std::make_unique<ExternalWeightsFile>(options.external_initializers_file);

@@ -1,6 +1,7 @@
 // Runs validated programs: binds every value to a buffer (caller inputs/outputs, weights, arena
 // slices) and calls each op's kernel in order.
 
+#include <algorithm>
 #include <string>
 
 #include "ctxgen/error.h"
@@ -76,6 +77,8 @@ void execute(const ref::Program& program, const WeightLookup& weights, const std
     for (int32_t id : op.inputs)
       ins.push_back(id < 0 ? Tensor{} : Tensor{&program.values[static_cast<size_t>(id)], buffers[static_cast<size_t>(id)]});
     auto out_id = static_cast<size_t>(op.outputs[0]);
+    // Nothing to write; a kernel's outer loops could still run over the other dims.
+    if (program.values[out_id].element_count() == 0) continue;
     try {
       find_op(op.type)->kernel(op, ins, Output{&program.values[out_id], buffers[out_id]});
     } catch (const Error& e) {
@@ -104,10 +107,17 @@ Executable::Executable(std::shared_ptr<const ContextBinary> binary, const std::s
   try {
     program_ = ref::deserialize(graph_->program, graph_->program_size);
     validate(program_, binary_->weights().size());
+    std::vector<uint32_t> listed = graph_->weight_ids;
+    std::sort(listed.begin(), listed.end());
     // Weights are used in place, so each payload must hold the bytes its value reads.
     for (size_t id = 0; id < program_.values.size(); ++id) {
       const ref::Value& v = program_.values[id];
       if (v.kind != ref::ValueKind::kWeight) continue;
+      // The graph record lists the weights its program uses; a program reading another graph's
+      // weight is from another binary.
+      if (!std::binary_search(listed.begin(), listed.end(), static_cast<uint32_t>(v.index)))
+        throw Error(ErrorCode::kInvalidBinary, "ref program: value " + std::to_string(id) + " reads weight " +
+                                                   std::to_string(v.index) + ", which the graph record does not list");
       uint64_t size = binary_->weights()[v.index].size;
       if (size < v.byte_size())
         throw Error(ErrorCode::kInvalidBinary, "ref program: value " + std::to_string(id) + " reads " +

@@ -126,6 +126,40 @@ void check_dataflow(const ref::Program& p, size_t k, std::vector<bool>& written)
   written[static_cast<size_t>(out)] = true;
 }
 
+uint64_t saturating_mul(uint64_t a, uint64_t b) {
+  uint64_t r;
+  return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
+uint64_t saturating_add(uint64_t a, uint64_t b) {
+  uint64_t r;
+  return __builtin_add_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
+uint64_t elements(const Value& v) { return static_cast<uint64_t>(v.element_count()); }
+
+// An upper bound on the element operations of an op's kernel. Every kernel touches each input and
+// output element a bounded number of times, except those doing a product or a window per output
+// element. An empty output costs nothing: execute() does not run the kernel.
+uint64_t op_work(const ref::Op& op, const std::vector<const Value*>& in, const Value& out) {
+  if (out.element_count() == 0) return 0;
+  uint64_t per_output = 1;
+  if ((op.type == "MatMul" || op.type == "Gemm") && !in[0]->dims.empty()) {
+    const bool trans_a = op.type == "Gemm" && op.get_int("transA", 0) != 0;
+    per_output = static_cast<uint64_t>(trans_a ? in[0]->dims.front() : in[0]->dims.back());
+  } else if ((op.type == "Conv" || op.type == "ConvTranspose") && !in[1]->dims.empty() && in[1]->dims[0] > 0) {
+    // Conv: C/group x kernel taps per output; ConvTranspose scatters each input element the same way.
+    per_output = elements(*in[1]) / static_cast<uint64_t>(in[1]->dims[0]);
+    if (op.type == "ConvTranspose") return saturating_add(elements(out), saturating_mul(elements(*in[0]), per_output));
+  } else if (op.type == "MaxPool" || op.type == "AveragePool") {
+    for (int64_t k : op.get_ints("kernel_shape")) per_output = saturating_mul(per_output, static_cast<uint64_t>(k));
+  }
+  uint64_t work = saturating_mul(elements(out), per_output);
+  for (const Value* v : in)
+    if (v) work = saturating_add(work, elements(*v));
+  return work;
+}
+
 }  // namespace
 
 std::string dims_text(const Dims& dims) {
@@ -248,6 +282,7 @@ void validate(const ref::Program& program, size_t weight_count) {
     ValueKind kind = program.values[id].kind;
     written[id] = kind == ValueKind::kInput || kind == ValueKind::kWeight;
   }
+  uint64_t work = 0;
   for (size_t k = 0; k < program.ops.size(); ++k) {
     const ref::Op& op = program.ops[k];
     if (!find_op(op.type))
@@ -261,7 +296,20 @@ void validate(const ref::Program& program, size_t weight_count) {
     if (y.dtype != want.dtype)
       fail_op(label, "output has element type " + ref::dtype_name(y.dtype) + ", expected " + ref::dtype_name(want.dtype));
     if (y.dims != want.dims) fail_op(label, "output has dims " + dims_text(y.dims) + ", expected " + dims_text(want.dims));
+    const uint64_t op_cost = op_work(op, inputs, y);
+    work = saturating_add(work, op_cost);
+    if (work > ref::kMaxWork)
+      fail_op(label, "the program needs more than 2^48 element operations per run (this op about " +
+                         std::to_string(op_cost) + ")");
   }
+  // Any plan that places each value at or below the top of those placed before it fits in the sum.
+  uint64_t arena_needed = 0;
+  for (const Value& v : program.values)
+    if (v.kind == ValueKind::kArena)
+      arena_needed = saturating_add(arena_needed, (v.byte_size() + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment);
+  if (program.arena_bytes > arena_needed)
+    fail("the arena of " + std::to_string(program.arena_bytes) + " bytes is larger than all its values together (" +
+         std::to_string(arena_needed) + " bytes)");
   for (size_t i = 0; i < program.outputs.size(); ++i)
     if (!written[static_cast<size_t>(program.outputs[i])])
       fail("graph output " + std::to_string(i) + " (" + value_name(static_cast<size_t>(program.outputs[i])) +

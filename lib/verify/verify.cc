@@ -140,6 +140,16 @@ void check_integrity(const fs::path& model, const onnx::ModelProto& proto, OrtHo
     if (main == nullptr || main->i() == 1) binaries.push_back(load_context(model, *node, checks));
   }
   for (const auto& binary : binaries) check_binary(model, *binary, checks);
+  if (auto recorded = metadata_value(proto, kContentIdMetadataKey)) {
+    for (const auto& binary : binaries) {
+      try {
+        check_content_id(*binary, *recorded, model.string());
+      } catch (const Error& e) {
+        throw Error(ErrorCode::kMismatch, e.what());
+      }
+      checks.push_back(model.string() + ": compiled with context binary " + *recorded + ", which is " + binary->label());
+    }
+  }
   auto declared = declared_values(proto.graph());
   for (const auto* node : nodes) {
     const auto* partition = attribute(*node, "partition_name");

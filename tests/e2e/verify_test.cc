@@ -75,6 +75,22 @@ TEST(Verify, AMissingBinaryFailsIntegrity) {
   EXPECT_NE(r.output.find("cnn_ref.bin is missing"), std::string::npos) << r.output;
 }
 
+TEST(Verify, ABinaryFromAnotherCompilationFailsIntegrityNamingBothIds) {
+  TempDir dir;
+  fs::path ctx = compiled("cnn.onnx", dir);
+  const std::string ours = ContextBinary::open(dir / "cnn_ref.bin")->content_id().hex();
+  fs::create_directories(dir / "other");
+  ASSERT_EQ(ctxgen("compile " + quote(ctx.parent_path() / "cnn.onnx") + " --output-dir " + quote(dir / "other") +
+                   " --node-name-prefix p_").exit_code, 0);
+  const std::string theirs = ContextBinary::open(dir / "other" / "cnn_ref.bin")->content_id().hex();
+  ASSERT_NE(ours, theirs);
+  fs::copy_file(dir / "other" / "cnn_ref.bin", dir / "cnn_ref.bin", fs::copy_options::overwrite_existing);
+  auto r = ctxgen("verify " + quote(ctx));
+  EXPECT_EQ(r.exit_code, 8) << r.output;
+  EXPECT_NE(r.output.find("whose id is " + ours), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("has id " + theirs), std::string::npos) << r.output;
+}
+
 TEST(Verify, DifferentWeightsAreAMismatchNamingTheOutput) {
   TempDir dir;
   fs::path tuned = dir / "tuned.onnx";

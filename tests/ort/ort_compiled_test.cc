@@ -100,5 +100,27 @@ TEST_F(CompiledModelTest, SharedModelsRunOnOneMappingOfTheirBinary) {
   expect_matches_original(decode_session, decode);
 }
 
+// Two compilations of models with the same structure and file name: the graphs match by name and
+// signature, so only the content id the model records tells the binaries apart.
+TEST_F(CompiledModelTest, ABinaryFromAnotherCompilationIsRefusedNamingBothIds) {
+  const fs::path base = copy_model("share/partial/base.onnx", dir_.path());
+  fs::create_directories(dir_ / "tuned");
+  fs::copy_file(testing::generated_models() / "share/partial/tuned.onnx", dir_ / "tuned" / "base.onnx");
+  ASSERT_NO_FATAL_FAILURE(ctxgen("compile " + quote(base) + " --output-dir " + quote(dir_ / "out")));
+  ASSERT_NO_FATAL_FAILURE(ctxgen("compile " + quote(dir_ / "tuned" / "base.onnx") + " --output-dir " + quote(dir_ / "tuned_out")));
+  { Ort::Session fine = open_session(dir_ / "out" / "base_ctx.onnx", plugin_options({})); }
+  fs::copy_file(dir_ / "tuned_out" / "base_ref.bin", dir_ / "out" / "base_ref.bin", fs::copy_options::overwrite_existing);
+  try {
+    Ort::Session session = open_session(dir_ / "out" / "base_ctx.onnx", plugin_options({}));
+    FAIL() << "a session on a model beside another compilation's binary was created";
+  } catch (const Ort::Exception& e) {
+    const std::string message = e.what();
+    EXPECT_EQ(e.GetOrtErrorCode(), ORT_INVALID_GRAPH) << message;
+    EXPECT_NE(message.find("whose id is "), std::string::npos) << message;
+    EXPECT_NE(message.find("base_ref.bin has id "), std::string::npos) << message;
+    EXPECT_NE(message.find("different compilations"), std::string::npos) << message;
+  }
+}
+
 }  // namespace
 }  // namespace ctxgen::ort_test

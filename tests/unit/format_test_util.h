@@ -127,9 +127,9 @@ inline CompiledGraph make_graph(std::string name, std::vector<IoSignature> input
 inline std::vector<uint8_t> write_to_memory(const BinaryIdentity& identity, const std::vector<CompiledGraph>& graphs,
                                             const std::vector<WeightPayload>& weights) {
   std::vector<uint8_t> out;
-  uint64_t written = write_context_binary(
+  const WrittenBinary written = write_context_binary(
       identity, graphs, weights, [&](const uint8_t* data, size_t size) { out.insert(out.end(), data, data + size); });
-  EXPECT_EQ(written, out.size());
+  EXPECT_EQ(written.bytes, out.size());
   return out;
 }
 

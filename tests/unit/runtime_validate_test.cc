@@ -386,5 +386,34 @@ TEST(RuntimeValidate, PoolOutputDimsFollowCeilMode) {
                  "window [6,2] on axis 2 is larger than the padded input [1,1,5,5]", 0);
 }
 
+// A crafted binary can declare any arena; the bound is what its values need.
+TEST(RuntimeValidate, RejectsAnArenaLargerThanItsValues) {
+  ConvAdd c;
+  c.p().arena_bytes = uint64_t{1} << 40;
+  expect_invalid(c.p(), "the arena of 1099511627776 bytes is larger than all its values together (192 bytes)");
+}
+
+// Windows are below 2^31 each, but their product per output is what a kernel loops over.
+TEST(RuntimeValidate, RejectsAProgramNeedingMoreThan2To48ElementOperations) {
+  ProgramBuilder b;
+  const int64_t k = int64_t{1} << 30;
+  int32_t x = b.input({1, 1, 4, 4});
+  int32_t y = b.output({1, 1, 5, 5});
+  b.op("MaxPool", {x}, y,
+       {ints_attr("kernel_shape", {k, k}), ints_attr("strides", {1, 1}), ints_attr("pads", {k / 2, k / 2, k / 2, k / 2}),
+        ints_attr("dilations", {1, 1})});
+  expect_invalid(b.program(), "op 0 (MaxPool): the program needs more than 2^48 element operations per run", 0);
+}
+
+// A reduction whose output is empty has nothing to compute, however long the reduced axis: before
+// execute() skipped it, the kernel looped 2^40 times over nothing (this test then times out).
+TEST(RuntimeValidate, AnOpWithAnEmptyOutputDoesNoWork) {
+  ProgramBuilder b;
+  int32_t x = b.input({1, int64_t{1} << 40, 0});
+  int32_t y = b.output({1, 1, 0});
+  b.op("ReduceSum", {x}, y, {ints_attr("axes", {1}), int_attr("keepdims", 1)});
+  EXPECT_TRUE(run_bytes(b.program(), {Bytes{}})[0].empty());
+}
+
 }  // namespace
 }  // namespace ctxgen::testing

@@ -22,13 +22,13 @@ Error internal(const std::string& what) { return Error(ErrorCode::kInternal, "re
 
 std::vector<float> floats_of(const Blob& blob) {
   std::vector<float> values(blob.size / sizeof(float));
-  std::memcpy(values.data(), blob.data, values.size() * sizeof(float));
+  if (!values.empty()) std::memcpy(values.data(), blob.data, values.size() * sizeof(float));  // data() may be null
   return values;
 }
 
 Blob blob_of(const std::vector<float>& values) {
   std::vector<uint8_t> bytes(values.size() * sizeof(float));
-  std::memcpy(bytes.data(), values.data(), bytes.size());
+  if (!bytes.empty()) std::memcpy(bytes.data(), values.data(), bytes.size());
   return Blob::owned(std::move(bytes));
 }
 

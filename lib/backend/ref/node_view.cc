@@ -208,7 +208,7 @@ std::vector<int64_t> NodeView::const_ints(size_t i) const {
   const TensorData& t = w->data;
   std::vector<int64_t> values(static_cast<size_t>(t.element_count()));
   if (t.dtype == onnx::TensorProto::INT64 && t.size == values.size() * 8) {
-    std::memcpy(values.data(), t.data, t.size);
+    if (t.size > 0) std::memcpy(values.data(), t.data, t.size);  // an empty vector's data() may be null
   } else if (t.dtype == onnx::TensorProto::INT32 && t.size == values.size() * 4) {
     for (size_t k = 0; k < values.size(); ++k) {
       int32_t v;

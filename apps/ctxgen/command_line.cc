@@ -1,0 +1,142 @@
+#include "command_line.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include <CLI/CLI.hpp>
+
+#include "ctxgen/error.h"
+
+namespace fs = std::filesystem;
+
+namespace ctxgen::cli {
+
+Parsed parse(int argc, const char* const* argv, bool with_verify) {
+  CLI::App app{"ctxgen: compile ONNX models into ONNX Runtime EPContext models and one context binary"};
+  app.require_subcommand(0, 1);
+  app.fallthrough();  // -v/-q work after the subcommand too
+  CommandLine line;
+  bool list_backends = false;
+  app.add_flag("-v,--verbose", line.verbosity, "More detail (-vv for trace); -v shows why each node stays on CPU");
+  app.add_flag("-q,--quiet", line.quiet, "Only errors");
+  app.add_flag("--list-backends", list_backends, "List the backends ctxgen can compile for");
+  app.set_version_flag("--version", "ctxgen 0.1.0");
+
+  CompileOptions& given = line.given;
+  auto add_compile_options = [&](CLI::App* cmd) {
+    cmd->add_option("-e,--backend", given.backend, "Target backend (see --list-backends)")->capture_default_str();
+    cmd->add_option("--output-dir", given.output_dir, "Folder for all outputs (default: the first model's folder)");
+    cmd->add_option("--node-name-prefix", given.node_name_prefix, "Prefix for EPContext node, partition and graph names");
+    cmd->add_option("--external-initializers-file", given.external_initializers_file,
+                    "Write the weights CPU nodes need to this file beside the outputs instead of embedding them");
+    cmd->add_flag("--force", given.force, "Overwrite existing outputs");
+    cmd->add_flag("--allow-empty", given.allow_empty, "Write a model even when none of its nodes compiled");
+    cmd->add_option("--fix-dim", line.shapes.fix_dims,
+                    "Freeze a symbolic dimension: [MODEL:]NAME=VALUE, MODEL a file stem (repeatable)");
+    cmd->add_option("--input-shape", line.shapes.input_shapes,
+                    "Fix an input's shape: [MODEL:]INPUT=1x3x224x224, MODEL a file stem (repeatable)");
+    cmd->add_option("--fix-value", line.shapes.fix_values,
+                    "Replace an input by a constant: [MODEL:]INPUT=V[,V...], MODEL a file stem (repeatable)");
+    cmd->add_option("--report", given.report_file, "Write a JSON report of the run to this file");
+    cmd->add_option("--stop-after", line.stop_after,
+                    "Write <stem>_<PHASE>.onnx, the model after that phase, instead of compiling: load, specialise "
+                    "or partition")
+        ->check(CLI::IsMember({"load", "specialise", "partition"}));
+  };
+  auto* compile = app.add_subcommand("compile", "Compile one model: <stem>_ctx.onnx + <stem>_<backend>.bin");
+  compile->add_option("model", line.model_args, "The ONNX model")->required()->expected(1);
+  compile->add_option("-o,--output", given.output_file, "Path of the EPContext model (default <stem>_ctx.onnx)");
+  compile->add_flag("--embed", given.embed, "Put the context binary inside the model (embed_mode=1)");
+  add_compile_options(compile);
+  auto* share = app.add_subcommand("share", "Compile N models that share weights: N _ctx.onnx + one .bin");
+  share->add_option("models", line.model_args, "Models, as a comma-separated list and/or separate arguments");
+  share->add_option("--manifest", line.manifest_path, "A JSON file describing the models, their shapes and the options");
+  add_compile_options(share);
+  auto* inspect = app.add_subcommand("inspect", "Show what a _ctx.onnx or a context binary holds");
+  inspect->add_option("file", line.inspect_path, "A _ctx.onnx model or a .bin context binary")->required();
+  inspect->add_flag("--json", line.json, "Print JSON");
+
+  CLI::App* verify = nullptr;
+  if (with_verify) {
+    verify = app.add_subcommand("verify", "Check compiled models: integrity, and outputs against the originals in ONNX Runtime");
+    verify->add_option("models", line.verify_models, "Compiled models (_ctx.onnx)")->required();
+    verify->add_option("--reference", line.verify_references, "The original model of each compiled model, in the same order");
+    verify->add_option("--rtol", line.rtol, "Relative tolerance")->capture_default_str();
+    verify->add_option("--atol", line.atol, "Absolute tolerance")->capture_default_str();
+    verify->add_option("--seed", line.seed, "Seed of the random inputs")->capture_default_str();
+    verify->add_option("--input-shape", line.verify_shapes, "Shape for a dynamic input: INPUT=1x128 (repeatable)");
+    verify->add_option("--plugin", line.plugin, "The ctxgen plugin EP library (default: the one built with ctxgen)");
+    verify->add_flag("--json", line.json, "Print JSON");
+  }
+
+  Parsed parsed;
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::ostringstream out, err;
+    const int code = app.exit(e, out, err);
+    parsed.exit_code = code == 0 ? 0 : exit_code(ErrorCode::kUsage);
+    parsed.out = out.str();
+    parsed.err = err.str();
+    return parsed;
+  }
+  line.help = app.help();
+  const CLI::App* cmd = *compile ? compile : share;
+  line.command = list_backends           ? Command::kListBackends
+                 : *compile              ? Command::kCompile
+                 : *share                ? Command::kShare
+                 : *inspect              ? Command::kInspect
+                 : verify && *verify     ? Command::kVerify
+                                         : Command::kNone;
+  for (const char* key : {"backend", "output-dir", "node-name-prefix", "external-initializers-file"}) {
+    if (cmd->count(std::string("--") + key) > 0) line.given_keys.emplace_back(key);
+  }
+  parsed.line = std::move(line);
+  return parsed;
+}
+
+std::vector<fs::path> model_list(const std::vector<std::string>& args) {
+  std::vector<fs::path> models;
+  for (const auto& arg : args) {
+    std::error_code ec;  // a list longer than a file name can be is not a file, not an error
+    if (fs::exists(arg, ec)) {
+      models.emplace_back(arg);
+      continue;
+    }
+    std::stringstream parts(arg);
+    for (std::string part; std::getline(parts, part, ',');)
+      if (!part.empty()) models.emplace_back(part);
+  }
+  return models;
+}
+
+std::vector<fs::path> compile_options(const CommandLine& line, const Manifest* manifest, CompileOptions& options) {
+  std::vector<fs::path> models;
+  ShapeArgs manifest_shapes;
+  if (manifest != nullptr) {
+    models = manifest->models;
+    options = manifest->options;
+    manifest_shapes = manifest->shapes;
+  }
+  for (const auto& m : model_list(line.model_args)) models.push_back(m);
+  if (models.empty()) throw Error(ErrorCode::kUsage, "share: give the models, or --manifest FILE");
+  const auto given = [&](const char* key) {
+    return std::find(line.given_keys.begin(), line.given_keys.end(), key) != line.given_keys.end();
+  };
+  if (given("backend") || manifest == nullptr) options.backend = line.given.backend;
+  if (given("output-dir")) options.output_dir = line.given.output_dir;
+  if (given("node-name-prefix")) options.node_name_prefix = line.given.node_name_prefix;
+  if (given("external-initializers-file")) options.external_initializers_file = line.given.external_initializers_file;
+  options.embed = options.embed || line.given.embed;
+  options.force = line.given.force;
+  options.allow_empty = line.given.allow_empty;
+  options.output_file = line.given.output_file;
+  options.report_file = line.given.report_file;
+  if (!line.stop_after.empty()) options.stop_after = parse_phase(line.stop_after);
+  // Command-line shape options override the manifest's, name by name.
+  options.per_model = resolve_shapes(models, manifest_shapes);
+  override_with(options.per_model, resolve_shapes(models, line.shapes));
+  return models;
+}
+
+}  // namespace ctxgen::cli

@@ -1,0 +1,58 @@
+#pragma once
+// What the ctxgen command line says, parsed but not acted on, so the parser can be tested and
+// fuzzed without touching a file.
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ctxgen/options.h"
+#include "ctxgen/pipeline.h"
+
+namespace ctxgen::cli {
+
+enum class Command { kNone, kListBackends, kCompile, kShare, kInspect, kVerify };
+
+struct CommandLine {
+  Command command = Command::kNone;
+  int verbosity = 0;
+  bool quiet = false;
+  std::string help;  // shown when no command is given
+
+  // compile / share: `given` is what the command line says; `given_keys` which of its manifest
+  // keys were given, so they override a manifest's and the others do not.
+  CompileOptions given;
+  std::vector<std::string> given_keys;
+  std::vector<std::string> model_args;
+  ShapeArgs shapes;
+  std::string manifest_path, stop_after;
+
+  std::string inspect_path;
+  bool json = false;  // inspect and verify
+
+  std::vector<std::string> verify_models, verify_references, verify_shapes;
+  double rtol = 1e-4, atol = 1e-5;
+  uint64_t seed = 1;
+  std::string plugin;
+};
+
+// Either a command line to run or what to print and the exit code (help, --version, a parse
+// error). `with_verify`: whether this build has the verify command.
+struct Parsed {
+  std::optional<CommandLine> line;
+  int exit_code = 0;
+  std::string out, err;
+};
+Parsed parse(int argc, const char* const* argv, bool with_verify);
+
+// "a.onnx,b.onnx" and separate arguments both name models. An argument that is an existing path
+// is taken whole, so a path containing a comma still works.
+std::vector<std::filesystem::path> model_list(const std::vector<std::string>& args);
+
+// The options of a compile/share run: a manifest's (if any), overridden by the command line's.
+// Returns the models in order.
+std::vector<std::filesystem::path> compile_options(const CommandLine& line, const Manifest* manifest,
+                                                   CompileOptions& options);
+
+}  // namespace ctxgen::cli

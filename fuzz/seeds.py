@@ -1,0 +1,128 @@
+#!/usr/bin/python3
+"""Writes the seed corpora of the fuzz targets into OUT/<target>/ from the project's test models.
+
+model_load      the models testdata/generate.py writes and the committed exports (small ones)
+context_binary  the .bin files ctxgen compiles from those models
+ref_program     every program inside those .bin files (docs/context-binary-format.md §5)
+command_line    NUL-separated argument lists and share manifests
+"""
+import argparse
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+MAX_SEED_BYTES = 256 * 1024  # larger seeds slow every execution that mutates them
+
+
+def seed_models(source, scratch):
+    models = os.path.join(scratch, "models")
+    subprocess.run([sys.executable, os.path.join(source, "testdata", "generate.py"), models], check=True)
+    found = []
+    for root in (models, os.path.join(source, "testdata")):
+        for folder, _, files in os.walk(root):
+            found += [os.path.join(folder, f) for f in sorted(files) if f.endswith(".onnx")]
+    return [m for m in found if os.path.getsize(m) <= MAX_SEED_BYTES]
+
+
+def compile_binaries(ctxgen, models, scratch):
+    binaries = []
+    for i, model in enumerate(models):
+        out = os.path.join(scratch, "out%d" % i)
+        run = subprocess.run([ctxgen, "-q", "compile", model, "--output-dir", out, "--allow-empty"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if run.returncode != 0:
+            continue
+        binaries += [os.path.join(out, f) for f in sorted(os.listdir(out)) if f.endswith(".bin")]
+    return binaries
+
+
+def programs_of(path):
+    """The program payloads of a context binary, read by the layout of format version 1."""
+    data = open(path, "rb").read()
+    graph_table, = struct.unpack_from("<Q", data, 48)
+    graph_count, = struct.unpack_from("<I", data, 80)
+    at = graph_table
+    programs = []
+
+    def string():
+        nonlocal at
+        n, = struct.unpack_from("<I", data, at)
+        at += 4 + n
+
+    def ios():
+        nonlocal at
+        count, = struct.unpack_from("<I", data, at)
+        at += 4
+        for _ in range(count):
+            string()
+            _, rank = struct.unpack_from("<iI", data, at)
+            at += 8 + 8 * rank
+
+    for _ in range(graph_count):
+        string()
+        ios()
+        ios()
+        offset, size, _ = struct.unpack_from("<QQQ", data, at)
+        at += 24
+        ids, = struct.unpack_from("<I", data, at)
+        at += 4 + 4 * ids
+        programs.append(data[offset:offset + size])
+    return programs
+
+
+ARGUMENTS = [
+    ["compile", "m.onnx", "-e", "ref", "--output-dir", "out", "--force"],
+    ["share", "a.onnx,b.onnx", "--fix-dim", "batch=1", "--input-shape", "a:x=1x3x224x224", "--report", "r.json"],
+    ["share", "a.onnx", "b.onnx", "--fix-value", "b:sr=16000", "--external-initializers-file", "w.data", "-v"],
+    ["compile", "m.onnx", "--embed", "--stop-after", "specialise", "-o", "x_ctx.onnx", "--node-name-prefix", "p_"],
+    ["verify", "m_ctx.onnx", "--reference", "m.onnx", "--rtol", "1e-3", "--atol", "1e-4", "--input-shape", "x=1x2"],
+    ["inspect", "m_ctx.onnx", "--json"],
+    ["--list-backends"],
+]
+
+MANIFESTS = [
+    '{"models": [{"path": "prefill.onnx", "fix_dim": {"seq": 128}, "input_shape": {"ids": [1, 128]}}, '
+    '{"path": "decode.onnx", "fix_value": {"sr": [16000]}}], "output_dir": "dist", "backend": "ref", '
+    '"fix_dim": {"batch": 1}, "node_name_prefix": "g_", "external_initializers_file": "w.data", "embed": false}',
+    '{"models": [{"path": "a.onnx"}], "fix_value": {"sr": 16000, "flag": true}}',
+]
+
+
+def write(folder, name, data):
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, name), "wb") as f:
+        f.write(data)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ctxgen", required=True, help="the ctxgen binary that compiles the seed binaries")
+    parser.add_argument("--source", required=True, help="the repository")
+    parser.add_argument("--out", required=True, help="folder of the corpora")
+    args = parser.parse_args()
+    shutil.rmtree(args.out, ignore_errors=True)
+    with tempfile.TemporaryDirectory() as scratch:
+        models = seed_models(args.source, scratch)
+        for i, model in enumerate(models):
+            write(os.path.join(args.out, "model_load"), "%03d.onnx" % i, open(model, "rb").read())
+        binaries = compile_binaries(args.ctxgen, models, scratch)
+        if not binaries:
+            sys.exit("seeds.py: ctxgen compiled none of the test models")
+        for i, binary in enumerate(binaries):
+            data = open(binary, "rb").read()
+            if len(data) <= MAX_SEED_BYTES:
+                write(os.path.join(args.out, "context_binary"), "%03d.bin" % i, data)
+            for k, program in enumerate(programs_of(binary)):
+                write(os.path.join(args.out, "ref_program"), "%03d_%d.prog" % (i, k), program)
+    for i, argv in enumerate(ARGUMENTS):
+        write(os.path.join(args.out, "command_line"), "args%d" % i, "\0".join(argv).encode())
+    for i, text in enumerate(MANIFESTS):
+        write(os.path.join(args.out, "command_line"), "manifest%d.json" % i, text.encode())
+    write(args.out, ".seeded", b"")
+
+
+if __name__ == "__main__":
+    main()
