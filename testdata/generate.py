@@ -318,6 +318,30 @@ def modern(outdir):
     save_unchecked(modern_model(unsqueeze, *io, [], 13, ir_version=7), outdir, "modern/unsqueeze_axes_attribute.onnx")
 
 
+def bad(outdir):
+    """Models of the damaged-input catalogue (tests/e2e/errors_test.cc): each one broke ctxgen once."""
+    def io(x_dims, y_dims=None):
+        return ([helper.make_tensor_value_info("x", TensorProto.FLOAT, x_dims)],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_dims)])
+    # onnx 1.12's shape inference dereferenced a null type for a name nothing defines (fuzzing).
+    relu = helper.make_node("Relu", ["ghost"], ["y"])
+    save_unchecked(model(helper.make_graph([relu], "undefined", *io([2, 2]))), outdir, "bad/undefined_input.onnx")
+    conv = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[1, 1], strides=[0, 0])
+    save_unchecked(model(helper.make_graph([conv], "conv_zero_stride", *io([1, 1, 4, 4]),
+                                           [numpy_helper.from_array(np.ones((1, 1, 1, 1), np.float32), "w")])),
+                   outdir, "bad/conv_zero_stride.onnx")
+    # 2^40 elements: compiled, then failed to allocate at run time.
+    huge = helper.make_node("Relu", ["x"], ["y"])
+    save(model(helper.make_graph([huge], "huge", *io([1024, 1024, 1024, 1024], [1024, 1024, 1024, 1024]))),
+         outdir, "bad/huge_input.onnx")
+    # ceil_mode windows where onnx 1.12 and ONNX Runtime disagree on the output size.
+    pool = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[7, 7], pads=[1, 1, 1, 1], ceil_mode=1)
+    save_unchecked(model(helper.make_graph([pool], "ceil_pool", *io([1, 1, 16, 16]))), outdir, "bad/ceil_pool.onnx")
+    # An op no ONNX opset defines, at an opset newer than onnx 1.12 checks.
+    unknown = helper.make_node("FrobnicateV2", ["x"], ["y"])
+    save_unchecked(modern_model([unknown], *io([2, 2], [2, 2]), [], 20), outdir, "bad/unknown_op.onnx")
+
+
 def main():
     outdir = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
     save(cnn(), outdir, "cnn.onnx")
@@ -331,6 +355,7 @@ def main():
     share_groups(outdir)
     modern(outdir)
     save(vad(), outdir, "vad.onnx")
+    bad(outdir)
     # A stride of 0 made onnx 1.12's shape inference divide by zero (SIGFPE) before ctxgen saw it.
     pool = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[0, 0])
     save_unchecked(model(helper.make_graph([pool], "zero_stride", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])],

@@ -31,6 +31,9 @@ enum class DType : uint8_t { kFloat32 = 1, kInt32 = 6, kInt64 = 7, kBool = 9 };
 // The arena holds at most the sum of its values' (64-byte aligned) sizes.
 inline constexpr int64_t kMaxElements = int64_t{1} << 48;
 inline constexpr int64_t kMaxWindow = (int64_t{1} << 31) - 1;
+// A value holds at most 64 GiB: beyond that no machine a session runs on allocates it, so the
+// compiler leaves such nodes on CPU instead of writing a program that fails at run time.
+inline constexpr uint64_t kMaxValueBytes = uint64_t{1} << 36;
 // A program performs at most this many element operations per run (an upper bound each kernel
 // respects, see validate()), so no program, however crafted, keeps a session busy for days: 2^48
 // is some hours of one core, more than an 8B-parameter LLM prefill of 4096 tokens (~2^45).

@@ -71,7 +71,7 @@ nlohmann::json context_binaries(const fs::path& path, const onnx::ModelProto& pr
     const fs::path bin = path.parent_path() / *cache;
     if (!seen.insert(bin).second) continue;
     std::error_code ec;
-    if (!fs::is_regular_file(bin, ec)) {
+    if (!fs::exists(bin, ec)) {  // anything else (a FIFO, a folder) is refused by open()
       list.push_back({{"path", bin.string()}, {"missing", true}});
       continue;
     }

@@ -46,6 +46,8 @@ void check_value(const ref::Program& p, size_t id, size_t weight_count) {
   for (int64_t d : v.dims)
     if (d < 0 || __builtin_mul_overflow(n, d, &n) || n > kMaxElements)
       fail(what + " dims " + dims_text(v.dims) + " are negative or hold more than 2^48 elements");
+  if (v.byte_size() > ref::kMaxValueBytes)
+    fail(what + " holds " + std::to_string(v.byte_size()) + " bytes, more than 2^36 (64 GiB)");
   auto index_text = std::to_string(v.index);
   switch (v.kind) {
     case ValueKind::kInput:

@@ -194,5 +194,42 @@ TEST_F(BadInput, AlreadyCompiledModel) {
   fails(quote(dir_ / "m" / "cnn_ctx.onnx"), 3, "already compiled");
 }
 
+// The damaged-input catalogue: models that each broke ctxgen once (testdata/generate.py bad/),
+// with the exit code and message they get now.
+TEST_F(BadInput, Catalogue) {
+  const fs::path bad = generated_models() / "bad";
+  // onnx 1.12's shape inference crashed (SIGSEGV) on a read of a name nothing defines; found by fuzzing.
+  fails(quote(bad / "undefined_input.onnx"), 3, "node #0 (Relu) reads 'ghost', which no graph input, initializer or earlier node defines");
+  // onnx 1.12's shape inference divided by the stride (SIGFPE).
+  fails(quote(bad / "conv_zero_stride.onnx"), 3, "(Conv): attribute 'strides' holds 0; every value must be at least 1");
+  // 2^40 elements compiled, then failed to allocate at run time.
+  fails(quote(bad / "huge_input.onnx"), 4, "input 'x' would hold 4398046511104 bytes; ref holds at most 2^36 bytes (64 GiB) per tensor");
+  // onnx 1.12 and ONNX Runtime disagree on this ceil_mode window; ref keeps ORT's size, so it stays on CPU.
+  fails(quote(bad / "ceil_pool.onnx"), 4, "inferred dims [1,1,4,4] of output 'y' differ from [1,1,3,3] computed by ref");
+  // An op no opset defines compiled into a model ONNX Runtime would not load.
+  fails(quote(bad / "unknown_op.onnx"), 3, "node #0 (FrobnicateV2): no ONNX opset defines an op 'FrobnicateV2'");
+  // A list of models longer than a file name can be was an internal error ("File name too long").
+  std::string list;
+  for (int i = 0; i < 40; ++i) list += (list.empty() ? "" : ",") + (dir_ / ("model_" + std::to_string(i) + ".onnx")).string();
+  ASSERT_GT(list.size(), 255u);
+  auto r = ctxgen("share " + quote(list) + " --output-dir " + quote(out_));
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_NE(r.output.find("model_0.onnx: no such file"), std::string::npos) << r.output;
+}
+
+// A FIFO where a compiled model's context binary should be: inspect and verify refuse it at once
+// instead of waiting for a writer.
+TEST_F(BadInput, FifoAsTheContextBinaryIsRefused) {
+  fs::path model = copy_model("cnn.onnx", dir_ / "m");
+  ASSERT_EQ(ctxgen("compile " + quote(model)).exit_code, 0);
+  fs::remove(dir_ / "m" / "cnn_ref.bin");
+  ASSERT_EQ(::mkfifo((dir_ / "m" / "cnn_ref.bin").c_str(), 0600), 0);
+  for (const char* command : {"inspect", "verify"}) {
+    auto r = run_command("timeout 20 " + std::string(CTXGEN_BINARY) + " " + command + " " + quote(dir_ / "m" / "cnn_ctx.onnx"));
+    EXPECT_TRUE(r.exit_code == 7 || r.exit_code == 8) << command << ": " << r.output;
+    EXPECT_NE(r.output.find("not a regular file"), std::string::npos) << command << ": " << r.output;
+  }
+}
+
 }  // namespace
 }  // namespace ctxgen::testing

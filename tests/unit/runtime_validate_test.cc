@@ -322,9 +322,9 @@ TEST(RuntimeValidate, GeneratedAndDataMovementRules) {
 }
 
 TEST(RuntimeValidate, ConvScratchStaysBounded) {
-  // Each tensor is within 2^48 elements, but im2col would need 2^24 x 2^40.
-  int64_t side = (int64_t{1} << 20) + 4095;
-  expect_invalid(single("Conv", {{{1, 1, side, side}, kF}, {{1, 1, 4096, 4096}, kF}}, {1, 1, 1 << 20, 1 << 20},
+  // Each tensor is within 64 GiB, but im2col would need 2^24 x 2^26 elements.
+  int64_t side = (int64_t{1} << 13) + 4095;
+  expect_invalid(single("Conv", {{{1, 1, side, side}, kF}, {{1, 1, 4096, 4096}, kF}}, {1, 1, 1 << 13, 1 << 13},
                         {ints_attr("kernel_shape", {4096, 4096}), ints_attr("strides", {1, 1}),
                          ints_attr("pads", {0, 0, 0, 0}), ints_attr("dilations", {1, 1}), int_attr("group", 1)}),
                  "needs more than 2^48 elements", 0);

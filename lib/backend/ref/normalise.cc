@@ -1245,6 +1245,13 @@ void finish(const Model& model, NormalisedNode& n, const std::map<std::string, r
     refuse(e.what());
   }
   std::string label = "output '" + n.output + "'";
+  // What the runtime would refuse to hold is refused here, so it never fails at run time.
+  for (size_t i = 0; i <= inputs.size(); ++i) {
+    const ref::Value* v = i < inputs.size() ? inputs[i] : &n.output_type;
+    if (v && v->byte_size() > ref::kMaxValueBytes)
+      refuse((i < inputs.size() ? "input '" + n.inputs[i] + "'" : label) + " would hold " +
+             std::to_string(v->byte_size()) + " bytes; ref holds at most 2^36 bytes (64 GiB) per tensor");
+  }
   if (element_count(n.output_type.dims) == 0)
     refuse("zero-sized tensor on " + label + " (dims " + dims_text(n.output_type.dims) + ")");
   if (const ValueType* known = model.type_of(n.output)) {
