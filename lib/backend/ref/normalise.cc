@@ -959,6 +959,8 @@ std::vector<NormalisedNode> split(const NodeView& v) {
   else if (v.has_input(1)) sizes = v.const_ints(1);
   auto outputs = static_cast<int64_t>(v.has_attr("num_outputs") ? v.int_attr("num_outputs", 0) : v.output_count());
   if (outputs < 1) refuse("Split into " + std::to_string(outputs) + " outputs");
+  if (outputs != static_cast<int64_t>(v.output_count()))
+    refuse("Split into " + std::to_string(outputs) + " parts has " + std::to_string(v.output_count()) + " outputs");
   if (sizes.empty()) {
     // Equal parts; from opset 18 the last may be smaller (ceil division), before that it must divide.
     int64_t part = (x[axis] + outputs - 1) / outputs;
@@ -972,7 +974,7 @@ std::vector<NormalisedNode> split(const NodeView& v) {
   Parts parts(v);
   int64_t start = 0;
   for (size_t k = 0; k < sizes.size(); ++k) {
-    if (sizes[k] < 0 || start + sizes[k] > x[axis]) refuse("split sizes " + values_text(sizes) + " exceed axis size " + std::to_string(x[axis]));
+    if (sizes[k] < 0 || sizes[k] > x[axis] - start) refuse("split sizes " + values_text(sizes) + " exceed axis size " + std::to_string(x[axis]));
     if (v.output(k).empty()) refuse("output " + std::to_string(k) + " is absent");
     std::vector<int64_t> starts(x.size(), 0), steps(x.size(), 1), out = x;
     starts[axis] = start;
