@@ -337,6 +337,14 @@ def bad(outdir):
     # ceil_mode windows where onnx 1.12 and ONNX Runtime disagree on the output size.
     pool = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[7, 7], pads=[1, 1, 1, 1], ceil_mode=1)
     save_unchecked(model(helper.make_graph([pool], "ceil_pool", *io([1, 1, 16, 16]))), outdir, "bad/ceil_pool.onnx")
+    # ONNX Runtime's CPU Div divides the lowest int64 by -1 without a check (SIGFPE): it killed
+    # `ctxgen verify`, which ran ORT in its own process. ctxgen folds the Div (wrapping) itself.
+    lowest = numpy_helper.from_array(np.array([np.iinfo(np.int64).min], np.int64), "lowest")
+    minus_one = numpy_helper.from_array(np.array([-1], np.int64), "minus_one")
+    div = [helper.make_node("Div", ["lowest", "minus_one"], ["q"]), helper.make_node("Add", ["x", "q"], ["y"])]
+    save(model(helper.make_graph(div, "int_min_div", [helper.make_tensor_value_info("x", TensorProto.INT64, [4])],
+                                 [helper.make_tensor_value_info("y", TensorProto.INT64, [4])], [lowest, minus_one])),
+         outdir, "bad/int_min_div.onnx")
     # An op no ONNX opset defines, at an opset newer than onnx 1.12 checks.
     unknown = helper.make_node("FrobnicateV2", ["x"], ["y"])
     save_unchecked(modern_model([unknown], *io([2, 2], [2, 2]), [], 20), outdir, "bad/unknown_op.onnx")

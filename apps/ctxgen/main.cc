@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
         for (const auto& m : line.verify_models) options.models.emplace_back(m);
         for (const auto& r : line.verify_references) options.references.emplace_back(r);
         options.plugin = line.plugin;
-        return print_verification(ctxgen::verify::run(options), line.json);
+        return print_verification(ctxgen::verify::run_isolated(options), line.json);
 #else
         break;
 #endif

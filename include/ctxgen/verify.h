@@ -86,5 +86,8 @@ struct Result {
 // matching, loads in ONNX Runtime); with references, also outputs on the same seeded inputs.
 // Throws Error(kMismatch) for a failed integrity check, Error(kRuntime) when ONNX Runtime fails.
 Result run(const Options& options);
+// run() in a child process, so ONNX Runtime crashing on a hostile original (it divides without
+// checking in some integer kernels) is an Error(kRuntime) naming the signal, not a crash of ctxgen.
+Result run_isolated(const Options& options);
 
 }  // namespace ctxgen::verify

@@ -1,3 +1,10 @@
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -316,6 +323,149 @@ Result run(const Options& options) {
     }
   }
   return result;
+}
+
+namespace {
+
+// The child's answer on a pipe: length-prefixed strings, so any bytes (names need not be UTF-8)
+// and any double (inf, NaN) come back as they were.
+class Message {
+ public:
+  void put(const std::string& text) {
+    put_size(text.size());
+    bytes_ += text;
+  }
+  void put_double(double v) { put(format_double(v)); }
+  void put_size(uint64_t n) { bytes_.append(reinterpret_cast<const char*>(&n), sizeof n); }
+  const std::string& bytes() const { return bytes_; }
+
+  explicit Message(std::string bytes = {}) : bytes_(std::move(bytes)) {}
+  uint64_t size() {
+    uint64_t n = 0;
+    if (bytes_.size() - at_ < sizeof n) throw Error(ErrorCode::kInternal, "verify: truncated answer from the child");
+    std::memcpy(&n, bytes_.data() + at_, sizeof n);
+    at_ += sizeof n;
+    return n;
+  }
+  std::string get() {
+    const uint64_t n = size();
+    if (bytes_.size() - at_ < n) throw Error(ErrorCode::kInternal, "verify: truncated answer from the child");
+    std::string text = bytes_.substr(at_, n);
+    at_ += n;
+    return text;
+  }
+  double get_double() { return std::strtod(get().c_str(), nullptr); }
+
+ private:
+  static std::string format_double(double v) {
+    char text[64];
+    std::snprintf(text, sizeof text, "%.17g", v);
+    return text;
+  }
+  std::string bytes_;
+  size_t at_ = 0;
+};
+
+Message encode(const Result& result) {
+  Message m;
+  m.put("ok");
+  m.put_size(result.checks.size());
+  for (const auto& c : result.checks) m.put(c);
+  m.put_size(result.outputs.size());
+  for (const auto& o : result.outputs) {
+    m.put(o.model.string());
+    m.put(o.output);
+    m.put_double(o.difference.max_abs);
+    m.put_double(o.difference.max_rel);
+    m.put_size(o.difference.within ? 1 : 0);
+    m.put(o.difference.problem);
+  }
+  return m;
+}
+
+Result decode(Message& m) {
+  Result result;
+  for (uint64_t n = m.size(); n > 0; --n) result.checks.push_back(m.get());
+  for (uint64_t n = m.size(); n > 0; --n) {
+    OutputCheck o;
+    o.model = m.get();
+    o.output = m.get();
+    o.difference.max_abs = m.get_double();
+    o.difference.max_rel = m.get_double();
+    o.difference.within = m.size() == 1;
+    o.difference.problem = m.get();
+    result.outputs.push_back(std::move(o));
+  }
+  return result;
+}
+
+void write_all(int fd, const std::string& bytes) {
+  for (size_t at = 0; at < bytes.size();) {
+    ssize_t n = ::write(fd, bytes.data() + at, bytes.size() - at);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    at += static_cast<size_t>(n);
+  }
+}
+
+}  // namespace
+
+Result run_isolated(const Options& options) {
+  int fds[2];
+  if (::pipe(fds) != 0) throw Error(ErrorCode::kInternal, std::string("verify: pipe failed: ") + std::strerror(errno));
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) throw Error(ErrorCode::kInternal, std::string("verify: fork failed: ") + std::strerror(errno));
+  if (pid == 0) {
+    ::close(fds[0]);
+    Message m;
+    try {
+      m = encode(run(options));
+    } catch (const Error& e) {
+      m = Message();
+      m.put("error");
+      m.put_size(static_cast<uint64_t>(e.code()));
+      m.put(e.what());
+    } catch (const std::exception& e) {
+      m = Message();
+      m.put("error");
+      m.put_size(static_cast<uint64_t>(ErrorCode::kRuntime));
+      m.put(std::string("ONNX Runtime failed: ") + e.what());
+    }
+    write_all(fds[1], m.bytes());
+    std::fflush(nullptr);
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string bytes;
+  char buffer[65536];
+  for (ssize_t n; (n = ::read(fds[0], buffer, sizeof buffer)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    bytes.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  // A child that died, or ended without answering (a sanitizer's handler turns the signal into an
+  // exit), crashed inside ONNX Runtime: everything of ctxgen's own answers.
+  if (WIFSIGNALED(status) || bytes.empty()) {
+    std::string models;
+    for (const auto& m : options.models) models += (models.empty() ? "" : ", ") + m.string();
+    const std::string how = WIFSIGNALED(status) ? "signal " + std::to_string(WTERMSIG(status)) + ", " +
+                                                      strsignal(WTERMSIG(status))
+                                                : "exit " + std::to_string(WEXITSTATUS(status)) + " without an answer";
+    throw Error(ErrorCode::kRuntime, models + ": ONNX Runtime crashed (" + how +
+                                         ") while verifying; ORT's own kernels do this on some inputs, e.g. an "
+                                         "integer division of the lowest value by -1 in the original model");
+  }
+  Message m(std::move(bytes));
+  if (m.get() == "error") {
+    const auto code = static_cast<ErrorCode>(m.size());
+    throw Error(code, m.get());
+  }
+  return decode(m);
 }
 
 }  // namespace ctxgen::verify

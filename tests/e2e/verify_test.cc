@@ -91,6 +91,19 @@ TEST(Verify, ABinaryFromAnotherCompilationFailsIntegrityNamingBothIds) {
   EXPECT_NE(r.output.find("has id " + theirs), std::string::npos) << r.output;
 }
 
+// ONNX Runtime's CPU EP dies of SIGFPE on the original (lowest int64 / -1); verify runs it in a
+// child process, so that is an error naming the models and the signal, not a crash of ctxgen.
+TEST(Verify, OnnxRuntimeCrashingOnTheOriginalIsAnError) {
+  TempDir dir;
+  fs::path ctx = compiled("bad/int_min_div.onnx", dir);
+  auto r = ctxgen("verify " + quote(ctx) + " --reference " + quote(generated_models() / "bad" / "int_min_div.onnx"));
+  EXPECT_EQ(r.exit_code, 9) << r.output;
+  // (signal 8, SIGFPE; under a sanitizer its handler exits instead)
+  EXPECT_NE(r.output.find(ctx.string() + ": ONNX Runtime crashed ("), std::string::npos) << r.output;
+  r = ctxgen("verify " + quote(ctx));  // the compiled model alone is fine: ctxgen folded the division
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
 TEST(Verify, DifferentWeightsAreAMismatchNamingTheOutput) {
   TempDir dir;
   fs::path tuned = dir / "tuned.onnx";
