@@ -437,11 +437,34 @@ void apply_values(const fs::path& path, onnx::GraphProto& graph, const LoadOptio
   }
 }
 
+// Whether every Shape and Size node (in any graph) reads a value inference typed.
+bool shapes_read_typed_values(const onnx::GraphProto& graph, std::set<std::string>& typed) {
+  for (const auto* list : {&graph.input(), &graph.value_info(), &graph.output()})
+    for (const auto& v : *list)
+      if (v.type().has_tensor_type() && v.type().tensor_type().elem_type() != 0) typed.insert(v.name());
+  for (const auto& t : graph.initializer()) typed.insert(t.name());
+  bool ok = true;
+  for (const auto& node : graph.node()) {
+    if ((node.op_type() == "Shape" || node.op_type() == "Size") && is_onnx_domain(node.domain()) &&
+        node.input_size() > 0 && !typed.count(node.input(0)))
+      ok = false;
+    for_each_subgraph(node, [&](const std::string&, const onnx::GraphProto& g) { ok = shapes_read_typed_values(g, typed) && ok; });
+  }
+  return ok;
+}
+
+// Two passes: onnx 1.12's data propagation (which computes Shape -> Gather -> Reshape chains)
+// dereferences a null type when a Shape node reads a value inference could not type (found by
+// fuzzing: a Concat whose inputs disagree leaves everything after it untyped). So it runs only
+// when the first pass, without it, typed what every Shape reads; otherwise the specialise stage
+// types the rest with ctxgen's rules.
 void infer_shapes(const fs::path& path, onnx::ModelProto& model) {
   OnnxView view(model);
   try {
-    onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(),
-                                       onnx::ShapeInferenceOptions(false, 0, true));
+    onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(), onnx::ShapeInferenceOptions(false, 0, false));
+    std::set<std::string> typed;
+    if (shapes_read_typed_values(model.graph(), typed))
+      onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(), onnx::ShapeInferenceOptions(false, 0, true));
   } catch (const std::exception& e) {
     throw invalid(path, std::string("shape inference failed: ") + e.what());
   }
