@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <cmath>
 #include <memory>
 
@@ -119,6 +121,21 @@ TEST_F(CompiledModelTest, ABinaryFromAnotherCompilationIsRefusedNamingBothIds) {
     EXPECT_NE(message.find("whose id is "), std::string::npos) << message;
     EXPECT_NE(message.find("base_ref.bin has id "), std::string::npos) << message;
     EXPECT_NE(message.find("different compilations"), std::string::npos) << message;
+  }
+}
+
+// A FIFO where the context binary should be is refused at once; opening it blocking would wait
+// for a writer forever (the test would then time out).
+TEST_F(CompiledModelTest, AFifoAsTheContextBinaryIsRefusedWithoutWaiting) {
+  const fs::path cnn = copy_model("cnn.onnx", dir_.path());
+  ASSERT_NO_FATAL_FAILURE(ctxgen("compile " + quote(cnn)));
+  fs::remove(dir_ / "cnn_ref.bin");
+  ASSERT_EQ(::mkfifo((dir_ / "cnn_ref.bin").c_str(), 0600), 0);
+  try {
+    Ort::Session session = open_session(dir_ / "cnn_ctx.onnx", plugin_options({}));
+    FAIL() << "a session on a FIFO context binary was created";
+  } catch (const Ort::Exception& e) {
+    EXPECT_NE(std::string(e.what()).find("not a regular file"), std::string::npos) << e.what();
   }
 }
 
