@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -16,16 +17,24 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The loader maps a file, as it does for users; a tmpfs keeps that cheap.
-fs::path scratch_file() {
-  const fs::path folder = fs::exists("/dev/shm") ? fs::path("/dev/shm") : fs::temp_directory_path();
-  return folder / ("ctxgen-fuzz-" + std::to_string(::getpid()) + ".onnx");
+// The loader maps a file, as it does for users; a tmpfs keeps that cheap. Removed at exit, so
+// the workers of a long run leave nothing in memory behind.
+const fs::path& scratch_file() {
+  static const fs::path path = [] {
+    const fs::path folder = fs::exists("/dev/shm") ? fs::path("/dev/shm") : fs::temp_directory_path();
+    std::atexit([] {
+      std::error_code ec;
+      fs::remove(scratch_file(), ec);
+    });
+    return folder / ("ctxgen-fuzz-" + std::to_string(::getpid()) + ".onnx");
+  }();
+  return path;
 }
 
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const fs::path path = scratch_file();
+  const fs::path& path = scratch_file();
   {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));

@@ -68,6 +68,10 @@ struct LoadOptions {
 // Model metadata key recording the inputs --fix-value replaced, values as text:
 // {"sr": {"dims": [], "values": ["16000"]}}. verify feeds these values to the original model.
 inline constexpr const char* kFixedValuesMetadataKey = "ctxgen.fixed_values";
+// Model metadata key of a compiled model whose initializers live in an external weights file
+// (--external-initializers-file): the XXH3-128 of that file, hex. verify refuses a model beside a
+// weights file with another hash, naming both.
+inline constexpr const char* kExternalWeightsIdMetadataKey = "ctxgen.external_weights_id";
 
 struct Model {
   std::filesystem::path path;
@@ -107,6 +111,8 @@ int64_t default_opset(const onnx::ModelProto& model);
 
 // The value of a model metadata entry (the first with that key), or nullopt.
 std::optional<std::string> metadata_value(const onnx::ModelProto& model, const std::string& key);
+// Makes `value` the one entry under `key` (an empty value removes the key).
+void set_metadata(onnx::ModelProto& model, const std::string& key, const std::string& value);
 
 // A node's name, or "#<index>" when it has none.
 std::string node_label(const onnx::NodeProto& node, size_t index);

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -68,6 +69,9 @@ struct Options {
   uint64_t seed = 1;
   std::map<std::string, std::vector<int64_t>> input_shapes;
   std::filesystem::path plugin;
+  // Called before each step that loads or runs a model ("running decoder.onnx on ONNX Runtime's
+  // CPU EP"), so a crash inside ONNX Runtime can be reported with what it was doing.
+  std::function<void(const std::string&)> step;
 };
 
 struct OutputCheck {
@@ -86,8 +90,9 @@ struct Result {
 // matching, loads in ONNX Runtime); with references, also outputs on the same seeded inputs.
 // Throws Error(kMismatch) for a failed integrity check, Error(kRuntime) when ONNX Runtime fails.
 Result run(const Options& options);
-// run() in a child process, so ONNX Runtime crashing on a hostile original (it divides without
-// checking in some integer kernels) is an Error(kRuntime) naming the signal, not a crash of ctxgen.
+// run() in a child process, so a crash inside ONNX Runtime (its CPU EP divides without checking
+// in some integer kernels) is an Error(kRuntime) naming the signal and the step it happened in,
+// not a crash of ctxgen. Forks: call it from a single-threaded process (the CLI does).
 Result run_isolated(const Options& options);
 
 }  // namespace ctxgen::verify

@@ -127,15 +127,9 @@ onnx::ModelProto build_epcontext_model(const Model& model, const PartitionPlan& 
   out.set_model_version(model.proto->model_version());
   out.set_doc_string(model.proto->doc_string());
   *out.mutable_metadata_props() = model.proto->metadata_props();
-  // A compiled model compiled again (or a copied key) must not carry a stale id.
-  auto* props = out.mutable_metadata_props();
-  for (int i = props->size() - 1; i >= 0; --i)
-    if (props->Get(i).key() == kContentIdMetadataKey) props->DeleteSubrange(i, 1);
-  if (!settings.content_id.empty()) {
-    auto* id = props->Add();
-    id->set_key(kContentIdMetadataKey);
-    id->set_value(settings.content_id);
-  }
+  // Replaced, so a copied key never carries a stale id.
+  set_metadata(out, kContentIdMetadataKey, settings.content_id);
+  set_metadata(out, kExternalWeightsIdMetadataKey, "");
   *out.mutable_functions() = model.proto->functions();
   *out.mutable_opset_import() = model.proto->opset_import();
   bool has_ms = std::any_of(out.opset_import().begin(), out.opset_import().end(),

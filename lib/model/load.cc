@@ -111,14 +111,14 @@ bool known_to_onnx(const onnx::NodeProto& node, bool beyond) {
 }
 
 // Default-domain ops ONNX added after opset 17, which onnx 1.12 has no schema for, by the opset
-// that introduced them (CumProd and BitCast at the lowest opset they could be from).
+// that introduced them (onnx.ai's operator pages).
 const std::map<std::string, int64_t>& ops_after_onnx() {
   static const std::map<std::string, int64_t> kOps = {
       {"BitwiseAnd", 18}, {"BitwiseNot", 18}, {"BitwiseOr", 18}, {"BitwiseXor", 18}, {"CenterCropPad", 18},
-      {"Col2Im", 18}, {"GroupNormalization", 18}, {"Mish", 18}, {"CumProd", 18}, {"BitCast", 18},
+      {"Col2Im", 18}, {"GroupNormalization", 18}, {"Mish", 18},
       {"DeformConv", 19}, {"AffineGrid", 20}, {"Gelu", 20}, {"ImageDecoder", 20}, {"RegexFullMatch", 20},
       {"StringConcat", 20}, {"StringSplit", 20}, {"Attention", 23}, {"RMSNormalization", 23},
-      {"RotaryEmbedding", 23}, {"Swish", 24}, {"TensorScatter", 24}};
+      {"RotaryEmbedding", 23}, {"Swish", 24}, {"TensorScatter", 24}, {"BitCast", 26}, {"CumProd", 26}};
   return kOps;
 }
 
@@ -731,6 +731,16 @@ std::optional<std::string> metadata_value(const onnx::ModelProto& model, const s
   for (const auto& kv : model.metadata_props())
     if (kv.key() == key) return kv.value();
   return std::nullopt;
+}
+
+void set_metadata(onnx::ModelProto& model, const std::string& key, const std::string& value) {
+  auto* props = model.mutable_metadata_props();
+  for (int i = props->size() - 1; i >= 0; --i)
+    if (props->Get(i).key() == key) props->DeleteSubrange(i, 1);
+  if (value.empty()) return;
+  auto* kv = props->Add();
+  kv->set_key(key);
+  kv->set_value(value);
 }
 
 std::string node_label(const onnx::NodeProto& node, size_t index) {

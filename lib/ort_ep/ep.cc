@@ -164,17 +164,23 @@ void CtxgenEp::compile(const OrtGraph** graphs, const OrtNode** fused_nodes, siz
     pending.push_back({nodes[0], std::move(node), std::nullopt});
   }
   // Main contexts first: a main_context=0 node may name a graph that a later node loads.
+  // Models from other tools, and ctxgen outputs from before content ids, record none.
+  const std::optional<std::string> recorded = count > 0 ? model_metadata(graphs[0], kContentIdMetadataKey) : std::nullopt;
+  const auto check_pairing = [&](const EpContextNode& node, const ContextBinary& binary) {
+    if (recorded) check_content_id(binary, *recorded, "EPContext node '" + node.name + "': the model");
+  };
   for (size_t i = 0; i < count; ++i) {
-    if (pending[i].node.main_context) pending[i].own = load_main_context(pending[i].node, graph_model_path(graphs[i]));
+    if (!pending[i].node.main_context) continue;
+    pending[i].own = load_main_context(pending[i].node, graph_model_path(graphs[i]));
+    // Before any graph is looked up, so a binary of another compilation is named as such.
+    check_pairing(pending[i].node, *pending[i].own->binary);
   }
 
   std::vector<std::unique_ptr<CompiledNode>> compiled;
   for (size_t i = 0; i < count; ++i) {
     const EpContextNode& node = pending[i].node;
     const LoadedBinary found = find_graph(node, pending[i].own ? &*pending[i].own : nullptr);
-    // Models from other tools, and ctxgen's before 0.1, record no id.
-    if (auto recorded = model_metadata(graphs[i], kContentIdMetadataKey))
-      check_content_id(*found.binary, *recorded, "EPContext node '" + node.name + "': the model");
+    check_pairing(node, *found.binary);
     std::shared_ptr<const runtime::Executable> executable;
     try {
       executable = std::make_shared<const runtime::Executable>(found.binary, node.graph_name());

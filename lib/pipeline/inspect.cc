@@ -6,6 +6,7 @@
 #include "ctxgen/error.h"
 #include "ctxgen/format.h"
 #include "ctxgen/model.h"
+#include "ctxgen/ref_identity.h"
 #include "ctxgen/report.h"
 
 namespace fs = std::filesystem;
@@ -60,14 +61,18 @@ nlohmann::json context_binaries(const fs::path& path, const onnx::ModelProto& pr
   nlohmann::json list = nlohmann::json::array();
   std::set<fs::path> seen;
   for (const auto& node : proto.graph().node()) {
-    std::optional<std::string> cache;
+    std::optional<std::string> cache, source;
     bool main = true, embedded = false;
     for (const auto& a : node.attribute()) {
       if (a.name() == "ep_cache_context") cache = a.s();
+      if (a.name() == "source") source = a.s();
       if (a.name() == "main_context") main = a.i() == 1;
       if (a.name() == "embed_mode") embedded = a.i() == 1;
     }
-    if (node.op_type() != "EPContext" || !main || embedded || !cache || cache->empty()) continue;
+    // Another EP's binaries are its own business.
+    if (node.op_type() != "EPContext" || source != std::string(ref::kEpName) || !main || embedded || !cache ||
+        cache->empty())
+      continue;
     const fs::path bin = path.parent_path() / *cache;
     if (!seen.insert(bin).second) continue;
     std::error_code ec;
@@ -75,7 +80,13 @@ nlohmann::json context_binaries(const fs::path& path, const onnx::ModelProto& pr
       list.push_back({{"path", bin.string()}, {"missing", true}});
       continue;
     }
-    auto binary = ContextBinary::open(bin);
+    std::shared_ptr<const ContextBinary> binary;
+    try {
+      binary = ContextBinary::open(bin);
+    } catch (const Error& e) {  // shown, so the model can still be inspected
+      list.push_back({{"path", bin.string()}, {"missing", false}, {"error", e.what()}});
+      continue;
+    }
     if (recorded) check_content_id(*binary, *recorded, path.string());
     list.push_back({{"path", bin.string()}, {"content_id", binary->content_id().hex()}, {"missing", false}});
   }
@@ -151,8 +162,11 @@ std::string inspect_text(const nlohmann::json& j) {
   for (const auto& b : j["context_binaries"])
     out << "  context binary " << b["path"].get<std::string>() << ": "
         << (b["missing"].get<bool>() ? std::string("missing")
+            : b.contains("error")    ? "unreadable: " + b["error"].get<std::string>()
                                      : "id " + b["content_id"].get<std::string>() +
-                                           (j["content_id"].is_string() ? ", the one this model was compiled with" : ""))
+                                           (j["content_id"].is_string() ? ", the one this model was compiled with"
+                                                                        : "; the model records no id (compiled by an "
+                                                                          "older ctxgen or another tool)"))
         << "\n";
   for (const auto& c : j["epcontext_nodes"]) {
     out << "  EPContext " << c["name"].get<std::string>() << ": " << c["inputs"].size() << " input(s), "

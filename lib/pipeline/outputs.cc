@@ -156,11 +156,21 @@ void OutputSet::commit() {
       throw io_error(out.path, "cannot move output into place: " + why);
     }
   }
-  // The renames are only durable once each folder's entries are on disk; until then a power cut
-  // could bring back the old names.
-  for (const auto& [folder, fd] : locks_)
-    if (::fsync(fd) != 0) throw io_error(folder, std::string("fsync of the output folder failed: ") + std::strerror(errno));
   committed_ = true;
+  // The renames are only durable once each folder's entries are on disk, and a folder this run
+  // made only once its parent's are. A failure here is reported; the outputs are in place.
+  std::vector<fs::path> folders;
+  for (const auto& [folder, fd] : locks_) folders.push_back(folder);
+  for (const auto& made : created_) folders.push_back(made.parent_path());
+  for (const auto& folder : folders) {
+    int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    const bool synced = fd >= 0 && ::fsync(fd) == 0;
+    const int err = errno;
+    if (fd >= 0) ::close(fd);
+    if (!synced)
+      throw io_error(folder, std::string("the outputs are in place, but flushing the folder to disk failed: ") +
+                                 std::strerror(err));
+  }
 }
 
 }  // namespace ctxgen

@@ -122,24 +122,18 @@ void record_fallbacks(onnx::ModelProto& out, const Job& job) {
                     {"op_type", node.op_type()},
                     {"reason", cpu.reason}});
   }
-  auto* kv = out.add_metadata_props();
-  kv->set_key(kFallbackMetadataKey);
-  kv->set_value(json_text(list));
-  kv = out.add_metadata_props();
-  kv->set_key(kSpecialisedMetadataKey);
-  kv->set_value(json_text(nlohmann::json{{"nodes_in_input", job.input_nodes},
-                               {"nodes_folded", job.specialised.folded_nodes},
-                               {"nodes_removed", job.specialised.removed_nodes},
-                               {"branches_inlined", job.specialised.inlined_branches},
-                               {"folded_by_op", job.specialised.folded_by_op}}
-                    ));
+  set_metadata(out, kFallbackMetadataKey, json_text(list));
+  set_metadata(out, kSpecialisedMetadataKey,
+               json_text(nlohmann::json{{"nodes_in_input", job.input_nodes},
+                                        {"nodes_folded", job.specialised.folded_nodes},
+                                        {"nodes_removed", job.specialised.removed_nodes},
+                                        {"branches_inlined", job.specialised.inlined_branches},
+                                        {"folded_by_op", job.specialised.folded_by_op}}));
   if (job.model.fixed_values.empty()) return;
   // The values as given (and accepted by load): text keeps int64 exact and nan/inf intact.
   nlohmann::json fixed = nlohmann::json::object();
   for (const auto& [name, value] : job.model.fixed_values) fixed[name] = {{"dims", value.dims}, {"values", value.values}};
-  kv = out.add_metadata_props();
-  kv->set_key(kFixedValuesMetadataKey);
-  kv->set_value(json_text(fixed));
+  set_metadata(out, kFixedValuesMetadataKey, json_text(fixed));
 }
 
 // Where every output goes; planned before any work so a clash or an existing file fails fast.
@@ -279,7 +273,7 @@ WeightSummary weight_summary(const Job& job, const WeightStore& store, std::vect
   return w;
 }
 
-void write_external_weights(const ExternalWeightsFile& external, const fs::path& path, OutputSet& outputs) {
+OutputSummary write_external_weights(const ExternalWeightsFile& external, const fs::path& path, OutputSet& outputs) {
   OutputFile& file = outputs.open(path);
   static const uint8_t zeros[kExternalDataAlignment] = {};
   uint64_t at = 0;
@@ -290,7 +284,9 @@ void write_external_weights(const ExternalWeightsFile& external, const fs::path&
     blob.release();
     at = external.offsets()[id] + blob.size;
   }
-  outputs.finished(file.finish(path));
+  OutputSummary summary = file.finish(path);
+  outputs.finished(summary);
+  return summary;
 }
 
 }  // namespace
@@ -383,26 +379,32 @@ RunSummary compile_models(const std::vector<fs::path>& inputs, const CompileOpti
   std::unique_ptr<ExternalWeightsFile> external;
   if (!options.external_initializers_file.empty())
     external = std::make_unique<ExternalWeightsFile>(options.external_initializers_file);
-  std::vector<bool> counted(store.size(), false);  // weight ids an earlier model already used
-  for (auto& job : jobs) {
-    onnx::ModelProto out;
+  // With an external weights file, every model is built first: the file's content hash goes into
+  // each model, so a model beside a weights file of another run is refused by verify.
+  std::vector<onnx::ModelProto> outs(jobs.size());
+  for (size_t m = 0; m < jobs.size(); ++m) {
     if (options.stop_after) {
-      out = snapshot(job, *options.stop_after, backend);
+      outs[m] = snapshot(jobs[m], *options.stop_after, backend);
     } else {
-      out = build_epcontext_model(job.model, job.plan, job.graphs, settings);
-      record_fallbacks(out, job);
+      outs[m] = build_epcontext_model(jobs[m].model, jobs[m].plan, jobs[m].graphs, settings);
+      record_fallbacks(outs[m], jobs[m]);
     }
-    if (external) external->externalize(out, job.model);
-    else embed_weights(out, job.model);
-    std::string bytes = serialize(out, job.output);
-    OutputFile& file = outputs.open(job.output);
-    file.write(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
-    outputs.finished(file.finish(job.output));
-    summary.models.push_back(summarize(job, weight_summary(job, store, counted)));
+    if (external) external->externalize(outs[m], jobs[m].model);
   }
   if (external) {
-    write_external_weights(*external, plan.external, outputs);
+    const std::string id = write_external_weights(*external, plan.external, outputs).hash.hex();
     summary.external_weights = external->store().stats();
+    for (auto& out : outs) set_metadata(out, kExternalWeightsIdMetadataKey, id);
+  }
+  std::vector<bool> counted(store.size(), false);  // weight ids an earlier model already used
+  for (size_t m = 0; m < jobs.size(); ++m) {
+    if (!external) embed_weights(outs[m], jobs[m].model);
+    std::string bytes = serialize(outs[m], jobs[m].output);
+    outs[m].Clear();  // embedded weights are gone from memory once written
+    OutputFile& file = outputs.open(jobs[m].output);
+    file.write(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+    outputs.finished(file.finish(jobs[m].output));
+    summary.models.push_back(summarize(jobs[m], weight_summary(jobs[m], store, counted)));
   }
   timer.lap("write models");
   if (!plan.report.empty()) {

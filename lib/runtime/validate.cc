@@ -305,10 +305,13 @@ void validate(const ref::Program& program, size_t weight_count) {
                          std::to_string(op_cost) + ")");
   }
   // Any plan that places each value at or below the top of those placed before it fits in the sum.
+  // Only values some op writes count: an unused value must not buy a crafted binary a large arena.
   uint64_t arena_needed = 0;
-  for (const Value& v : program.values)
-    if (v.kind == ValueKind::kArena)
+  for (size_t id = 0; id < program.values.size(); ++id) {
+    const Value& v = program.values[id];
+    if (v.kind == ValueKind::kArena && written[id])
       arena_needed = saturating_add(arena_needed, (v.byte_size() + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment);
+  }
   if (program.arena_bytes > arena_needed)
     fail("the arena of " + std::to_string(program.arena_bytes) + " bytes is larger than all its values together (" +
          std::to_string(arena_needed) + " bytes)");

@@ -1,3 +1,4 @@
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 
 #include "ctxgen/error.h"
 #include "ctxgen/format.h"
+#include "ctxgen/log.h"
 #include "ctxgen/model.h"
 #include "ctxgen/ref_identity.h"
 #include "ctxgen/verify.h"
@@ -135,7 +137,39 @@ void check_binary(const fs::path& model, const ContextBinary& binary, std::vecto
   checks.push_back(binary.label() + ": " + std::to_string(binary.weights().size()) + " weights re-hashed, all match");
 }
 
-void check_integrity(const fs::path& model, const onnx::ModelProto& proto, OrtHost& host, std::vector<std::string>& checks) {
+// The weights file the model's initializers point at is the one it was written with: a run killed
+// between renames, or a copy of the wrong file, would otherwise feed CPU nodes wrong bytes.
+void check_external_weights(const fs::path& model, const onnx::ModelProto& proto, std::vector<std::string>& checks) {
+  const auto recorded = metadata_value(proto, kExternalWeightsIdMetadataKey);
+  if (!recorded) return;
+  std::string location;
+  for (const auto& t : proto.graph().initializer())
+    for (const auto& kv : t.external_data())
+      if (kv.key() == "location") location = kv.value();
+  if (location.empty()) throw mismatch(model, "records an external weights file but no initializer points at one");
+  const fs::path file = model.parent_path() / location;
+  std::error_code ec;
+  if (!fs::exists(file, ec)) throw mismatch(model, "external weights file " + file.string() + " is missing");
+  std::string found;
+  try {
+    auto mapped = MappedFile::open(file);
+    found = xxh3_128(mapped->data(), mapped->size()).hex();
+  } catch (const Error& e) {
+    throw Error(ErrorCode::kMismatch, e.what());
+  }
+  if (found != *recorded)
+    throw mismatch(model, "was written with the external weights file whose id is " + *recorded + ", but " +
+                              file.string() + " has id " + found +
+                              ": they come from different compilations; use the file written with the model, or compile again");
+  checks.push_back(file.string() + ": the external weights file the model was written with (id " + found + ")");
+}
+
+void step(const Options& options, const std::string& what) {
+  if (options.step) options.step(what);
+}
+
+void check_integrity(const fs::path& model, const onnx::ModelProto& proto, OrtHost& host, const Options& options,
+                     std::vector<std::string>& checks) {
   std::vector<const onnx::NodeProto*> nodes;
   for (const auto& node : proto.graph().node()) {
     const auto* source = attribute(node, "source");
@@ -146,17 +180,18 @@ void check_integrity(const fs::path& model, const onnx::ModelProto& proto, OrtHo
     const auto* main = attribute(*node, "main_context");
     if (main == nullptr || main->i() == 1) binaries.push_back(load_context(model, *node, checks));
   }
-  for (const auto& binary : binaries) check_binary(model, *binary, checks);
+  // The pairing first: re-hashing the weights of a binary from another compilation is wasted time.
   if (auto recorded = metadata_value(proto, kContentIdMetadataKey)) {
     for (const auto& binary : binaries) {
-      try {
-        check_content_id(*binary, *recorded, model.string());
-      } catch (const Error& e) {
-        throw Error(ErrorCode::kMismatch, e.what());
-      }
+      check_content_id(*binary, *recorded, model.string());
       checks.push_back(model.string() + ": compiled with context binary " + *recorded + ", which is " + binary->label());
     }
+  } else if (!binaries.empty()) {
+    log().warn("{}: records no context binary id (an older ctxgen or another tool wrote it); its pairing with the "
+               "binary is not checked", model.string());
   }
+  for (const auto& binary : binaries) check_binary(model, *binary, checks);
+  check_external_weights(model, proto, checks);
   auto declared = declared_values(proto.graph());
   for (const auto* node : nodes) {
     const auto* partition = attribute(*node, "partition_name");
@@ -170,6 +205,7 @@ void check_integrity(const fs::path& model, const onnx::ModelProto& proto, OrtHo
   }
   checks.push_back(model.string() + ": " + std::to_string(nodes.size()) +
                    " EPContext node(s), each matched to its graph with the same inputs and outputs");
+  step(options, "loading " + model.string() + " in ONNX Runtime with " + ref::kEpName);
   host.plugin_session(model);
   checks.push_back(model.string() + ": loads in ONNX Runtime with " + ref::kEpName);
 }
@@ -250,7 +286,9 @@ Tensor fixed_input(const Ort::TypeInfo& type, const std::string& name, const Mod
 std::vector<OutputCheck> compare_outputs(const fs::path& model, const onnx::ModelProto& proto, const fs::path& reference,
                                          OrtHost& host,
                                          const Options& options) {
+  step(options, "loading " + reference.string() + " in ONNX Runtime's CPU EP");
   Ort::Session original = host.cpu_session(reference);
+  step(options, "loading " + model.string() + " in ONNX Runtime with " + ref::kEpName);
   Ort::Session compiled = host.plugin_session(model);
   Ort::AllocatorWithDefaultOptions allocator;
   std::mt19937_64 rng(options.seed);
@@ -290,7 +328,9 @@ std::vector<OutputCheck> compare_outputs(const fs::path& model, const onnx::Mode
       throw Error(ErrorCode::kRuntime, which.string() + ": run failed: " + e.what());
     }
   };
+  step(options, "running " + reference.string() + " on ONNX Runtime's CPU EP");
   auto expected = run(original, reference, false);
+  step(options, "running " + model.string() + " with " + ref::kEpName);
   auto got = run(compiled, model, true);
   std::vector<OutputCheck> checks;
   for (size_t i = 0; i < output_names.size(); ++i)
@@ -316,7 +356,7 @@ Result run(const Options& options) {
   for (size_t i = 0; i < options.models.size(); ++i) {
     if (!fs::exists(options.models[i])) throw mismatch(options.models[i], "no such file");
     onnx::ModelProto proto = parse(options.models[i]);  // read once, for both checks
-    check_integrity(options.models[i], proto, host, result.checks);
+    check_integrity(options.models[i], proto, host, options, result.checks);
     if (!options.references.empty()) {
       auto outputs = compare_outputs(options.models[i], proto, options.references[i], host, options);
       result.outputs.insert(result.outputs.end(), outputs.begin(), outputs.end());
@@ -355,6 +395,7 @@ class Message {
     return text;
   }
   double get_double() { return std::strtod(get().c_str(), nullptr); }
+  bool remaining() const { return at_ < bytes_.size(); }
 
  private:
   static std::string format_double(double v) {
@@ -368,7 +409,7 @@ class Message {
 
 Message encode(const Result& result) {
   Message m;
-  m.put("ok");
+  m.put("ok");  // decode() reads what follows
   m.put_size(result.checks.size());
   for (const auto& c : result.checks) m.put(c);
   m.put_size(result.outputs.size());
@@ -412,25 +453,43 @@ void write_all(int fd, const std::string& bytes) {
 
 Result run_isolated(const Options& options) {
   int fds[2];
-  if (::pipe(fds) != 0) throw Error(ErrorCode::kInternal, std::string("verify: pipe failed: ") + std::strerror(errno));
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw Error(ErrorCode::kInternal, std::string("verify: pipe failed: ") + std::strerror(errno));
   std::fflush(nullptr);
   const pid_t pid = ::fork();
-  if (pid < 0) throw Error(ErrorCode::kInternal, std::string("verify: fork failed: ") + std::strerror(errno));
-  if (pid == 0) {
+  if (pid < 0) {
+    const int err = errno;
     ::close(fds[0]);
+    ::close(fds[1]);
+    throw Error(ErrorCode::kInternal, std::string("verify: fork failed: ") + std::strerror(err));
+  }
+  if (pid == 0) {
+    // Records: ("step", what) as each step starts, then ("ok", result) or ("error", code, message).
+    ::close(fds[0]);
+    Options child = options;
+    child.step = [&](const std::string& what) {
+      Message m;
+      m.put("step");
+      m.put(what);
+      write_all(fds[1], m.bytes());
+    };
     Message m;
     try {
-      m = encode(run(options));
+      m = encode(run(child));
     } catch (const Error& e) {
       m = Message();
       m.put("error");
       m.put_size(static_cast<uint64_t>(e.code()));
       m.put(e.what());
-    } catch (const std::exception& e) {
+    } catch (const Ort::Exception& e) {
       m = Message();
       m.put("error");
       m.put_size(static_cast<uint64_t>(ErrorCode::kRuntime));
       m.put(std::string("ONNX Runtime failed: ") + e.what());
+    } catch (const std::exception& e) {
+      m = Message();
+      m.put("error");
+      m.put_size(static_cast<uint64_t>(ErrorCode::kInternal));
+      m.put(std::string("internal error: ") + e.what());
     }
     write_all(fds[1], m.bytes());
     std::fflush(nullptr);
@@ -448,20 +507,29 @@ Result run_isolated(const Options& options) {
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
+  Message m(std::move(bytes));
+  std::string last_step = "starting", answer;
+  try {
+    while (m.remaining() && answer.empty()) {
+      std::string kind = m.get();
+      if (kind == "step") last_step = m.get();
+      else answer = kind;
+    }
+  } catch (const Error&) {  // a record cut short: the child died while writing it
+  }
   // A child that died, or ended without answering (a sanitizer's handler turns the signal into an
-  // exit), crashed inside ONNX Runtime: everything of ctxgen's own answers.
-  if (WIFSIGNALED(status) || bytes.empty()) {
-    std::string models;
-    for (const auto& m : options.models) models += (models.empty() ? "" : ", ") + m.string();
+  // exit), crashed in the step it was doing; ctxgen's own failures are answers.
+  if (answer.empty()) {
     const std::string how = WIFSIGNALED(status) ? "signal " + std::to_string(WTERMSIG(status)) + ", " +
                                                       strsignal(WTERMSIG(status))
                                                 : "exit " + std::to_string(WEXITSTATUS(status)) + " without an answer";
-    throw Error(ErrorCode::kRuntime, models + ": ONNX Runtime crashed (" + how +
-                                         ") while verifying; ORT's own kernels do this on some inputs, e.g. an "
-                                         "integer division of the lowest value by -1 in the original model");
+    throw Error(ErrorCode::kRuntime, "verify crashed (" + how + ") while " + last_step +
+                                         (last_step.find("CPU EP") != std::string::npos
+                                              ? "; ONNX Runtime's CPU kernels do this on some inputs, e.g. an "
+                                                "integer division of the lowest value by -1 in the model"
+                                              : ""));
   }
-  Message m(std::move(bytes));
-  if (m.get() == "error") {
+  if (answer == "error") {
     const auto code = static_cast<ErrorCode>(m.size());
     throw Error(code, m.get());
   }

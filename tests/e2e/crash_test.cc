@@ -11,6 +11,7 @@
 #include <random>
 #include <thread>
 
+#include "ctxgen/format.h"
 #include "e2e.h"
 
 namespace ctxgen::testing {
@@ -87,6 +88,8 @@ std::string visible_state(const Versions& v, const std::map<std::string, std::st
       refused = true;
       continue;
     }
+    // inspect accepted: the pair must really be one, whatever inspect's own check does.
+    EXPECT_EQ(recorded_id(path), ContextBinary::open(bin)->content_id().hex()) << model;
     seen.insert(recorded_id(path));
   }
   if (refused) return "refused";
