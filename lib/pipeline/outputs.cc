@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -85,12 +86,17 @@ OutputSet::OutputSet(std::vector<fs::path> paths, bool force) : paths_(std::move
     std::error_code ec;
     fs::path folder = path.parent_path().empty() ? fs::path(".") : path.parent_path();
     // Folders this run creates are removed again if it fails.
-    for (fs::path f = fs::absolute(folder); !f.empty() && !fs::exists(f, ec); f = f.parent_path())
-      created_.push_back(f);
-    fs::create_directories(folder, ec);
-    if (ec) {
-      for (const auto& made : created_) fs::remove(made, ec);
-      throw io_error(folder, "cannot create output folder: " + ec.message());
+    std::vector<fs::path> missing;  // innermost first
+    for (fs::path f = fs::absolute(folder); !f.empty() && !fs::exists(f, ec); f = f.parent_path()) missing.push_back(f);
+    // mkdir itself, outermost first: its errno says why (libstdc++'s create_directories can report
+    // "Success" for a folder the file system refuses, as under /proc).
+    for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
+      if (::mkdir(it->c_str(), 0777) != 0 && errno != EEXIST) {
+        const int err = errno;
+        for (const auto& made : created_) fs::remove(made, ec);
+        throw io_error(folder, "cannot create output folder: " + std::string(std::strerror(err)));
+      }
+      created_.insert(created_.begin(), *it);
     }
   }
   try {
