@@ -25,7 +25,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     args.push_back(text.substr(start));
     std::vector<const char*> argv;
     for (const auto& a : args) argv.push_back(a.c_str());
-    const ctxgen::cli::Parsed parsed = ctxgen::cli::parse(static_cast<int>(argv.size()), argv.data(), true);
+    const ctxgen::cli::Parsed parsed = ctxgen::cli::parse(static_cast<int>(argv.size()), argv.data(), true, "ctxgen fuzz");
     if (!parsed.line) return 0;
     const ctxgen::cli::CommandLine& line = *parsed.line;
     if (line.command == ctxgen::cli::Command::kCompile || line.command == ctxgen::cli::Command::kShare) {

@@ -11,7 +11,7 @@ namespace fs = std::filesystem;
 
 namespace ctxgen::cli {
 
-Parsed parse(int argc, const char* const* argv, bool with_verify) {
+Parsed parse(int argc, const char* const* argv, bool with_verify, const std::string& version) {
   CLI::App app{"ctxgen: compile ONNX models into ONNX Runtime EPContext models and one context binary"};
   app.require_subcommand(0, 1);
   app.fallthrough();  // -v/-q work after the subcommand too
@@ -20,7 +20,7 @@ Parsed parse(int argc, const char* const* argv, bool with_verify) {
   app.add_flag("-v,--verbose", line.verbosity, "More detail (-vv for trace); -v shows why each node stays on CPU");
   app.add_flag("-q,--quiet", line.quiet, "Only errors");
   app.add_flag("--list-backends", list_backends, "List the backends ctxgen can compile for");
-  app.set_version_flag("--version", "ctxgen 0.1.0");
+  app.set_version_flag("-V,--version", version);
 
   CompileOptions& given = line.given;
   auto add_compile_options = [&](CLI::App* cmd) {
@@ -69,6 +69,12 @@ Parsed parse(int argc, const char* const* argv, bool with_verify) {
     verify->add_flag("--json", line.json, "Print JSON");
   }
 
+  std::string help_topic;
+  auto* help = app.add_subcommand("help", "Show the help of a command: ctxgen help compile");
+  help->add_option("command", help_topic, "compile, share, inspect" + std::string(with_verify ? " or verify" : ""));
+
+  // Taken before parsing: once a command is parsed, CLI11's help() shows that command's.
+  line.help = app.help();
   Parsed parsed;
   try {
     app.parse(argc, argv);
@@ -77,10 +83,27 @@ Parsed parse(int argc, const char* const* argv, bool with_verify) {
     const int code = app.exit(e, out, err);
     parsed.exit_code = code == 0 ? 0 : exit_code(ErrorCode::kUsage);
     parsed.out = out.str();
-    parsed.err = err.str();
+    if (code != 0) {
+      // One line, like every other error, naming where to read more.
+      const CLI::App* at = app.get_subcommands().empty() ? &app : app.get_subcommands().front();
+      parsed.err = "error: " + std::string(e.what()) + " (see 'ctxgen help" +
+                   (at == &app ? std::string() : " " + at->get_name()) + "')\n";
+    }
     return parsed;
   }
-  line.help = app.help();
+  if (*help) {
+    if (help_topic.empty()) {
+      parsed.out = line.help;
+      return parsed;
+    }
+    try {
+      parsed.out = app.get_subcommand(help_topic)->help();
+    } catch (const CLI::OptionNotFound&) {
+      parsed.exit_code = exit_code(ErrorCode::kUsage);
+      parsed.err = "error: help: no command '" + help_topic + "' (see 'ctxgen help')\n";
+    }
+    return parsed;
+  }
   const CLI::App* cmd = *compile ? compile : share;
   line.command = list_backends           ? Command::kListBackends
                  : *compile              ? Command::kCompile

@@ -37,14 +37,15 @@ struct CommandLine {
   std::string plugin;
 };
 
-// Either a command line to run or what to print and the exit code (help, --version, a parse
-// error). `with_verify`: whether this build has the verify command.
+// Either a command line to run or what to print and the exit code (help, `help CMD`, --version,
+// a parse error as one `error:` line). `with_verify`: whether this build has the verify command;
+// `version`: what -V/--version prints.
 struct Parsed {
   std::optional<CommandLine> line;
   int exit_code = 0;
   std::string out, err;
 };
-Parsed parse(int argc, const char* const* argv, bool with_verify);
+Parsed parse(int argc, const char* const* argv, bool with_verify, const std::string& version);
 
 // "a.onnx,b.onnx" and separate arguments both name models. An argument that is an existing path
 // is taken whole, so a path containing a comma still works.

@@ -6,11 +6,14 @@
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 
+#include <onnx/common/version.h>
+
 #include "command_line.h"
 #include "ctxgen/backend.h"
 #include "ctxgen/error.h"
 #include "ctxgen/log.h"
 #include "ctxgen/options.h"
+#include "ctxgen/ref_identity.h"
 #include "ctxgen/pipeline.h"
 #include "ctxgen/report.h"
 #ifdef CTXGEN_WITH_VERIFY
@@ -60,12 +63,16 @@ void setup_logging(int verbosity, bool quiet) {
 
 #ifdef CTXGEN_WITH_VERIFY
 constexpr bool kWithVerify = true;
+std::string runtime_versions() { return "ONNX Runtime " + Ort::GetVersionString() + ", "; }
 #else
 constexpr bool kWithVerify = false;
+std::string runtime_versions() { return ""; }
 #endif
 
 int main(int argc, char** argv) {
-  const ctxgen::cli::Parsed parsed = ctxgen::cli::parse(argc, argv, kWithVerify);
+  const std::string version = std::string("ctxgen ") + CTXGEN_VERSION + " (" + runtime_versions() + "onnx " +
+                              onnx::LAST_RELEASE_VERSION + ", ref " + ctxgen::ref::kSdkVersion + ")";
+  const ctxgen::cli::Parsed parsed = ctxgen::cli::parse(argc, argv, kWithVerify, version);
   if (!parsed.line) {
     std::cout << parsed.out;
     std::cerr << parsed.err;

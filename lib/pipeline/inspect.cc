@@ -159,6 +159,7 @@ std::string inspect_text(const nlohmann::json& j) {
     return out.str();
   }
   out << "  producer: " << j["producer"].get<std::string>() << "\n";
+  if (j["epcontext_nodes"].empty()) out << "  no EPContext node: this model is not compiled (ctxgen compile makes one)\n";
   for (const auto& b : j["context_binaries"])
     out << "  context binary " << b["path"].get<std::string>() << ": "
         << (b["missing"].get<bool>() ? std::string("missing")
@@ -182,7 +183,7 @@ std::string inspect_text(const nlohmann::json& j) {
   }
   size_t cpu = 0;
   for (const auto& [op, count] : j["cpu_node_ops"].items()) cpu += count.get<size_t>();
-  out << "  CPU nodes: " << cpu << "\n";
+  out << (j["epcontext_nodes"].empty() ? "  nodes: " : "  CPU nodes: ") << cpu << "\n";
   for (const auto& c : j["cpu_nodes"])
     out << "    " << c["node"].get<std::string>() << " (" << c["op_type"].get<std::string>()
         << "): " << c["reason"].get<std::string>() << "\n";

@@ -22,7 +22,7 @@ namespace fs = std::filesystem;
 namespace ctxgen {
 namespace {
 
-constexpr const char* kVersion = "0.1.0";
+constexpr const char* kVersion = CTXGEN_VERSION;
 constexpr uint64_t kProtobufLimit = uint64_t{2} << 30;
 
 class StageTimer {
@@ -83,6 +83,25 @@ std::string describe_fallbacks(const Job& job) {
     text += (text.empty() ? "" : "; ") + std::to_string(count) + " x " + reason;
   }
   return text;
+}
+
+// The fix to suggest when nothing compiled: the dims the model's inputs leave open, by name
+// (--fix-dim) or, unnamed, by input (--input-shape). Empty when every input is static.
+std::string open_dims_hint(const Model& model) {
+  std::set<std::string> named;
+  std::vector<std::string> unnamed;
+  for (const auto& input : model.graph().input()) {
+    if (!input.type().has_tensor_type() || !input.type().tensor_type().has_shape()) continue;
+    for (const auto& dim : input.type().tensor_type().shape().dim()) {
+      if (dim.has_dim_value()) continue;
+      if (!dim.dim_param().empty()) named.insert(dim.dim_param());
+      else if (unnamed.empty() || unnamed.back() != input.name()) unnamed.push_back(input.name());
+    }
+  }
+  std::string hint;
+  for (const auto& name : named) hint += " --fix-dim " + name + "=N";
+  for (const auto& input : unnamed) hint += " --input-shape " + input + "=AxBx...";
+  return hint.empty() ? "" : "; its inputs have open dims: freeze them with" + hint + ", or";
 }
 
 ModelSummary summarize(const Job& job, const WeightSummary& weights) {
@@ -345,8 +364,9 @@ RunSummary compile_models(const std::vector<fs::path>& inputs, const CompileOpti
                       (job.plan.cpu_nodes.empty()
                            ? "every node was folded into constants (" + std::to_string(job.specialised.folded_nodes) +
                                  " folded), so the outputs are constants"
-                           : "no node is supported by backend '" + backend.name() + "' (" + describe_fallbacks(job) + ")") +
-                      "; pass --allow-empty to write the model anyway");
+                           : "no node is supported by backend '" + backend.name() + "' (" + describe_fallbacks(job) + ")" +
+                                 open_dims_hint(job.model)) +
+                      (open_dims_hint(job.model).empty() ? ";" : "") + " pass --allow-empty to write the model anyway");
     phase_compile(job, backend, options.node_name_prefix + file_stem(inputs[m]), store);
     timer.lap("compile " + label);
   }
@@ -390,6 +410,11 @@ RunSummary compile_models(const std::vector<fs::path>& inputs, const CompileOpti
       record_fallbacks(outs[m], jobs[m]);
     }
     if (external) external->externalize(outs[m], jobs[m].model);
+  }
+  if (external && external->store().size() == 0) {
+    // No empty side file: no CPU node needs a weight, so no model points at it.
+    log().info("no initializer is left for CPU nodes; {} is not written", plan.external.string());
+    external.reset();
   }
   if (external) {
     const std::string id = write_external_weights(*external, plan.external, outputs).hash.hex();

@@ -1,0 +1,88 @@
+// The command line behaves like the tools people know: `help CMD`, -V, one-line parser errors,
+// hints that name the fix, inspect on an uncompiled model, no empty side files, bash completion.
+
+#include "e2e.h"
+
+namespace ctxgen::testing {
+namespace {
+
+size_t lines(const std::string& text) { return static_cast<size_t>(std::count(text.begin(), text.end(), '\n')); }
+
+TEST(Cli, HelpOfACommand) {
+  auto r = ctxgen("help compile");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--external-initializers-file"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("--manifest"), std::string::npos) << "share's option in compile's help:\n" << r.output;
+  r = ctxgen("help");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("Subcommands:"), std::string::npos) << r.output;
+  r = ctxgen("help nope");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(r.output, "error: help: no command 'nope' (see 'ctxgen help')\n");
+}
+
+TEST(Cli, VersionNamesWhatCtxgenWasBuiltWith) {
+  for (const char* flag : {"-V", "--version"}) {
+    auto r = ctxgen(flag);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(r.output.rfind("ctxgen 0.1.0 (", 0), 0u) << r.output;
+    EXPECT_NE(r.output.find("onnx 1.12"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("ref ctxgen-ref 2.0"), std::string::npos) << r.output;
+  }
+}
+
+TEST(Cli, ParserErrorsAreOneErrorLineNamingTheHelp) {
+  auto r = ctxgen("compile");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(r.output, "error: model is required (see 'ctxgen help compile')\n");
+  r = ctxgen("share a.onnx --frobnicate");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(r.output.rfind("error: ", 0), 0u) << r.output;
+  EXPECT_NE(r.output.find("--frobnicate (see 'ctxgen help share')"), std::string::npos) << r.output;
+  EXPECT_EQ(lines(r.output), 1u) << r.output;
+}
+
+TEST(Cli, NothingCompiledNamesTheDimsToFreeze) {
+  TempDir dir;
+  auto r = ctxgen("compile " + quote(copy_model("dynamic.onnx", dir.path())) + " --output-dir " + quote(dir / "out"));
+  EXPECT_EQ(r.exit_code, 4) << r.output;
+  EXPECT_NE(r.output.find("its inputs have open dims: freeze them with --fix-dim batch=N, or pass --allow-empty"),
+            std::string::npos)
+      << r.output;
+  r = ctxgen("compile " + quote(copy_model("dynamic.onnx", dir.path())) + " --output-dir " + quote(dir / "out") +
+             " --fix-dim batch=2");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+TEST(Cli, InspectSaysWhenAModelIsNotCompiled) {
+  auto r = ctxgen("inspect " + quote(generated_models() / "cnn.onnx"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("no EPContext node: this model is not compiled"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("  nodes: 10"), std::string::npos) << r.output;
+}
+
+TEST(Cli, NoEmptyExternalWeightsFile) {
+  TempDir dir;
+  auto r = ctxgen("compile " + quote(copy_model("cnn.onnx", dir.path())) + " --output-dir " + quote(dir / "out") +
+                  " --external-initializers-file w.data");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(files_in(dir / "out"), (std::set<std::string>{"cnn_ctx.onnx", "cnn_ref.bin"}));
+  EXPECT_NE(r.output.find("w.data is not written"), std::string::npos) << r.output;
+}
+
+// The completion asks the ctxgen it completes for its commands and options.
+TEST(Cli, BashCompletionOffersCommandsAndTheirOptions) {
+  auto complete = [](const std::string& words) {
+    return run_command("bash -c 'source " CTXGEN_SOURCE_DIR "/apps/ctxgen/completion.bash; COMP_WORDS=(" CTXGEN_BINARY
+                       " " + words + "); COMP_CWORD=$((${#COMP_WORDS[@]}-1)); _ctxgen; echo \"${COMPREPLY[*]}\"'")
+        .output;
+  };
+  EXPECT_EQ(complete("sh"), "share\n");
+  EXPECT_EQ(complete("compile --fo"), "--force\n");
+  EXPECT_EQ(complete("share --fix"), "--fix-dim --fix-value\n");
+  EXPECT_EQ(complete("--li"), "--list-backends\n");
+  EXPECT_EQ(complete("help in"), "inspect\n");
+}
+
+}  // namespace
+}  // namespace ctxgen::testing
