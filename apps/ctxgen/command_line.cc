@@ -12,7 +12,7 @@ namespace fs = std::filesystem;
 namespace ctxgen::cli {
 
 Parsed parse(int argc, const char* const* argv, bool with_verify, const std::string& version) {
-  CLI::App app{"ctxgen: compile ONNX models into ONNX Runtime EPContext models and one context binary"};
+  CLI::App app{"ctxgen: compile ONNX models into ONNX Runtime EPContext models and one context binary", "ctxgen"};
   app.require_subcommand(0, 1);
   app.fallthrough();  // -v/-q work after the subcommand too
   CommandLine line;
@@ -97,7 +97,7 @@ Parsed parse(int argc, const char* const* argv, bool with_verify, const std::str
       return parsed;
     }
     try {
-      parsed.out = app.get_subcommand(help_topic)->help();
+      parsed.out = app.get_subcommand(help_topic)->help("ctxgen");
     } catch (const CLI::OptionNotFound&) {
       parsed.exit_code = exit_code(ErrorCode::kUsage);
       parsed.err = "error: help: no command '" + help_topic + "' (see 'ctxgen help')\n";

@@ -11,19 +11,23 @@ _ctxgen_options() {  # every -x / --name in the help of ctxgen ($2 empty) or of 
 }
 
 _ctxgen() {
-  local cur=${COMP_WORDS[COMP_CWORD]} prog=${COMP_WORDS[0]} cmd="" w commands
+  local cur=${COMP_WORDS[COMP_CWORD]} prog=${COMP_WORDS[0]/#\~/$HOME} cmd="" w commands
   commands=$(_ctxgen_commands "$prog")
+  if [[ -z $commands ]]; then  # ctxgen cannot be run from here: file names at least
+    mapfile -t COMPREPLY < <(compgen -f -- "$cur")
+    return
+  fi
   for w in "${COMP_WORDS[@]:1:COMP_CWORD-1}"; do
     if grep -qxF -- "$w" <<<"$commands"; then cmd=$w; break; fi
   done
   if [[ $cmd == help ]]; then
     mapfile -t COMPREPLY < <(compgen -W "$(grep -vxF help <<<"$commands")" -- "$cur")
-  elif [[ $cur == -* ]]; then
-    mapfile -t COMPREPLY < <(compgen -W "$(_ctxgen_options "$prog" "$cmd")" -- "$cur")
+  elif [[ $cur == -* ]]; then  # the global -v/-q work after a command too
+    mapfile -t COMPREPLY < <(compgen -W "$(_ctxgen_options "$prog" "$cmd") -v -q" -- "$cur")
   elif [[ -z $cmd ]]; then
     mapfile -t COMPREPLY < <(compgen -W "$commands" -- "$cur")
   else
     mapfile -t COMPREPLY < <(compgen -f -- "$cur")
   fi
 }
-complete -o filenames -F _ctxgen ctxgen
+complete -o filenames -o bashdefault -o default -F _ctxgen ctxgen

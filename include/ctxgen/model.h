@@ -111,6 +111,9 @@ int64_t default_opset(const onnx::ModelProto& model);
 
 // The value of a model metadata entry (the first with that key), or nullopt.
 std::optional<std::string> metadata_value(const onnx::ModelProto& model, const std::string& key);
+// The external-data file the first tensor stored outside the model names (main graph and
+// subgraphs), or nullopt when every tensor is inside.
+std::optional<std::string> external_location(const onnx::GraphProto& graph);
 // Makes `value` the one entry under `key` (an empty value removes the key).
 void set_metadata(onnx::ModelProto& model, const std::string& key, const std::string& value);
 

@@ -733,6 +733,20 @@ std::optional<std::string> metadata_value(const onnx::ModelProto& model, const s
   return std::nullopt;
 }
 
+std::optional<std::string> external_location(const onnx::GraphProto& graph) {
+  for (const auto& t : graph.initializer())
+    for (const auto& kv : t.external_data())
+      if (kv.key() == "location") return kv.value();
+  for (const auto& node : graph.node()) {
+    std::optional<std::string> found;
+    for_each_subgraph(node, [&](const std::string&, const onnx::GraphProto& g) {
+      if (!found) found = external_location(g);
+    });
+    if (found) return found;
+  }
+  return std::nullopt;
+}
+
 void set_metadata(onnx::ModelProto& model, const std::string& key, const std::string& value) {
   auto* props = model.mutable_metadata_props();
   for (int i = props->size() - 1; i >= 0; --i)

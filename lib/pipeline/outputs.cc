@@ -91,12 +91,13 @@ OutputSet::OutputSet(std::vector<fs::path> paths, bool force) : paths_(std::move
     // mkdir itself, outermost first: its errno says why (libstdc++'s create_directories can report
     // "Success" for a folder the file system refuses, as under /proc).
     for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
-      if (::mkdir(it->c_str(), 0777) != 0 && errno != EEXIST) {
-        const int err = errno;
+      if (::mkdir(it->c_str(), 0777) == 0) {
+        created_.insert(created_.begin(), *it);
+      } else if (errno != EEXIST || !fs::is_directory(*it, ec)) {  // EEXIST: another run made it, or it is no folder
+        const int err = errno == EEXIST ? ENOTDIR : errno;
         for (const auto& made : created_) fs::remove(made, ec);
         throw io_error(folder, "cannot create output folder: " + std::string(std::strerror(err)));
       }
-      created_.insert(created_.begin(), *it);
     }
   }
   try {
@@ -161,6 +162,10 @@ void OutputSet::commit() {
       }
       throw io_error(out.path, "cannot move output into place: " + why);
     }
+  }
+  for (const auto& path : unwritten_) {
+    std::error_code ec;
+    fs::remove(path, ec);
   }
   committed_ = true;
   // The renames are only durable once each folder's entries are on disk, and a folder this run

@@ -47,6 +47,9 @@ class OutputSet {
   OutputFile& open(const std::filesystem::path& path);
   // Renames every finished temporary into place.
   void commit();
+  // A planned output this run does not write after all: an existing file of that name (allowed by
+  // --force) is removed at commit, so nothing of an earlier run stays beside the new outputs.
+  void remove_on_commit(const std::filesystem::path& path) { unwritten_.push_back(path); }
   const std::vector<OutputSummary>& written() const { return written_; }
   void finished(OutputSummary summary) { written_.push_back(std::move(summary)); }
 
@@ -56,6 +59,7 @@ class OutputSet {
   std::vector<std::filesystem::path> paths_;
   std::vector<std::unique_ptr<OutputFile>> files_;
   std::vector<OutputSummary> written_;
+  std::vector<std::filesystem::path> unwritten_;
   std::vector<std::filesystem::path> created_;  // folders this run created, innermost first
   std::vector<std::pair<std::filesystem::path, int>> locks_;  // output folders this run holds (flock)
   bool committed_ = false;

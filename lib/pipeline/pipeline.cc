@@ -87,7 +87,7 @@ std::string describe_fallbacks(const Job& job) {
 
 // The fix to suggest when nothing compiled: the dims the model's inputs leave open, by name
 // (--fix-dim) or, unnamed, by input (--input-shape). Empty when every input is static.
-std::string open_dims_hint(const Model& model) {
+std::string open_dims_hint(const Model& model, const std::string& scope) {
   std::set<std::string> named;
   std::vector<std::string> unnamed;
   for (const auto& input : model.graph().input()) {
@@ -99,9 +99,9 @@ std::string open_dims_hint(const Model& model) {
     }
   }
   std::string hint;
-  for (const auto& name : named) hint += " --fix-dim " + name + "=N";
-  for (const auto& input : unnamed) hint += " --input-shape " + input + "=AxBx...";
-  return hint.empty() ? "" : "; its inputs have open dims: freeze them with" + hint + ", or";
+  for (const auto& name : named) hint += " --fix-dim " + scope + name + "=N";
+  for (const auto& input : unnamed) hint += " --input-shape " + scope + input + "=AxBx...";
+  return hint.empty() ? "" : "its inputs have open dims: freeze them with" + hint + ", or";
 }
 
 ModelSummary summarize(const Job& job, const WeightSummary& weights) {
@@ -358,15 +358,16 @@ RunSummary compile_models(const std::vector<fs::path>& inputs, const CompileOpti
     phase_partition(job, backend);
     timer.lap("partition " + label);
     if (stops_at(Phase::kPartition)) continue;
+    // In a group, a --fix-dim for one model is scoped to it (an unscoped one must fit every model).
+    const std::string hint = open_dims_hint(job.model, inputs.size() > 1 ? file_stem(inputs[m]) + ":" : "");
     if (job.plan.partitions.empty() && !options.allow_empty)
       throw Error(ErrorCode::kNothingCompiled,
                   inputs[m].string() + ": nothing to compile: " +
                       (job.plan.cpu_nodes.empty()
                            ? "every node was folded into constants (" + std::to_string(job.specialised.folded_nodes) +
                                  " folded), so the outputs are constants"
-                           : "no node is supported by backend '" + backend.name() + "' (" + describe_fallbacks(job) + ")" +
-                                 open_dims_hint(job.model)) +
-                      (open_dims_hint(job.model).empty() ? ";" : "") + " pass --allow-empty to write the model anyway");
+                           : "no node is supported by backend '" + backend.name() + "' (" + describe_fallbacks(job) + ")") +
+                      "; " + hint + (hint.empty() ? "" : " ") + "pass --allow-empty to write the model anyway");
     phase_compile(job, backend, options.node_name_prefix + file_stem(inputs[m]), store);
     timer.lap("compile " + label);
   }
@@ -412,20 +413,23 @@ RunSummary compile_models(const std::vector<fs::path>& inputs, const CompileOpti
     if (external) external->externalize(outs[m], jobs[m].model);
   }
   if (external && external->store().size() == 0) {
-    // No empty side file: no CPU node needs a weight, so no model points at it.
+    // No empty side file: no CPU node needs a weight, so no model points at it. One an earlier run
+    // left (replaced with --force) would sit beside models that do not use it: it goes too.
     log().info("no initializer is left for CPU nodes; {} is not written", plan.external.string());
+    outputs.remove_on_commit(plan.external);
     external.reset();
   }
   if (external) {
     const std::string id = write_external_weights(*external, plan.external, outputs).hash.hex();
     summary.external_weights = external->store().stats();
-    for (auto& out : outs) set_metadata(out, kExternalWeightsIdMetadataKey, id);
+    for (auto& out : outs)
+      if (external_location(out.graph())) set_metadata(out, kExternalWeightsIdMetadataKey, id);
   }
   std::vector<bool> counted(store.size(), false);  // weight ids an earlier model already used
   for (size_t m = 0; m < jobs.size(); ++m) {
     if (!external) embed_weights(outs[m], jobs[m].model);
     std::string bytes = serialize(outs[m], jobs[m].output);
-    outs[m].Clear();  // embedded weights are gone from memory once written
+    outs[m] = onnx::ModelProto();  // its embedded weights leave memory once written (Clear() keeps them)
     OutputFile& file = outputs.open(jobs[m].output);
     file.write(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
     outputs.finished(file.finish(jobs[m].output));

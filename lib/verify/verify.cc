@@ -141,13 +141,9 @@ void check_binary(const fs::path& model, const ContextBinary& binary, std::vecto
 // between renames, or a copy of the wrong file, would otherwise feed CPU nodes wrong bytes.
 void check_external_weights(const fs::path& model, const onnx::ModelProto& proto, std::vector<std::string>& checks) {
   const auto recorded = metadata_value(proto, kExternalWeightsIdMetadataKey);
-  if (!recorded) return;
-  std::string location;
-  for (const auto& t : proto.graph().initializer())
-    for (const auto& kv : t.external_data())
-      if (kv.key() == "location") location = kv.value();
-  if (location.empty()) throw mismatch(model, "records an external weights file but no initializer points at one");
-  const fs::path file = model.parent_path() / location;
+  const auto location = external_location(proto.graph());
+  if (!recorded || !location) return;
+  const fs::path file = model.parent_path() / *location;
   std::error_code ec;
   if (!fs::exists(file, ec)) throw mismatch(model, "external weights file " + file.string() + " is missing");
   std::string found;
@@ -355,6 +351,7 @@ Result run(const Options& options) {
   Result result;
   for (size_t i = 0; i < options.models.size(); ++i) {
     if (!fs::exists(options.models[i])) throw mismatch(options.models[i], "no such file");
+    step(options, "checking " + options.models[i].string());
     onnx::ModelProto proto = parse(options.models[i]);  // read once, for both checks
     check_integrity(options.models[i], proto, host, options, result.checks);
     if (!options.references.empty()) {

@@ -1,6 +1,8 @@
 // The command line behaves like the tools people know: `help CMD`, -V, one-line parser errors,
 // hints that name the fix, inspect on an uncompiled model, no empty side files, bash completion.
 
+#include <onnx/common/version.h>
+
 #include "e2e.h"
 
 namespace ctxgen::testing {
@@ -25,8 +27,8 @@ TEST(Cli, VersionNamesWhatCtxgenWasBuiltWith) {
   for (const char* flag : {"-V", "--version"}) {
     auto r = ctxgen(flag);
     EXPECT_EQ(r.exit_code, 0) << r.output;
-    EXPECT_EQ(r.output.rfind("ctxgen 0.1.0 (", 0), 0u) << r.output;
-    EXPECT_NE(r.output.find("onnx 1.12"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.rfind(std::string("ctxgen ") + CTXGEN_VERSION + " (", 0), 0u) << r.output;
+    EXPECT_NE(r.output.find(std::string("onnx ") + onnx::LAST_RELEASE_VERSION), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("ref ctxgen-ref 2.0"), std::string::npos) << r.output;
   }
 }
@@ -68,13 +70,31 @@ TEST(Cli, NoEmptyExternalWeightsFile) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(files_in(dir / "out"), (std::set<std::string>{"cnn_ctx.onnx", "cnn_ref.bin"}));
   EXPECT_NE(r.output.find("w.data is not written"), std::string::npos) << r.output;
+  // One an earlier run left would sit beside models that do not use it: --force removes it.
+  write_file(dir / "out" / "w.data", "an earlier run's weights");
+  r = ctxgen("compile " + quote(dir / "cnn.onnx") + " --output-dir " + quote(dir / "out") +
+             " --external-initializers-file w.data --force");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(files_in(dir / "out"), (std::set<std::string>{"cnn_ctx.onnx", "cnn_ref.bin"}));
+}
+
+// In a group, the suggested --fix-dim is scoped to the model that needs it.
+TEST(Cli, TheDimsHintIsScopedInAGroup) {
+  TempDir dir;
+  auto r = ctxgen("share " + quote(copy_model("dynamic.onnx", dir.path())) + "," +
+                  quote(copy_model("unsupported.onnx", dir.path())) + " --output-dir " + quote(dir / "out"));
+  EXPECT_EQ(r.exit_code, 4) << r.output;
+  EXPECT_NE(r.output.find("freeze them with --fix-dim dynamic:batch=N, or pass --allow-empty"), std::string::npos)
+      << r.output;
 }
 
 // The completion asks the ctxgen it completes for its commands and options.
 TEST(Cli, BashCompletionOffersCommandsAndTheirOptions) {
   auto complete = [](const std::string& words) {
-    return run_command("bash -c 'source " CTXGEN_SOURCE_DIR "/apps/ctxgen/completion.bash; COMP_WORDS=(" CTXGEN_BINARY
-                       " " + words + "); COMP_CWORD=$((${#COMP_WORDS[@]}-1)); _ctxgen; echo \"${COMPREPLY[*]}\"'")
+    // The script and the binary as arguments, so their paths need no quoting inside the script.
+    return run_command("bash -c 'source \"$0\"; COMP_WORDS=(\"$1\" " + words +
+                       "); COMP_CWORD=$((${#COMP_WORDS[@]}-1)); _ctxgen; echo \"${COMPREPLY[*]}\"' " +
+                       quote(fs::path(CTXGEN_SOURCE_DIR) / "apps/ctxgen/completion.bash") + " " + quote(CTXGEN_BINARY))
         .output;
   };
   EXPECT_EQ(complete("sh"), "share\n");

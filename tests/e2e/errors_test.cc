@@ -176,8 +176,8 @@ TEST_F(BadInput, OutputFolderNotWritable) {
   r = ctxgen("compile " + quote(model) + " --output-dir /proc/ctxgen-out");
   EXPECT_EQ(r.exit_code, 6) << r.output;
   // The reason is mkdir's, not the "Success" libstdc++ reports for such folders.
-  EXPECT_NE(r.output.find("/proc/ctxgen-out: cannot create output folder: No such file or directory"), std::string::npos)
-      << r.output;
+  EXPECT_NE(r.output.find("/proc/ctxgen-out: cannot create output folder: "), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("Success"), std::string::npos) << r.output;
   // A report that cannot be written stops the run before anything else is written.
   r = ctxgen("compile " + quote(model) + " --output-dir " + quote(out_) + " --report /proc/ctxgen-out/r.json");
   EXPECT_EQ(r.exit_code, 6) << r.output;

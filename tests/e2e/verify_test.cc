@@ -138,6 +138,20 @@ TEST(Verify, AnExternalWeightsFileOfAnotherCompilationFailsIntegrity) {
   EXPECT_NE(r.output.find("was written with the external weights file whose id is "), std::string::npos) << r.output;
 }
 
+// Only models that read the weights file record its id: one whose nodes all compiled verifies too.
+TEST(Verify, AGroupWhereOneModelNeedsNoExternalWeights) {
+  TempDir dir;
+  fs::path cnn = copy_model("cnn.onnx", dir / "in"), cpu = generated_models() / "share/fallback/cpu1.onnx";
+  ASSERT_EQ(ctxgen("share " + quote(cnn) + "," + quote(cpu) + " --external-initializers-file w.data --output-dir " +
+                   quote(dir / "out")).exit_code, 0);
+  auto r = ctxgen("verify " + quote(dir / "out" / "cnn_ctx.onnx") + " " + quote(dir / "out" / "cpu1_ctx.onnx") +
+                  " --reference " + quote(cnn) + " --reference " + quote(cpu));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(load_proto(dir / "out" / "cnn_ctx.onnx").metadata_props_size(),
+            load_proto(dir / "out" / "cpu1_ctx.onnx").metadata_props_size() - 1)
+      << "only cpu1 records the weights file";
+}
+
 TEST(Verify, DifferentWeightsAreAMismatchNamingTheOutput) {
   TempDir dir;
   fs::path tuned = dir / "tuned.onnx";
