@@ -54,6 +54,9 @@ Taps axis_taps(const ref::Op& op, float scale, int64_t out_len, int64_t in_len) 
   for (int64_t x = 0; x < out_len; ++x) {
     float original = original_coordinate(coord, x, scale, out_len, in_len);
     if (!linear) {
+      // Extreme scales give coordinates far outside the axis, or NaN; converting those to an
+      // integer is undefined. Within [-1, in_len] the index clamps to the same edge.
+      original = std::isnan(original) ? 0.0f : std::clamp(original, -1.0f, static_cast<float>(in_len));
       int64_t i = std::clamp<int64_t>(nearest_index(nearest, original, scale < 1.0f), 0, in_len - 1);
       t.lo.push_back(i);
       t.hi.push_back(i);
