@@ -45,8 +45,9 @@ set +e
   -print_final_stats=1 -artifact_prefix="$findings/" ${FUZZ_ARGS:-} "$work" "$seeds" "${regressions[@]}" 2>"$findings/log.txt")
 status=$?
 set -e
-grep -E "^(stat::number_of_executed_units|stat::average_exec_per_sec|stat::peak_rss_mb)" "$findings/log.txt" |
-  sed "s/^/$target: /"
+# The final statistics (a fork-mode run prints progress lines only: the last one then).
+{ grep -E "^(stat::number_of_executed_units|stat::average_exec_per_sec|stat::peak_rss_mb)" "$findings/log.txt" ||
+  grep -aE "^#[0-9]+: cov:" "$findings/log.txt" | tail -n 1; } | sed "s/^/$target: /" || true
 if [ $status -ne 0 ]; then
   tail -n 40 "$findings/log.txt" >&2
   echo "fuzz.sh: $target found a problem; reproduce with: $binary $(ls -t "$findings" | grep -E '^(crash|timeout|oom|leak|slow-unit)-' | head -n1 | sed "s|^|$findings/|")" >&2
