@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -17,24 +16,17 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The loader maps a file, as it does for users; a tmpfs keeps that cheap. Removed at exit, so
-// the workers of a long run leave nothing in memory behind.
-const fs::path& scratch_file() {
-  static const fs::path path = [] {
-    const fs::path folder = fs::exists("/dev/shm") ? fs::path("/dev/shm") : fs::temp_directory_path();
-    std::atexit([] {
-      std::error_code ec;
-      fs::remove(scratch_file(), ec);
-    });
-    return folder / ("ctxgen-fuzz-" + std::to_string(::getpid()) + ".onnx");
-  }();
-  return path;
+// The loader maps a file, as it does for users; a tmpfs keeps that cheap. Removed after each
+// input (libFuzzer's workers end with _Exit, so an atexit handler would not run).
+fs::path scratch_file() {
+  const fs::path folder = fs::exists("/dev/shm") ? fs::path("/dev/shm") : fs::temp_directory_path();
+  return folder / ("ctxgen-fuzz-" + std::to_string(::getpid()) + ".onnx");
 }
 
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const fs::path& path = scratch_file();
+  static const fs::path path = scratch_file();
   {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
@@ -44,5 +36,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     ctxgen::specialise(model);
   } catch (const ctxgen::Error&) {
   }
+  std::error_code ec;
+  fs::remove(path, ec);
   return 0;
 }
