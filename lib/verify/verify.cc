@@ -122,6 +122,10 @@ void check_signature(const fs::path& model, const onnx::NodeProto& node, const c
   }
 }
 
+// External weights files already hashed in this run, by path: the models of a group share one,
+// which may be gigabytes, so it is read once.
+using Hashed = std::map<fs::path, std::string>;
+
 void check_binary(const fs::path& model, const ContextBinary& binary, std::vector<std::string>& checks) {
   const BinaryIdentity ours{ref::kEpName, ref::kSdkVersion, ref::kHardwareArchitecture};
   if (!(binary.identity() == ours))
@@ -139,19 +143,22 @@ void check_binary(const fs::path& model, const ContextBinary& binary, std::vecto
 
 // The weights file the model's initializers point at is the one it was written with: a run killed
 // between renames, or a copy of the wrong file, would otherwise feed CPU nodes wrong bytes.
-void check_external_weights(const fs::path& model, const onnx::ModelProto& proto, std::vector<std::string>& checks) {
+void check_external_weights(const fs::path& model, const onnx::ModelProto& proto, Hashed& hashed,
+                            std::vector<std::string>& checks) {
   const auto recorded = metadata_value(proto, kExternalWeightsIdMetadataKey);
   const auto location = external_location(proto.graph());
   if (!recorded || !location) return;
   const fs::path file = model.parent_path() / *location;
   std::error_code ec;
   if (!fs::exists(file, ec)) throw mismatch(model, "external weights file " + file.string() + " is missing");
-  std::string found;
-  try {
-    auto mapped = MappedFile::open(file);
-    found = xxh3_128(mapped->data(), mapped->size()).hex();
-  } catch (const Error& e) {
-    throw Error(ErrorCode::kMismatch, e.what());
+  std::string& found = hashed[fs::weakly_canonical(file, ec)];
+  if (found.empty()) {
+    try {
+      auto mapped = MappedFile::open(file);
+      found = xxh3_128(mapped->data(), mapped->size()).hex();
+    } catch (const Error& e) {
+      throw Error(ErrorCode::kMismatch, e.what());
+    }
   }
   if (found != *recorded)
     throw mismatch(model, "was written with the external weights file whose id is " + *recorded + ", but " +
@@ -165,7 +172,7 @@ void step(const Options& options, const std::string& what) {
 }
 
 void check_integrity(const fs::path& model, const onnx::ModelProto& proto, OrtHost& host, const Options& options,
-                     std::vector<std::string>& checks) {
+                     Hashed& hashed, std::vector<std::string>& checks) {
   std::vector<const onnx::NodeProto*> nodes;
   for (const auto& node : proto.graph().node()) {
     const auto* source = attribute(node, "source");
@@ -187,7 +194,7 @@ void check_integrity(const fs::path& model, const onnx::ModelProto& proto, OrtHo
                "binary is not checked", model.string());
   }
   for (const auto& binary : binaries) check_binary(model, *binary, checks);
-  check_external_weights(model, proto, checks);
+  check_external_weights(model, proto, hashed, checks);
   auto declared = declared_values(proto.graph());
   for (const auto* node : nodes) {
     const auto* partition = attribute(*node, "partition_name");
@@ -349,11 +356,12 @@ Result run(const Options& options) {
                                        " models, " + std::to_string(options.references.size()) + " references)");
   OrtHost host(options.plugin.empty() ? default_plugin() : options.plugin);
   Result result;
+  Hashed hashed;
   for (size_t i = 0; i < options.models.size(); ++i) {
     if (!fs::exists(options.models[i])) throw mismatch(options.models[i], "no such file");
     step(options, "checking " + options.models[i].string());
     onnx::ModelProto proto = parse(options.models[i]);  // read once, for both checks
-    check_integrity(options.models[i], proto, host, options, result.checks);
+    check_integrity(options.models[i], proto, host, options, hashed, result.checks);
     if (!options.references.empty()) {
       auto outputs = compare_outputs(options.models[i], proto, options.references[i], host, options);
       result.outputs.insert(result.outputs.end(), outputs.begin(), outputs.end());
