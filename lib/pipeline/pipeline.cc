@@ -358,9 +358,9 @@ RunSummary compile_models(const std::vector<fs::path>& inputs, const CompileOpti
     phase_partition(job, backend);
     timer.lap("partition " + label);
     if (stops_at(Phase::kPartition)) continue;
-    // In a group, a --fix-dim for one model is scoped to it (an unscoped one must fit every model).
-    const std::string hint = open_dims_hint(job.model, inputs.size() > 1 ? file_stem(inputs[m]) + ":" : "");
-    if (job.plan.partitions.empty() && !options.allow_empty)
+    if (job.plan.partitions.empty() && !options.allow_empty) {
+      // In a group, a --fix-dim for one model is scoped to it (an unscoped one must fit every model).
+      const std::string hint = open_dims_hint(job.model, inputs.size() > 1 ? file_stem(inputs[m]) + ":" : "");
       throw Error(ErrorCode::kNothingCompiled,
                   inputs[m].string() + ": nothing to compile: " +
                       (job.plan.cpu_nodes.empty()
@@ -368,6 +368,7 @@ RunSummary compile_models(const std::vector<fs::path>& inputs, const CompileOpti
                                  " folded), so the outputs are constants"
                            : "no node is supported by backend '" + backend.name() + "' (" + describe_fallbacks(job) + ")") +
                       "; " + hint + (hint.empty() ? "" : " ") + "pass --allow-empty to write the model anyway");
+    }
     phase_compile(job, backend, options.node_name_prefix + file_stem(inputs[m]), store);
     timer.lap("compile " + label);
   }
