@@ -80,6 +80,10 @@ TEST(RuntimeExecutable, RejectsMissingGraphsAndBadPrograms) {
   });
   expect_error([&] { runtime::Executable(big_weight.binary, "g"); }, ErrorCode::kInvalidBinary,
                "value 1 reads 64 bytes of weight 0, which has 16");
+  // A program from another graph (or binary) reads weights its record does not list.
+  Binary unlisted([](CompiledGraph& g, ref::Program&) { g.weight_ids = {}; });
+  expect_error([&] { runtime::Executable(unlisted.binary, "g"); }, ErrorCode::kInvalidBinary,
+               "value 1 reads weight 0, which the graph record does not list");
   Binary bad_signature([](CompiledGraph& g, ref::Program&) { g.outputs[0].dims = {4}; });
   expect_error([&] { runtime::Executable(bad_signature.binary, "g"); }, ErrorCode::kInvalidBinary,
                "output 0 'y' has type 1 dims [4] in the graph record, type 1 dims [2,2] in its program");
