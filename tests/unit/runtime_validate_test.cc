@@ -391,6 +391,10 @@ TEST(RuntimeValidate, RejectsAnArenaLargerThanItsValues) {
   ConvAdd c;
   c.p().arena_bytes = uint64_t{1} << 40;
   expect_invalid(c.p(), "the arena of 1099511627776 bytes is larger than all its values together (192 bytes)");
+  // A value no op writes buys no arena: only written values count.
+  ConvAdd unused;
+  unused.b.arena({1 << 20});
+  expect_invalid(unused.p(), "the arena of 4194496 bytes is larger than all its values together (192 bytes)");
 }
 
 // Windows are below 2^31 each, but their product per output is what a kernel loops over.
