@@ -13,7 +13,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 size_mb="${1:-500}"
 build_dir="${BUILD_DIR:-$repo/build}"
 work="$build_dir/bench/$size_mb"
-ctxgen="$build_dir/apps/ctxgen/ctxgen"
+ctxgen="$build_dir/bin/ctxgen"
 
 "$repo/scripts/setup.sh" --build-only >/dev/null
 if [ ! -f "$work/decode.onnx" ]; then

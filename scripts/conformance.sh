@@ -6,4 +6,4 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build_dir="${BUILD_DIR:-$repo/build}"
 "$repo/scripts/setup.sh" --build-only >/dev/null
-"$build_dir/apps/conformance/ctxgen-conformance" "$@"
+"$build_dir/bin/ctxgen-conformance" "$@"

@@ -35,7 +35,7 @@ cmake --build "$build_dir" -j2
 
 if [ "${1:-}" != "--build-only" ]; then
   out="$build_dir/example"
-  "$build_dir/apps/ctxgen/ctxgen" compile "$repo/testdata/cnn.onnx" -e ref --output-dir "$out" --force
-  "$build_dir/apps/ctxgen/ctxgen" inspect "$out/cnn_ctx.onnx"
-  "$build_dir/apps/ctxgen/ctxgen" verify "$out/cnn_ctx.onnx" --reference "$repo/testdata/cnn.onnx"
+  "$build_dir/bin/ctxgen" compile "$repo/testdata/cnn.onnx" -e ref --output-dir "$out" --force
+  "$build_dir/bin/ctxgen" inspect "$out/cnn_ctx.onnx"
+  "$build_dir/bin/ctxgen" verify "$out/cnn_ctx.onnx" --reference "$repo/testdata/cnn.onnx"
 fi

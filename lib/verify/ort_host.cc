@@ -62,10 +62,18 @@ std::optional<ElementKind> element_kind(ONNXTensorElementDataType type) {
 
 std::filesystem::path default_plugin() {
   const char* env = std::getenv("CTXGEN_ORT_EP");
-  return env != nullptr && *env != '\0' ? std::filesystem::path(env) : std::filesystem::path(CTXGEN_ORT_EP_PATH);
+  if (env != nullptr && *env != '\0') return env;
+  std::error_code error;
+  auto program = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (error) throw Error(ErrorCode::kRuntime, "cannot find the running program (/proc/self/exe: " + error.message() +
+                                                  ") to find the plugin EP beside it; set CTXGEN_ORT_EP");
+  return (program.parent_path() / CTXGEN_PLUGIN_FROM_BIN).lexically_normal();
 }
 
 OrtHost::OrtHost(const std::filesystem::path& plugin, OrtLoggingLevel log_level) : env_(log_level, "ctxgen") {
+  if (!std::filesystem::is_regular_file(plugin))
+    throw Error(ErrorCode::kRuntime, plugin.string() + ": no plugin EP library there (an install keeps it in lib/ "
+                                     "beside bin/ctxgen; CTXGEN_ORT_EP names another)");
   try {
     env_.RegisterExecutionProviderLibrary(kRegistrationName, plugin.c_str());
     std::vector<Ort::ConstEpDevice> devices;

@@ -29,7 +29,8 @@ class OrtHost {
   Ort::SessionOptions plugin_options_;
 };
 
-// The plugin built with this ctxgen (overridden by the environment variable CTXGEN_ORT_EP).
+// The plugin EP beside the running program (lib/ next to bin/), or the one the environment variable
+// CTXGEN_ORT_EP names.
 std::filesystem::path default_plugin();
 
 // A dense tensor held as bytes.
