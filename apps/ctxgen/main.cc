@@ -26,14 +26,54 @@ using ctxgen::ErrorCode;
 namespace {
 
 #ifdef CTXGEN_WITH_VERIFY
-int print_verification(const ctxgen::verify::Result& result, bool as_json) {
-  if (as_json) {
+// verify --json (docs/verify-schema.json); with `error`, the run that failed with it.
+nlohmann::json verification_json(const ctxgen::verify::Options& options, const ctxgen::verify::Result* result,
+                                 const Error* error) {
+  auto paths = [](const std::vector<std::filesystem::path>& list) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& p : list) out.push_back(p.string());
+    return out;
+  };
+  nlohmann::json json = {
+      {"schema_version", 1},
+      {"ctxgen_version", CTXGEN_VERSION},
+      {"status", error ? "failed" : "ok"},
+      {"options",
+       {{"models", paths(options.models)}, {"references", paths(options.references)}, {"rtol", options.rtol},
+        {"atol", options.atol}, {"seed", options.seed}, {"input_shapes", options.input_shapes},
+        {"plugin", options.plugin.empty() ? nlohmann::json() : nlohmann::json(options.plugin.string())}}}};
+  if (result) {
     nlohmann::json outputs = nlohmann::json::array();
-    for (const auto& o : result.outputs)
+    for (const auto& o : result->outputs)
       outputs.push_back({{"model", o.model.string()}, {"output", o.output}, {"max_abs_diff", o.difference.max_abs},
                          {"max_rel_diff", o.difference.max_rel}, {"ok", o.difference.within},
                          {"problem", o.difference.problem}});
-    std::cout << ctxgen::json_text(nlohmann::json{{"checks", result.checks}, {"outputs", outputs}, {"ok", result.ok()}}, 2) << "\n";
+    json["checks"] = result->checks;
+    json["outputs"] = outputs;
+  }
+  if (error)
+    json["error"] = {{"code", ctxgen::error_code_name(error->code())},
+                     {"exit_code", ctxgen::exit_code(error->code())},
+                     {"message", error->what()}};
+  return json;
+}
+
+int print_verification(const ctxgen::verify::Options& options, bool as_json) {
+  ctxgen::verify::Result result;
+  try {
+    result = ctxgen::verify::run_isolated(options);
+  } catch (const Error& e) {
+    if (as_json) std::cout << ctxgen::json_text(verification_json(options, nullptr, &e), 2) << std::endl;
+    throw;
+  }
+  std::vector<std::string> mismatches;
+  for (const auto& o : result.outputs)
+    if (!o.difference.within)
+      mismatches.push_back(o.model.string() + ": output '" + o.output + "' differs from the reference beyond tolerance");
+  std::optional<Error> mismatch;
+  if (!mismatches.empty()) mismatch = Error(ErrorCode::kMismatch, mismatches.front());
+  if (as_json) {
+    std::cout << ctxgen::json_text(verification_json(options, &result, mismatch ? &*mismatch : nullptr), 2) << "\n";
   } else {
     for (const auto& c : result.checks) std::cout << "ok  " << c << "\n";
     for (const auto& o : result.outputs) {
@@ -43,11 +83,9 @@ int print_verification(const ctxgen::verify::Result& result, bool as_json) {
                 << "': " << (o.difference.problem.empty() ? line : o.difference.problem) << "\n";
     }
   }
-  if (result.ok()) return 0;
-  for (const auto& o : result.outputs)
-    if (!o.difference.within)
-      ctxgen::log().error("{}: output '{}' differs from the reference beyond tolerance", o.model.string(), o.output);
-  return ctxgen::exit_code(ErrorCode::kMismatch);
+  std::cout.flush();  // the results, then why they fail
+  for (const auto& message : mismatches) ctxgen::log().error("{}", message);
+  return mismatch ? ctxgen::exit_code(ErrorCode::kMismatch) : 0;
 }
 #endif
 
@@ -104,7 +142,7 @@ int main(int argc, char** argv) {
         for (const auto& m : line.verify_models) options.models.emplace_back(m);
         for (const auto& r : line.verify_references) options.references.emplace_back(r);
         options.plugin = line.plugin;
-        return print_verification(ctxgen::verify::run_isolated(options), line.json);
+        return print_verification(options, line.json);
 #else
         break;
 #endif
@@ -119,7 +157,8 @@ int main(int argc, char** argv) {
         ctxgen::CompileOptions options;
         const auto models = ctxgen::cli::compile_options(line, manifest ? &*manifest : nullptr, options);
         auto summary = ctxgen::compile_models(models, options, backends);
-        if (!line.quiet) std::cout << ctxgen::report_text(summary);
+        // With --report -, standard output carries the JSON alone.
+        if (!line.quiet) (options.report_file == ctxgen::kStdoutReport ? std::cerr : std::cout) << ctxgen::report_text(summary);
         return 0;
       }
     }

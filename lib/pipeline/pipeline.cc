@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
+#include <iostream>
 #include <map>
 #include <set>
 #include <optional>
@@ -27,15 +29,15 @@ constexpr uint64_t kProtobufLimit = uint64_t{2} << 30;
 
 class StageTimer {
  public:
-  explicit StageTimer(std::vector<std::pair<std::string, double>>& out) : out_(out) {}
-  void lap(const std::string& stage) {
+  explicit StageTimer(std::vector<StageTiming>& out) : out_(out) {}
+  void lap(const std::string& stage, const fs::path& model = {}) {
     auto now = std::chrono::steady_clock::now();
-    out_.emplace_back(stage, std::chrono::duration<double, std::milli>(now - last_).count());
+    out_.push_back({stage, model, std::chrono::duration<double, std::milli>(now - last_).count()});
     last_ = now;
   }
 
  private:
-  std::vector<std::pair<std::string, double>>& out_;
+  std::vector<StageTiming>& out_;
   std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
 };
 
@@ -175,7 +177,7 @@ Plan plan_outputs(const std::vector<fs::path>& inputs, const CompileOptions& opt
   std::string bin_stem = !options.output_file.empty() ? file_stem(options.output_file) : file_stem(inputs.front());
   if (!options.embed && !options.stop_after) plan.binary = plan.folder / (bin_stem + "_" + backend.name() + ".bin");
   if (!options.external_initializers_file.empty()) plan.external = plan.folder / options.external_initializers_file;
-  plan.report = options.report_file;
+  if (options.report_file != kStdoutReport) plan.report = options.report_file;
   return plan;
 }
 
@@ -327,10 +329,15 @@ std::optional<Phase> parse_phase(const std::string& name) {
   return std::nullopt;
 }
 
-RunSummary compile_models(const std::vector<fs::path>& inputs, const CompileOptions& options,
-                          const BackendRegistry& backends) {
-  RunSummary summary;
-  StageTimer timer(summary.timings_ms);
+namespace {
+
+void write_report(OutputSet& outputs, const fs::path& path, const nlohmann::json& report);
+
+// `outputs_checked` becomes true once every planned output, the report among them, passed the
+// checks (nothing overwritten without --force, no input replaced, folders made and locked).
+void run_pipeline(const std::vector<fs::path>& inputs, const CompileOptions& options, const BackendRegistry& backends,
+                  RunSummary& summary, bool& outputs_checked) {
+  StageTimer timer(summary.timings);
   check_options(inputs, options);
   const Backend& backend = find_backend(backends, options.backend);
   summary.backend = backend.name();
@@ -340,6 +347,7 @@ RunSummary compile_models(const std::vector<fs::path>& inputs, const CompileOpti
       if (fs::weakly_canonical(fs::absolute(in)) == fs::weakly_canonical(fs::absolute(out)))
         throw Error(ErrorCode::kUsage, out.string() + ": an output would overwrite an input model");
   OutputSet outputs(planned_paths(plan), options.force);
+  outputs_checked = true;
 
   WeightStore store;
   std::vector<Job> jobs(inputs.size());
@@ -347,16 +355,15 @@ RunSummary compile_models(const std::vector<fs::path>& inputs, const CompileOpti
   for (size_t m = 0; m < inputs.size(); ++m) {
     Job& job = jobs[m];
     job.output = plan.models[m];
-    std::string label = inputs[m].filename().string();
     phase_load(job, inputs[m], options.per_model.empty() ? LoadOptions{} : options.per_model.at(m));
     check_not_read(job, planned_paths(plan));
-    timer.lap("load " + label);
+    timer.lap("load", inputs[m]);
     if (stops_at(Phase::kLoad)) continue;
     phase_specialise(job);
-    timer.lap("specialise " + label);
+    timer.lap("specialise", inputs[m]);
     if (stops_at(Phase::kSpecialise)) continue;
     phase_partition(job, backend);
-    timer.lap("partition " + label);
+    timer.lap("partition", inputs[m]);
     if (stops_at(Phase::kPartition)) continue;
     if (job.plan.partitions.empty() && !options.allow_empty) {
       // In a group, a --fix-dim for one model is scoped to it (an unscoped one must fit every model).
@@ -370,7 +377,7 @@ RunSummary compile_models(const std::vector<fs::path>& inputs, const CompileOpti
                       "; " + hint + (hint.empty() ? "" : " ") + "pass --allow-empty to write the model anyway");
     }
     phase_compile(job, backend, options.node_name_prefix + file_stem(inputs[m]), store);
-    timer.lap("compile " + label);
+    timer.lap("compile", inputs[m]);
   }
   summary.weights = store.stats();
 
@@ -392,7 +399,7 @@ RunSummary compile_models(const std::vector<fs::path>& inputs, const CompileOpti
       written = write_context_binary(identity, all_graphs, payloads, file.sink());
       outputs.finished(file.finish(plan.binary));
     }
-    timer.lap("write context binary");
+    timer.lap("write_context_binary");
   }
 
   EpContextSettings settings{backend.ep_name(), backend.sdk_version(), backend.hardware_architecture(),
@@ -420,8 +427,10 @@ RunSummary compile_models(const std::vector<fs::path>& inputs, const CompileOpti
     outputs.remove_on_commit(plan.external);
     external.reset();
   }
+  timer.lap("build_models");
   if (external) {
     const std::string id = write_external_weights(*external, plan.external, outputs).hash.hex();
+    timer.lap("write_external_weights");
     summary.external_weights = external->store().stats();
     for (auto& out : outs)
       if (external_location(out.graph())) set_metadata(out, kExternalWeightsIdMetadataKey, id);
@@ -436,17 +445,71 @@ RunSummary compile_models(const std::vector<fs::path>& inputs, const CompileOpti
     outputs.finished(file.finish(jobs[m].output));
     summary.models.push_back(summarize(jobs[m], weight_summary(jobs[m], store, counted)));
   }
-  timer.lap("write models");
+  timer.lap("write_models");
   if (!plan.report.empty()) {
     // The report describes the other outputs, so it is written last; it lands with them or not at all.
     summary.outputs = outputs.written();
-    std::string json = json_text(report_json(summary), 2) + "\n";
-    OutputFile& file = outputs.open(plan.report);
-    file.write(reinterpret_cast<const uint8_t*>(json.data()), json.size());
-    outputs.finished(file.finish(plan.report));
+    write_report(outputs, plan.report, report_json(inputs, options, summary));
   }
   outputs.commit();
   summary.outputs = outputs.written();
+}
+
+void write_report(OutputSet& outputs, const fs::path& path, const nlohmann::json& report) {
+  const std::string json = json_text(report, 2) + "\n";
+  OutputFile& file = outputs.open(path);
+  file.write(reinterpret_cast<const uint8_t*>(json.data()), json.size());
+  outputs.finished(file.finish(path));
+}
+
+bool is_report(const fs::path& path) {
+  std::ifstream in(path);
+  const auto json = nlohmann::json::parse(in, nullptr, false);
+  return json.is_object() && json.contains("schema_version") && json.contains("ctxgen_version");
+}
+
+// A failed run's report, written alone and only where it cannot cost the user a file: after the
+// run's outputs, the report among them, passed their checks, and never over anything but an
+// earlier report (which needs --force, as any output does). Not being able to write it is logged: the run's own error is the
+// one that matters.
+void write_failure_report(const std::vector<fs::path>& inputs, const CompileOptions& options,
+                          const RunSummary& so_far, const Error& error, bool outputs_checked) {
+  const nlohmann::json report = report_json(inputs, options, so_far, &error);
+  if (options.report_file == kStdoutReport) {
+    std::cout << json_text(report, 2) << std::endl;
+    return;
+  }
+  // A run refused over its outputs (the report is one of them) says why in its error alone.
+  if (!outputs_checked) return;
+  const fs::path& path = options.report_file;
+  try {
+    if (fs::exists(fs::symlink_status(path)) && !is_report(path))
+      throw Error(ErrorCode::kOutputExists, path.string() + " exists and is not a ctxgen report");
+    OutputSet outputs({path}, options.force);
+    write_report(outputs, path, report);
+    outputs.commit();
+  } catch (const Error& e) {
+    log().warn("the report of the failed run was not written: {}", e.what());
+  }
+}
+
+}  // namespace
+
+RunSummary compile_models(const std::vector<fs::path>& inputs, const CompileOptions& options,
+                          const BackendRegistry& backends) {
+  RunSummary summary;
+  bool outputs_checked = false;
+  try {
+    run_pipeline(inputs, options, backends, summary, outputs_checked);
+  } catch (const Error& e) {
+    if (!options.report_file.empty()) write_failure_report(inputs, options, summary, e, outputs_checked);
+    throw;
+  } catch (const std::bad_alloc&) {
+    const Error e(ErrorCode::kInternal, "out of memory");
+    if (!options.report_file.empty()) write_failure_report(inputs, options, summary, e, outputs_checked);
+    throw e;
+  }
+  if (options.report_file == kStdoutReport) std::cout << json_text(report_json(inputs, options, summary), 2) << std::endl;
   return summary;
 }
 

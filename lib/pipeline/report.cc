@@ -32,45 +32,93 @@ std::map<std::string, size_t> fallback_counts(const ModelSummary& m) {
   return counts;
 }
 
+nlohmann::json options_json(const std::vector<std::filesystem::path>& inputs, const CompileOptions& o) {
+  nlohmann::json per_model = nlohmann::json::array();
+  for (size_t m = 0; m < o.per_model.size() && m < inputs.size(); ++m)
+    per_model.push_back({{"model", inputs[m].string()},
+                         {"fix_dims", o.per_model[m].fix_dims},
+                         {"input_shapes", o.per_model[m].input_shapes},
+                         {"fix_values", o.per_model[m].fix_values}});
+  nlohmann::json inputs_json = nlohmann::json::array();
+  for (const auto& in : inputs) inputs_json.push_back(in.string());
+  auto path_or_null = [](const std::filesystem::path& p) { return p.empty() ? nlohmann::json() : nlohmann::json(p.string()); };
+  return {{"inputs", inputs_json},
+          {"backend", o.backend},
+          {"output_file", path_or_null(o.output_file)},
+          {"output_dir", path_or_null(o.output_dir)},
+          {"node_name_prefix", o.node_name_prefix},
+          {"embed", o.embed},
+          {"external_initializers_file", o.external_initializers_file.empty() ? nlohmann::json() : nlohmann::json(o.external_initializers_file)},
+          {"force", o.force},
+          {"allow_empty", o.allow_empty},
+          {"stop_after", o.stop_after ? nlohmann::json(phase_name(*o.stop_after)) : nlohmann::json()},
+          {"report", path_or_null(o.report_file)},
+          {"per_model", per_model}};
+}
+
+nlohmann::json model_json(const ModelSummary& m) {
+  nlohmann::json parts = nlohmann::json::array();
+  for (const auto& p : m.partitions)
+    parts.push_back({{"name", p.name}, {"nodes", p.nodes}, {"inputs", p.inputs}, {"outputs", p.outputs},
+                     {"weights", p.weights}, {"program_bytes", p.program_bytes}});
+  nlohmann::json cpu = nlohmann::json::array();
+  for (const auto& c : m.cpu_nodes) cpu.push_back({{"node", c.node}, {"op_type", c.op_type}, {"reason", c.reason}});
+  nlohmann::json by_op = nlohmann::json::object();
+  for (const auto& c : m.cpu_nodes) by_op[c.op_type] = by_op.value(c.op_type, 0) + 1;
+  return {{"input", m.input.string()},
+          {"output", m.output.string()},
+          {"nodes_in_input", m.input_nodes},
+          {"nodes_folded", m.folded_nodes},
+          {"nodes_removed", m.removed_nodes},
+          {"nodes", m.node_count},
+          {"nodes_compiled", m.compiled_nodes},
+          {"nodes_on_cpu", m.cpu_nodes.size()},
+          {"partitions", parts},
+          {"cpu_nodes", cpu},
+          {"cpu_nodes_by_op", by_op},
+          {"weights",
+           {{"tensors", m.weights.tensors},
+            {"bytes", m.weights.bytes},
+            {"new_tensors", m.weights.new_tensors},
+            {"new_bytes", m.weights.new_bytes},
+            {"bytes_shared_with_earlier_models", m.weights.bytes - m.weights.new_bytes}}}};
+}
+
 }  // namespace
 
-nlohmann::json report_json(const RunSummary& summary) {
-  nlohmann::json models = nlohmann::json::array();
-  for (const auto& m : summary.models) {
-    nlohmann::json parts = nlohmann::json::array();
-    for (const auto& p : m.partitions)
-      parts.push_back({{"name", p.name}, {"nodes", p.nodes}, {"inputs", p.inputs}, {"outputs", p.outputs},
-                       {"weights", p.weights}, {"program_bytes", p.program_bytes}});
-    nlohmann::json cpu = nlohmann::json::array();
-    for (const auto& c : m.cpu_nodes) cpu.push_back({{"node", c.node}, {"op_type", c.op_type}, {"reason", c.reason}});
-    nlohmann::json by_op = nlohmann::json::object();
-    for (const auto& c : m.cpu_nodes) by_op[c.op_type] = by_op.value(c.op_type, 0) + 1;
-    models.push_back({{"input", m.input.string()},
-                      {"output", m.output.string()},
-                      {"nodes_in_input", m.input_nodes},
-                      {"nodes_folded", m.folded_nodes},
-                      {"nodes_removed", m.removed_nodes},
-                      {"nodes", m.node_count},
-                      {"nodes_compiled", m.compiled_nodes},
-                      {"nodes_on_cpu", m.cpu_nodes.size()},
-                      {"partitions", parts},
-                      {"cpu_nodes", cpu},
-                      {"cpu_nodes_by_op", by_op},
-                      {"weights",
-                       {{"tensors", m.weights.tensors},
-                        {"bytes", m.weights.bytes},
-                        {"new_tensors", m.weights.new_tensors},
-                        {"new_bytes", m.weights.new_bytes},
-                        {"bytes_shared_with_earlier_models", m.weights.bytes - m.weights.new_bytes}}}});
+nlohmann::json report_json(const std::vector<std::filesystem::path>& inputs, const CompileOptions& options,
+                           const RunSummary& summary, const Error* error) {
+  nlohmann::json timings = nlohmann::json::array();
+  double total = 0;
+  for (const auto& t : summary.timings) {
+    timings.push_back({{"stage", t.stage},
+                       {"model", t.model.empty() ? nlohmann::json() : nlohmann::json(t.model.string())},
+                       {"milliseconds", t.milliseconds}});
+    total += t.milliseconds;
   }
+  nlohmann::json report = {{"schema_version", kReportSchemaVersion},
+                           {"ctxgen_version", CTXGEN_VERSION},
+                           {"status", error ? "failed" : "ok"},
+                           {"options", options_json(inputs, options)},
+                           {"timings", timings},
+                           {"total_milliseconds", total}};
+  if (error) {
+    report["error"] = {{"code", error_code_name(error->code())},
+                       {"exit_code", exit_code(error->code())},
+                       {"message", error->what()}};
+    return report;
+  }
+  nlohmann::json models = nlohmann::json::array();
+  for (const auto& m : summary.models) models.push_back(model_json(m));
   nlohmann::json files = nlohmann::json::array();
   for (const auto& f : summary.outputs)
     files.push_back({{"path", f.path.string()}, {"size", f.size}, {"xxh3_128", f.hash.hex()}});
-  nlohmann::json timings = nlohmann::json::object();
-  for (const auto& [stage, ms] : summary.timings_ms) timings[stage] = ms;
-  return {{"backend", summary.backend}, {"models", models}, {"outputs", files},
-          {"context_binary_weights", stats_json(summary.weights)},
-          {"external_initializer_weights", stats_json(summary.external_weights)}, {"timings_ms", timings}};
+  report["backend"] = summary.backend;
+  report["models"] = models;
+  report["outputs"] = files;
+  report["context_binary_weights"] = stats_json(summary.weights);
+  report["external_initializer_weights"] = stats_json(summary.external_weights);
+  return report;
 }
 
 std::string report_text(const RunSummary& summary) {

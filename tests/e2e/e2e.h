@@ -48,4 +48,17 @@ inline fs::path copy_model(const std::string& name, const fs::path& dir) {
   return dir / fs::path(name).filename();
 }
 
+// Validates a JSON file (or "-": `stdin_text`) against a JSON Schema, with python3-jsonschema.
+inline void expect_valid_json(const fs::path& schema, const fs::path& json, const std::string& stdin_text = "") {
+  std::string command = std::string(CTXGEN_PYTHON) + " " + CTXGEN_SOURCE_DIR "/tests/support/validate_json.py " +
+                        quote(schema) + " " + quote(json);
+  TempDir dir;
+  if (!stdin_text.empty()) {
+    write_file(dir / "stdin.json", stdin_text);
+    command += " < " + quote(dir / "stdin.json");
+  }
+  auto r = run_command(command);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
 }  // namespace ctxgen::testing

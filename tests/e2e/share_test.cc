@@ -136,7 +136,10 @@ TEST(Share, ReportDescribesModelsOutputsAndTimings) {
     EXPECT_EQ(f["size"].get<uint64_t>(), fs::file_size(f["path"].get<std::string>()));
     EXPECT_EQ(f["xxh3_128"].get<std::string>().size(), 32u);
   }
-  EXPECT_TRUE(report["timings_ms"].contains("write context binary"));
+  ASSERT_EQ(report["timings"].size(), 4u * 2 + 3) << "4 stages per model, then binary, models built, models written";
+  EXPECT_EQ(report["timings"][4]["stage"], "load");
+  EXPECT_NE(report["timings"][4]["model"], report["timings"][0]["model"]);
+  EXPECT_EQ(report["timings"][8]["stage"], "write_context_binary");
 }
 
 TEST(Share, PathsWithSpacesAndSeparateArguments) {

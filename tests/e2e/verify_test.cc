@@ -3,6 +3,8 @@
 
 #include <sys/stat.h>
 
+#include <nlohmann/json.hpp>
+
 #include "ctxgen/format.h"
 #include "e2e.h"
 
@@ -162,6 +164,49 @@ TEST(Verify, DifferentWeightsAreAMismatchNamingTheOutput) {
   EXPECT_EQ(r.exit_code, 8) << r.output;
   EXPECT_NE(r.output.find("FAIL"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("output 'y'"), std::string::npos) << r.output;
+  EXPECT_LT(r.output.find("FAIL"), r.output.find("error: ")) << "the results, then why they fail\n" << r.output;
+}
+
+const fs::path kVerifySchema = fs::path(CTXGEN_SOURCE_DIR) / "docs/verify-schema.json";
+
+// verify --json alone on standard output.
+nlohmann::json verify_json(const std::string& args, int expected_exit) {
+  auto r = run_command("(" + std::string(CTXGEN_BINARY) + " verify " + args + " --json 2>/dev/null)");
+  EXPECT_EQ(r.exit_code, expected_exit) << r.output;
+  expect_valid_json(kVerifySchema, "-", r.output);
+  auto json = nlohmann::json::parse(r.output, nullptr, false);
+  EXPECT_FALSE(json.is_discarded()) << r.output;
+  return json;
+}
+
+TEST(Verify, JsonOnSuccessOnMismatchAndOnAFailedCheck) {
+  TempDir dir;
+  fs::path ctx = compiled("cnn.onnx", dir);
+  auto ok = verify_json(quote(ctx) + " --reference " + quote(dir / "cnn.onnx") + " --rtol 1e-3", 0);
+  EXPECT_EQ(ok["schema_version"], 1);
+  EXPECT_EQ(ok["ctxgen_version"], CTXGEN_VERSION);
+  EXPECT_EQ(ok["status"], "ok");
+  EXPECT_EQ(ok["options"]["rtol"], 1e-3);
+  EXPECT_EQ(ok["options"]["references"][0], (dir / "cnn.onnx").string());
+  EXPECT_FALSE(ok["checks"].empty());
+  ASSERT_EQ(ok["outputs"].size(), 1u);
+  EXPECT_EQ(ok["outputs"][0]["ok"], true);
+
+  fs::path tuned = dir / "tuned.onnx";
+  fs::copy_file(generated_models() / "share/partial/tuned.onnx", tuned);
+  ASSERT_EQ(ctxgen("compile " + quote(tuned)).exit_code, 0);
+  auto mismatch = verify_json(quote(dir / "tuned_ctx.onnx") + " --reference " +
+                              quote(generated_models() / "share/partial/base.onnx"), 8);
+  EXPECT_EQ(mismatch["status"], "failed");
+  EXPECT_EQ(mismatch["error"]["code"], "mismatch");
+  EXPECT_EQ(mismatch["outputs"][0]["ok"], false);
+
+  fs::remove(dir / "cnn_ref.bin");
+  auto missing = verify_json(quote(ctx), 8);
+  EXPECT_EQ(missing["status"], "failed");
+  EXPECT_EQ(missing["error"]["exit_code"], 8);
+  EXPECT_NE(missing["error"]["message"].get<std::string>().find("cnn_ref.bin"), std::string::npos) << missing;
+  EXPECT_FALSE(missing.contains("outputs"));
 }
 
 TEST(Verify, SharedGroup) {

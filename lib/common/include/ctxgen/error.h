@@ -34,4 +34,20 @@ class Error : public std::runtime_error {
 // Exit code for an error code; 0 is success.
 inline int exit_code(ErrorCode code) { return static_cast<int>(code); }
 
+// The code's name in reports ("invalid_model"), stable across versions like the exit code.
+inline const char* error_code_name(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kInternal: return "internal";
+    case ErrorCode::kUsage: return "usage";
+    case ErrorCode::kInvalidModel: return "invalid_model";
+    case ErrorCode::kNothingCompiled: return "nothing_compiled";
+    case ErrorCode::kOutputExists: return "output_exists";
+    case ErrorCode::kIo: return "io";
+    case ErrorCode::kInvalidBinary: return "invalid_binary";
+    case ErrorCode::kMismatch: return "mismatch";
+    case ErrorCode::kRuntime: return "runtime";
+  }
+  return "internal";
+}
+
 }  // namespace ctxgen

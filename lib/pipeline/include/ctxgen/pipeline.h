@@ -24,6 +24,9 @@ enum class Phase { kLoad, kSpecialise, kPartition };
 std::string phase_name(Phase phase);
 std::optional<Phase> parse_phase(const std::string& name);
 
+// --report - : the report goes to standard output.
+inline constexpr const char* kStdoutReport = "-";
+
 struct CompileOptions {
   std::string backend = "ref";
   std::vector<LoadOptions> per_model;  // one per input model (resolve_shapes), or empty: no shape options
@@ -35,7 +38,9 @@ struct CompileOptions {
   bool force = false;                       // overwrite existing outputs
   bool allow_empty = false;                 // write models in which nothing compiled
   std::optional<Phase> stop_after;          // write the model after this phase instead of compiling
-  std::filesystem::path report_file;        // --report: written with the other outputs, all or nothing
+  // --report: written with the other outputs, all or nothing; on failure alone, with the error.
+  // kStdoutReport ("-"): printed to standard output instead, on success and on failure.
+  std::filesystem::path report_file;
 };
 
 struct PartitionSummary {
@@ -73,16 +78,25 @@ struct OutputSummary {
   Hash128 hash;  // XXH3-128 of the file's bytes
 };
 
+struct StageTiming {
+  // load, specialise, partition, compile (each per model), write_context_binary, build_models,
+  // write_external_weights, write_models
+  std::string stage;
+  std::filesystem::path model;  // the input model of a per-model stage; empty for the others
+  double milliseconds = 0;
+};
+
 struct RunSummary {
   std::string backend;
   std::vector<ModelSummary> models;
   std::vector<OutputSummary> outputs;  // every file written, in the order written
   WeightStoreStats weights;            // the context binary's store
   WeightStoreStats external_weights;   // the external initializers file's store, if any
-  std::vector<std::pair<std::string, double>> timings_ms;  // stage -> milliseconds
+  std::vector<StageTiming> timings;    // in the order the stages ran
 };
 
-// Throws Error; on any failure no output file exists (outputs appear together at the end).
+// Throws Error; on any failure no output file exists (outputs appear together at the end) but the
+// report, when one was asked for, which then records the error.
 RunSummary compile_models(const std::vector<std::filesystem::path>& inputs, const CompileOptions& options,
                           const BackendRegistry& backends);
 

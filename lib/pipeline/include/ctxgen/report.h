@@ -3,9 +3,11 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "ctxgen/error.h"
 #include "ctxgen/pipeline.h"
 
 namespace ctxgen {
@@ -21,7 +23,12 @@ inline std::string json_text(const nlohmann::json& j, int indent = -1) {
 // What the specialise stage did to the model: node counts and folded nodes by op (inspect shows it).
 inline constexpr const char* kSpecialisedMetadataKey = "ctxgen.specialised";
 
-nlohmann::json report_json(const RunSummary& summary);
+// The --report JSON (docs/report-schema.json). Its schema_version changes only when a field
+// changes meaning or goes away; new fields may appear without it.
+inline constexpr int kReportSchemaVersion = 1;
+// With `error`, the report of a failed run: the error and what had been done, no outputs.
+nlohmann::json report_json(const std::vector<std::filesystem::path>& inputs, const CompileOptions& options,
+                           const RunSummary& summary, const Error* error = nullptr);
 // A few lines for the terminal: per model what went where, then the files written.
 std::string report_text(const RunSummary& summary);
 
