@@ -9,6 +9,7 @@
 #include <onnx/common/version.h>
 
 #include "command_line.h"
+#include "progress.h"
 #include "ctxgen/backend.h"
 #include "ctxgen/error.h"
 #include "ctxgen/log.h"
@@ -58,31 +59,42 @@ nlohmann::json verification_json(const ctxgen::verify::Options& options, const c
   return json;
 }
 
-int print_verification(const ctxgen::verify::Options& options, bool as_json) {
+void print_outputs(const std::vector<ctxgen::verify::OutputCheck>& outputs) {
+  for (const auto& o : outputs) {
+    char line[128];
+    std::snprintf(line, sizeof line, "max abs diff %.3g, max rel diff %.3g", o.difference.max_abs, o.difference.max_rel);
+    std::cout << (o.difference.within ? "ok  " : "FAIL") << "  " << o.model.string() << ": output '" << o.output
+              << "': " << (o.difference.problem.empty() ? line : o.difference.problem) << "\n";
+  }
+}
+
+// Text: each model's results as they are known, steps as progress; JSON: one document at the end.
+int print_verification(ctxgen::verify::Options options, bool as_json, bool quiet) {
+  ctxgen::cli::ProgressDisplay display(!quiet);
+  options.step = [&](const std::string& step) { display.show(step); };
+  if (!as_json)
+    options.model_checked = [&](const ctxgen::verify::Result& found) {
+      display.clear();
+      for (const auto& c : found.checks) std::cout << "ok  " << c << "\n";
+      print_outputs(found.outputs);
+      std::cout.flush();
+    };
   ctxgen::verify::Result result;
   try {
     result = ctxgen::verify::run_isolated(options);
   } catch (const Error& e) {
+    display.clear();
     if (as_json) std::cout << ctxgen::json_text(verification_json(options, nullptr, &e), 2) << std::endl;
     throw;
   }
+  display.clear();
   std::vector<std::string> mismatches;
   for (const auto& o : result.outputs)
     if (!o.difference.within)
       mismatches.push_back(o.model.string() + ": output '" + o.output + "' differs from the reference beyond tolerance");
   std::optional<Error> mismatch;
   if (!mismatches.empty()) mismatch = Error(ErrorCode::kMismatch, mismatches.front());
-  if (as_json) {
-    std::cout << ctxgen::json_text(verification_json(options, &result, mismatch ? &*mismatch : nullptr), 2) << "\n";
-  } else {
-    for (const auto& c : result.checks) std::cout << "ok  " << c << "\n";
-    for (const auto& o : result.outputs) {
-      char line[128];
-      std::snprintf(line, sizeof line, "max abs diff %.3g, max rel diff %.3g", o.difference.max_abs, o.difference.max_rel);
-      std::cout << (o.difference.within ? "ok  " : "FAIL") << "  " << o.model.string() << ": output '" << o.output
-                << "': " << (o.difference.problem.empty() ? line : o.difference.problem) << "\n";
-    }
-  }
+  if (as_json) std::cout << ctxgen::json_text(verification_json(options, &result, mismatch ? &*mismatch : nullptr), 2) << "\n";
   std::cout.flush();  // the results, then why they fail
   for (const auto& message : mismatches) ctxgen::log().error("{}", message);
   return mismatch ? ctxgen::exit_code(ErrorCode::kMismatch) : 0;
@@ -142,7 +154,7 @@ int main(int argc, char** argv) {
         for (const auto& m : line.verify_models) options.models.emplace_back(m);
         for (const auto& r : line.verify_references) options.references.emplace_back(r);
         options.plugin = line.plugin;
-        return print_verification(options, line.json);
+        return print_verification(options, line.json, line.quiet);
 #else
         break;
 #endif
@@ -156,7 +168,10 @@ int main(int argc, char** argv) {
         if (!line.manifest_path.empty()) manifest = ctxgen::read_manifest(line.manifest_path);
         ctxgen::CompileOptions options;
         const auto models = ctxgen::cli::compile_options(line, manifest ? &*manifest : nullptr, options);
+        ctxgen::cli::ProgressDisplay display(!line.quiet);
+        options.progress = [&](const ctxgen::Progress& p) { display.show(p); };
         auto summary = ctxgen::compile_models(models, options, backends);
+        display.clear();
         // With --report -, standard output carries the JSON alone.
         if (!line.quiet) (options.report_file == ctxgen::kStdoutReport ? std::cerr : std::cout) << ctxgen::report_text(summary);
         return 0;

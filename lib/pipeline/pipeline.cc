@@ -294,19 +294,44 @@ WeightSummary weight_summary(const Job& job, const WeightStore& store, std::vect
   return w;
 }
 
-OutputSummary write_external_weights(const ExternalWeightsFile& external, const fs::path& path, OutputSet& outputs) {
+// `sink`, telling options.progress every 64 MiB how far it got. `total` may leave out headers and
+// padding; the caller reports the end (report_written).
+ByteSink reporting(ByteSink sink, const CompileOptions& options, const char* stage, const fs::path& file, uint64_t total) {
+  if (!options.progress) return sink;
+  constexpr uint64_t kEvery = uint64_t{64} << 20;
+  return [sink = std::move(sink), &options, stage, file, total, done = uint64_t{0}, next = kEvery](
+             const uint8_t* data, size_t size) mutable {
+    sink(data, size);
+    done += size;
+    if (done >= next) {
+      options.progress({stage, {}, 0, 0, file, done, std::max(done + 1, total)});
+      next = done + kEvery;
+    }
+  };
+}
+
+void report_written(const CompileOptions& options, const char* stage, const OutputSummary& file) {
+  if (options.progress) options.progress({stage, {}, 0, 0, file.path, file.size, file.size});
+}
+
+OutputSummary write_external_weights(const ExternalWeightsFile& external, const fs::path& path, OutputSet& outputs,
+                                     const CompileOptions& options) {
   OutputFile& file = outputs.open(path);
+  const uint32_t last = external.store().size() - 1;
+  const ByteSink sink = reporting(file.sink(), options, "write_external_weights", path,
+                                  external.offsets()[last] + external.store().entry(last).blob.size);
   static const uint8_t zeros[kExternalDataAlignment] = {};
   uint64_t at = 0;
   for (uint32_t id = 0; id < external.store().size(); ++id) {
     const Blob& blob = external.store().entry(id).blob;
-    file.write(zeros, external.offsets()[id] - at);
-    file.write(blob.data, blob.size);
+    sink(zeros, external.offsets()[id] - at);
+    sink(blob.data, blob.size);
     blob.release();
     at = external.offsets()[id] + blob.size;
   }
   OutputSummary summary = file.finish(path);
   outputs.finished(summary);
+  report_written(options, "write_external_weights", summary);
   return summary;
 }
 
@@ -353,15 +378,21 @@ void run_pipeline(const std::vector<fs::path>& inputs, const CompileOptions& opt
   std::vector<Job> jobs(inputs.size());
   auto stops_at = [&](Phase phase) { return options.stop_after && *options.stop_after == phase; };
   for (size_t m = 0; m < inputs.size(); ++m) {
+    auto announce = [&](const char* stage) {
+      if (options.progress) options.progress({stage, inputs[m], m + 1, inputs.size(), {}, 0, 0});
+    };
     Job& job = jobs[m];
     job.output = plan.models[m];
+    announce("load");
     phase_load(job, inputs[m], options.per_model.empty() ? LoadOptions{} : options.per_model.at(m));
     check_not_read(job, planned_paths(plan));
     timer.lap("load", inputs[m]);
     if (stops_at(Phase::kLoad)) continue;
+    announce("specialise");
     phase_specialise(job);
     timer.lap("specialise", inputs[m]);
     if (stops_at(Phase::kSpecialise)) continue;
+    announce("partition");
     phase_partition(job, backend);
     timer.lap("partition", inputs[m]);
     if (stops_at(Phase::kPartition)) continue;
@@ -376,6 +407,7 @@ void run_pipeline(const std::vector<fs::path>& inputs, const CompileOptions& opt
                            : "no node is supported by backend '" + backend.name() + "' (" + describe_fallbacks(job) + ")") +
                       "; " + hint + (hint.empty() ? "" : " ") + "pass --allow-empty to write the model anyway");
     }
+    announce("compile");
     phase_compile(job, backend, options.node_name_prefix + file_stem(inputs[m]), store);
     timer.lap("compile", inputs[m]);
   }
@@ -395,9 +427,14 @@ void run_pipeline(const std::vector<fs::path>& inputs, const CompileOptions& opt
         embedded.append(reinterpret_cast<const char*>(data), size);
       });
     } else if (!all_graphs.empty()) {
+      uint64_t total = 0;
+      for (const auto& p : payloads) total += p.blob.size;
+      for (const auto& g : all_graphs) total += g.program.size();
       OutputFile& file = outputs.open(plan.binary);
-      written = write_context_binary(identity, all_graphs, payloads, file.sink());
+      written = write_context_binary(identity, all_graphs, payloads,
+                                     reporting(file.sink(), options, "write_context_binary", plan.binary, total));
       outputs.finished(file.finish(plan.binary));
+      report_written(options, "write_context_binary", outputs.written().back());
     }
     timer.lap("write_context_binary");
   }
@@ -429,7 +466,7 @@ void run_pipeline(const std::vector<fs::path>& inputs, const CompileOptions& opt
   }
   timer.lap("build_models");
   if (external) {
-    const std::string id = write_external_weights(*external, plan.external, outputs).hash.hex();
+    const std::string id = write_external_weights(*external, plan.external, outputs, options).hash.hex();
     timer.lap("write_external_weights");
     summary.external_weights = external->store().stats();
     for (auto& out : outs)
@@ -440,6 +477,8 @@ void run_pipeline(const std::vector<fs::path>& inputs, const CompileOptions& opt
     if (!external) embed_weights(outs[m], jobs[m].model);
     std::string bytes = serialize(outs[m], jobs[m].output);
     outs[m] = onnx::ModelProto();  // its embedded weights leave memory once written (Clear() keeps them)
+    if (options.progress)
+      options.progress({"write_models", inputs[m], m + 1, jobs.size(), jobs[m].output, 0, bytes.size()});
     OutputFile& file = outputs.open(jobs[m].output);
     file.write(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
     outputs.finished(file.finish(jobs[m].output));

@@ -361,11 +361,13 @@ Result run(const Options& options) {
     if (!fs::exists(options.models[i])) throw mismatch(options.models[i], "no such file");
     step(options, "checking " + options.models[i].string());
     onnx::ModelProto proto = parse(options.models[i]);  // read once, for both checks
-    check_integrity(options.models[i], proto, host, options, hashed, result.checks);
-    if (!options.references.empty()) {
-      auto outputs = compare_outputs(options.models[i], proto, options.references[i], host, options);
-      result.outputs.insert(result.outputs.end(), outputs.begin(), outputs.end());
-    }
+    Result found;
+    check_integrity(options.models[i], proto, host, options, hashed, found.checks);
+    if (!options.references.empty())
+      found.outputs = compare_outputs(options.models[i], proto, options.references[i], host, options);
+    if (options.model_checked) options.model_checked(found);
+    result.checks.insert(result.checks.end(), found.checks.begin(), found.checks.end());
+    result.outputs.insert(result.outputs.end(), found.outputs.begin(), found.outputs.end());
   }
   return result;
 }
@@ -401,6 +403,11 @@ class Message {
   }
   double get_double() { return std::strtod(get().c_str(), nullptr); }
   bool remaining() const { return at_ < bytes_.size(); }
+  // Records arrive in pieces: a reader appends what came, reads whole records, and goes back to
+  // the start of one that is not complete yet.
+  void append(const char* data, size_t size) { bytes_.append(data, size); }
+  size_t position() const { return at_; }
+  void rewind(size_t position) { at_ = position; }
 
  private:
   static std::string format_double(double v) {
@@ -412,9 +419,9 @@ class Message {
   size_t at_ = 0;
 };
 
-Message encode(const Result& result) {
+Message encode(const Result& result, const char* kind) {
   Message m;
-  m.put("ok");  // decode() reads what follows
+  m.put(kind);  // decode() reads what follows
   m.put_size(result.checks.size());
   for (const auto& c : result.checks) m.put(c);
   m.put_size(result.outputs.size());
@@ -477,9 +484,10 @@ Result run_isolated(const Options& options) {
       m.put(what);
       write_all(fds[1], m.bytes());
     };
+    child.model_checked = [&](const Result& found) { write_all(fds[1], encode(found, "model").bytes()); };
     Message m;
     try {
-      m = encode(run(child));
+      m = encode(run(child), "ok");
     } catch (const Error& e) {
       m = Message();
       m.put("error");
@@ -501,26 +509,47 @@ Result run_isolated(const Options& options) {
     ::_exit(0);
   }
   ::close(fds[1]);
-  std::string bytes;
+  // Steps and each model's results are passed on as they arrive; the answer ends the records.
+  Message m;
+  std::string last_step = "starting", answer;
+  Result answered;
+  ErrorCode error_code = ErrorCode::kInternal;
+  std::string error_message;
+  auto read_records = [&] {
+    while (answer.empty() && m.remaining()) {
+      const size_t start = m.position();
+      try {
+        std::string kind = m.get();
+        if (kind == "step") {
+          last_step = m.get();
+          if (options.step) options.step(last_step);
+        } else if (kind == "model") {
+          Result found = decode(m);
+          if (options.model_checked) options.model_checked(found);
+        } else if (kind == "ok") {
+          answered = decode(m);
+          answer = kind;
+        } else {
+          error_code = static_cast<ErrorCode>(m.size());
+          error_message = m.get();
+          answer = kind;
+        }
+      } catch (const Error&) {  // a record cut short: the rest is still coming, or the child died
+        m.rewind(start);
+        return;
+      }
+    }
+  };
   char buffer[65536];
   for (ssize_t n; (n = ::read(fds[0], buffer, sizeof buffer)) != 0;) {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) break;
-    bytes.append(buffer, static_cast<size_t>(n));
+    m.append(buffer, static_cast<size_t>(n));
+    read_records();
   }
   ::close(fds[0]);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  Message m(std::move(bytes));
-  std::string last_step = "starting", answer;
-  try {
-    while (m.remaining() && answer.empty()) {
-      std::string kind = m.get();
-      if (kind == "step") last_step = m.get();
-      else answer = kind;
-    }
-  } catch (const Error&) {  // a record cut short: the child died while writing it
   }
   // A child that died, or ended without answering (a sanitizer's handler turns the signal into an
   // exit), crashed in the step it was doing; ctxgen's own failures are answers.
@@ -534,11 +563,8 @@ Result run_isolated(const Options& options) {
                                                 "integer division of the lowest value by -1 in the model"
                                               : ""));
   }
-  if (answer == "error") {
-    const auto code = static_cast<ErrorCode>(m.size());
-    throw Error(code, m.get());
-  }
-  return decode(m);
+  if (answer == "error") throw Error(error_code, error_message);
+  return answered;
 }
 
 }  // namespace ctxgen::verify

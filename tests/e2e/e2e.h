@@ -5,6 +5,7 @@
 
 #include <onnx/checker.h>
 
+#include <cctype>
 #include <set>
 #include <string>
 
@@ -46,6 +47,20 @@ inline fs::path copy_model(const std::string& name, const fs::path& dir) {
   if (name == "external.onnx")
     fs::copy_file(generated_models() / "external.weights", dir / "external.weights", fs::copy_options::overwrite_existing);
   return dir / fs::path(name).filename();
+}
+
+// `output` without the progress lines a run prints on stderr when it is not a terminal
+// ("[1/2] load m.onnx").
+inline std::string without_progress(const std::string& output) {
+  std::string kept, line;
+  for (size_t at = 0; at < output.size();) {
+    size_t end = output.find('\n', at);
+    end = end == std::string::npos ? output.size() : end + 1;
+    line = output.substr(at, end - at);
+    if (!(line.size() > 1 && line[0] == '[' && std::isdigit(static_cast<unsigned char>(line[1])))) kept += line;
+    at = end;
+  }
+  return kept;
 }
 
 // Validates a JSON file (or "-": `stdin_text`) against a JSON Schema, with python3-jsonschema.

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -24,6 +25,16 @@ enum class Phase { kLoad, kSpecialise, kPartition };
 std::string phase_name(Phase phase);
 std::optional<Phase> parse_phase(const std::string& name);
 
+// What a long run is doing, for a progress display: a stage of model k of N starting, or a file
+// being written (bytes so far of its total).
+struct Progress {
+  std::string stage;            // as in StageTiming
+  std::filesystem::path model;  // the input model of a per-model stage; empty for the others
+  size_t model_index = 0, model_count = 0;   // k of N (from 1) for per-model stages
+  std::filesystem::path file;                // write stages: the file being written
+  uint64_t bytes_done = 0, bytes_total = 0;  // write stages; done reaches total when it is written
+};
+
 // --report - : the report goes to standard output.
 inline constexpr const char* kStdoutReport = "-";
 
@@ -41,6 +52,7 @@ struct CompileOptions {
   // --report: written with the other outputs, all or nothing; on failure alone, with the error.
   // kStdoutReport ("-"): printed to standard output instead, on success and on failure.
   std::filesystem::path report_file;
+  std::function<void(const Progress&)> progress;  // called as stages start and files are written
 };
 
 struct PartitionSummary {

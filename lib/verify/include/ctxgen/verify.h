@@ -63,6 +63,8 @@ struct Difference {
 // bfloat16 too); NaN matches NaN. Integers and bools must be equal.
 Difference compare(const Tensor& got, const Tensor& expected, double rtol, double atol);
 
+struct Result;
+
 struct Options {
   std::vector<std::filesystem::path> models;      // compiled (_ctx.onnx)
   std::vector<std::filesystem::path> references;  // originals, one per model, or none
@@ -73,6 +75,9 @@ struct Options {
   // Called before each step that loads or runs a model ("running decoder.onnx on ONNX Runtime's
   // CPU EP"), so a crash inside ONNX Runtime can be reported with what it was doing.
   std::function<void(const std::string&)> step;
+  // Called after each model with what was found for it (checks passed, outputs compared), so
+  // results can be shown as they are known; run() returns them all again at the end.
+  std::function<void(const Result&)> model_checked;
 };
 
 struct OutputCheck {
