@@ -345,6 +345,20 @@ def bad(outdir):
     save(model(helper.make_graph(div, "int_min_div", [helper.make_tensor_value_info("x", TensorProto.INT64, [4])],
                                  [helper.make_tensor_value_info("y", TensorProto.INT64, [4])], [lowest, minus_one])),
          outdir, "bad/int_min_div.onnx")
+    # onnx 1.12 took the kernel shape from a weight of more spatial dims than the input has and
+    # dereferenced null (fuzzing): directly, through DequantizeLinear (QDQ), and from a Transpose.
+    w4 = numpy_helper.from_array(np.ones((8, 8, 3, 3), np.float32), "w")
+    conv = helper.make_node("Conv", ["x", "w"], ["y"])
+    save_unchecked(model(helper.make_graph([conv], "conv_rank", *io([1, 8, 5]), [w4])), outdir, "bad/conv_rank.onnx")
+    wq = numpy_helper.from_array(np.ones((8, 8, 3, 3), np.int8), "wq")
+    scale = numpy_helper.from_array(np.array(0.5, np.float32), "scale")
+    qdq = [helper.make_node("DequantizeLinear", ["wq", "scale"], ["w"]), helper.make_node("Conv", ["x", "w"], ["y"])]
+    save_unchecked(model(helper.make_graph(qdq, "conv_rank_qdq", *io([1, 8, 5]), [wq, scale])), outdir,
+                   "bad/conv_rank_qdq.onnx")
+    wt = numpy_helper.from_array(np.ones((3, 3, 8, 8), np.float32), "wt")
+    transposed = [helper.make_node("Transpose", ["wt"], ["w"], perm=[2, 3, 0, 1]), helper.make_node("Conv", ["x", "w"], ["y"])]
+    save_unchecked(model(helper.make_graph(transposed, "conv_rank_computed", *io([1, 8, 5]), [wt])), outdir,
+                   "bad/conv_rank_computed.onnx")
     # An op no ONNX opset defines, at an opset newer than onnx 1.12 checks.
     unknown = helper.make_node("FrobnicateV2", ["x"], ["y"])
     save_unchecked(modern_model([unknown], *io([2, 2], [2, 2]), [], 20), outdir, "bad/unknown_op.onnx")

@@ -122,11 +122,56 @@ const std::map<std::string, int64_t>& ops_after_onnx() {
   return kOps;
 }
 
+// Convolutions whose kernel shape onnx 1.12 takes from the weight's dims when the kernel_shape
+// attribute is absent, and the weight's input index.
+int conv_weight_input(const onnx::NodeProto& node) {
+  if (!is_onnx_domain(node.domain())) return -1;
+  if (node.op_type() == "Conv" || node.op_type() == "ConvInteger" || node.op_type() == "ConvTranspose") return 1;
+  if (node.op_type() == "QLinearConv") return 3;
+  return -1;
+}
+
+// Dims of values known before inference: initializers and fully declared inputs and value_infos.
+using StaticDims = std::map<std::string, std::vector<int64_t>>;
+
+void add_static_dims(const onnx::GraphProto& graph, StaticDims& dims) {
+  for (const auto& t : graph.initializer()) dims[t.name()] = {t.dims().begin(), t.dims().end()};
+  for (const auto* list : {&graph.input(), &graph.value_info()})
+    for (const auto& v : *list) {
+      if (!v.type().tensor_type().has_shape()) continue;
+      std::vector<int64_t> d;
+      for (const auto& dim : v.type().tensor_type().shape().dim())
+        if (dim.has_dim_value()) d.push_back(dim.dim_value());
+      if (static_cast<int>(d.size()) == v.type().tensor_type().shape().dim_size()) dims.emplace(v.name(), d);
+    }
+}
+
+// A value's dims before inference, also through the shape-keeping nodes between a stored weight
+// and a convolution (DequantizeLinear in QDQ models, Cast, Identity).
+std::optional<std::vector<int64_t>> dims_before_inference(const std::string& name, const StaticDims& dims,
+                                                          const onnx::GraphProto& graph, int depth = 0) {
+  if (auto it = dims.find(name); it != dims.end()) return it->second;
+  if (depth > 8) return std::nullopt;
+  for (const auto& node : graph.node()) {
+    if (std::find(node.output().begin(), node.output().end(), name) == node.output().end()) continue;
+    static const std::set<std::string> kKeepShape = {"DequantizeLinear", "QuantizeLinear", "Cast", "Identity"};
+    if (!is_onnx_domain(node.domain()) || !kKeepShape.count(node.op_type()) || node.input_size() == 0)
+      return std::nullopt;
+    return dims_before_inference(node.input(0), dims, graph, depth + 1);
+  }
+  return std::nullopt;
+}
+
 // The model as onnx 1.12 can check and infer it, in place for as long as this object lives: IR
 // and opset lowered to what it knows, and every node it does not know (or would misread), and
 // every node reading what such a node writes, moved to a domain it skips. Its shape inference
 // misbehaves on untyped inputs (Shape of an untyped value crashes it); ctxgen's specialise stage
 // types those values with its own rules. In place, so a model of several GB is never copied.
+//
+// It also dereferences null when a convolution without kernel_shape has a weight of higher rank
+// than its input allows (found by fuzzing), but checks the sizes when kernel_shape is given: so
+// such a node gets kernel_shape from its weight's dims for the time of the view, or is skipped
+// when those are not known before inference.
 class OnnxView {
  public:
   explicit OnnxView(onnx::ModelProto& model) : model_(model), ir_(model.ir_version()) {
@@ -138,7 +183,7 @@ class OnnxView {
     }
     if (beyond) model.set_ir_version(std::min<int64_t>(model.ir_version(), kOnnxIrVersion));
     std::set<std::string> untyped;
-    mask(*model.mutable_graph(), beyond, untyped);
+    mask(*model.mutable_graph(), beyond, untyped, {});
     if (!domains_.empty()) {
       auto* unchecked = model.add_opset_import();
       unchecked->set_domain(kUncheckedDomain);
@@ -150,31 +195,54 @@ class OnnxView {
     for (size_t i = 0; i < opsets_.size(); ++i) model_.mutable_opset_import(static_cast<int>(i))->set_version(opsets_[i]);
     model_.set_ir_version(ir_);
     for (auto& [node, domain] : domains_) node->set_domain(domain);
+    for (auto* node : kernel_shapes_) {
+      auto* attrs = node->mutable_attribute();
+      attrs->erase(std::find_if(attrs->begin(), attrs->end(), [](const auto& a) { return a.name() == "kernel_shape"; }));
+    }
   }
   OnnxView(const OnnxView&) = delete;
   OnnxView& operator=(const OnnxView&) = delete;
 
  private:
-  void mask(onnx::GraphProto& graph, bool beyond, std::set<std::string>& untyped) {
+  void mask(onnx::GraphProto& graph, bool beyond, std::set<std::string>& untyped, StaticDims dims) {
+    add_static_dims(graph, dims);
     for (auto& node : *graph.mutable_node()) {
       bool reads_untyped = false;
       for (const auto& in : node_reads(node)) reads_untyped = reads_untyped || untyped.count(in) > 0;
-      if (reads_untyped || !known_to_onnx(node, beyond)) {
+      if (reads_untyped || !known_to_onnx(node, beyond) || !give_kernel_shape(node, graph, dims)) {
         domains_.emplace_back(&node, node.domain());
         node.set_domain(kUncheckedDomain);
         for (const auto& out : node.output()) untyped.insert(out);
       }
       for (auto& a : *node.mutable_attribute()) {
-        if (a.has_g()) mask(*a.mutable_g(), beyond, untyped);
-        for (auto& g : *a.mutable_graphs()) mask(g, beyond, untyped);
+        if (a.has_g()) mask(*a.mutable_g(), beyond, untyped, dims);
+        for (auto& g : *a.mutable_graphs()) mask(g, beyond, untyped, dims);
       }
     }
+  }
+
+  // False when onnx could not infer the node safely (a convolution whose kernel shape is unknown).
+  bool give_kernel_shape(onnx::NodeProto& node, const onnx::GraphProto& graph, const StaticDims& dims) {
+    const int w = conv_weight_input(node);
+    if (w < 0 || node.input_size() <= w) return true;
+    for (const auto& a : node.attribute())
+      if (a.name() == "kernel_shape") return true;
+    const auto weight = dims_before_inference(node.input(w), dims, graph);
+    if (!weight) return false;
+    if (weight->size() <= 2) return true;  // no spatial dims: nothing to take
+    auto* kernel = node.add_attribute();
+    kernel->set_name("kernel_shape");
+    kernel->set_type(onnx::AttributeProto::INTS);
+    for (size_t i = 2; i < weight->size(); ++i) kernel->add_ints((*weight)[i]);
+    kernel_shapes_.push_back(&node);
+    return true;
   }
 
   onnx::ModelProto& model_;
   int64_t ir_;
   std::vector<int64_t> opsets_;
   std::vector<std::pair<onnx::NodeProto*, std::string>> domains_;
+  std::vector<onnx::NodeProto*> kernel_shapes_;  // nodes given kernel_shape for the view
 };
 
 std::unique_ptr<onnx::ModelProto> parse(const fs::path& path) {
