@@ -40,6 +40,8 @@ export ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 # -timeout: an input that takes 10 s is a hang; -rss_limit_mb: one that needs 2 GB is unbounded memory.
 # -max_len: large enough for the seed models.
+stamp="$(mktemp)"  # artifacts newer than this are this run's (fork mode with -ignore_crashes exits 0)
+trap 'rm -f "$stamp"' EXIT
 set +e
 (cd "$findings" && "$binary" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=300000 \
   -print_final_stats=1 -artifact_prefix="$findings/" ${FUZZ_ARGS:-} "$work" "$seeds" "${regressions[@]}" 2>"$findings/log.txt")
@@ -48,9 +50,11 @@ set -e
 # The final statistics (a fork-mode run prints progress lines only: the last one then).
 { grep -E "^(stat::number_of_executed_units|stat::average_exec_per_sec|stat::peak_rss_mb)" "$findings/log.txt" ||
   grep -aE "^#[0-9]+: cov:" "$findings/log.txt" | tail -n 1; } | sed "s/^/$target: /" || true
-if [ $status -ne 0 ]; then
+found="$(find "$findings" -maxdepth 1 -newer "$stamp" -regex '.*/\(crash\|timeout\|oom\|leak\|slow-unit\)-.*' | sort)"
+if [ $status -ne 0 ] || [ -n "$found" ]; then
   tail -n 40 "$findings/log.txt" >&2
-  echo "fuzz.sh: $target found a problem; reproduce with: $binary $(ls -t "$findings" | grep -E '^(crash|timeout|oom|leak|slow-unit)-' | head -n1 | sed "s|^|$findings/|")" >&2
+  echo "fuzz.sh: $target found $(wc -w <<<"$found") problem(s)${found:+: $(tr '\n' ' ' <<<"$found")}" >&2
+  echo "fuzz.sh: reproduce with: $binary ${found%%$'\n'*}" >&2
   exit 1
 fi
 echo "$target: no findings in ${seconds}s ($(ls "$work" | wc -l) inputs in the corpus)"
