@@ -51,10 +51,15 @@ set -e
 { grep -E "^(stat::number_of_executed_units|stat::average_exec_per_sec|stat::peak_rss_mb)" "$findings/log.txt" ||
   grep -aE "^#[0-9]+: cov:" "$findings/log.txt" | tail -n 1; } | sed "s/^/$target: /" || true
 found="$(find "$findings" -maxdepth 1 -newer "$stamp" -regex '.*/\(crash\|timeout\|oom\|leak\|slow-unit\)-.*' | sort)"
-if [ $status -ne 0 ] || [ -n "$found" ]; then
+if [ -n "$found" ]; then
   tail -n 40 "$findings/log.txt" >&2
-  echo "fuzz.sh: $target found $(wc -w <<<"$found") problem(s)${found:+: $(tr '\n' ' ' <<<"$found")}" >&2
+  echo "fuzz.sh: $target found $(wc -w <<<"$found") problem(s): $(tr '\n' ' ' <<<"$found")" >&2
   echo "fuzz.sh: reproduce with: $binary ${found%%$'\n'*}" >&2
+  exit 1
+fi
+if [ $status -ne 0 ]; then
+  tail -n 40 "$findings/log.txt" >&2
+  echo "fuzz.sh: $target: libFuzzer exited with status $status and wrote no reproducer (interrupted, or it failed to start; $findings/log.txt)" >&2
   exit 1
 fi
 echo "$target: no findings in ${seconds}s ($(ls "$work" | wc -l) inputs in the corpus)"
