@@ -52,10 +52,7 @@ nlohmann::json verification_json(const ctxgen::verify::Options& options, const c
     json["checks"] = result->checks;
     json["outputs"] = outputs;
   }
-  if (error)
-    json["error"] = {{"code", ctxgen::error_code_name(error->code())},
-                     {"exit_code", ctxgen::exit_code(error->code())},
-                     {"message", error->what()}};
+  if (error) json["error"] = ctxgen::error_json(*error);
   return json;
 }
 

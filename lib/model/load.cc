@@ -12,6 +12,7 @@
 #include <map>
 #include <set>
 #include <stdexcept>
+#include <unordered_map>
 
 #include <google/protobuf/io/coded_stream.h>
 #include <onnx/checker.h>
@@ -147,19 +148,19 @@ void add_static_dims(const onnx::GraphProto& graph, StaticDims& dims) {
 }
 
 // A value's dims before inference, also through the shape-keeping nodes between a stored weight
-// and a convolution (DequantizeLinear in QDQ models, Cast, Identity).
-std::optional<std::vector<int64_t>> dims_before_inference(const std::string& name, const StaticDims& dims,
-                                                          const onnx::GraphProto& graph, int depth = 0) {
+// and a convolution (DequantizeLinear in QDQ models, Cast, Identity). `producers` maps each value
+// of the graph to the node writing it.
+std::optional<std::vector<int64_t>> dims_before_inference(
+    const std::string& name, const StaticDims& dims,
+    const std::unordered_map<std::string, const onnx::NodeProto*>& producers, int depth = 0) {
   if (auto it = dims.find(name); it != dims.end()) return it->second;
-  if (depth > 8) return std::nullopt;
-  for (const auto& node : graph.node()) {
-    if (std::find(node.output().begin(), node.output().end(), name) == node.output().end()) continue;
-    static const std::set<std::string> kKeepShape = {"DequantizeLinear", "QuantizeLinear", "Cast", "Identity"};
-    if (!is_onnx_domain(node.domain()) || !kKeepShape.count(node.op_type()) || node.input_size() == 0)
-      return std::nullopt;
-    return dims_before_inference(node.input(0), dims, graph, depth + 1);
-  }
-  return std::nullopt;
+  const auto producer = producers.find(name);
+  if (depth > 8 || producer == producers.end()) return std::nullopt;
+  static const std::set<std::string> kKeepShape = {"DequantizeLinear", "QuantizeLinear", "Cast", "Identity"};
+  const onnx::NodeProto& node = *producer->second;
+  if (!is_onnx_domain(node.domain()) || !kKeepShape.count(node.op_type()) || node.input_size() == 0)
+    return std::nullopt;
+  return dims_before_inference(node.input(0), dims, producers, depth + 1);
 }
 
 // The model as onnx 1.12 can check and infer it, in place for as long as this object lives: IR
@@ -206,10 +207,11 @@ class OnnxView {
  private:
   void mask(onnx::GraphProto& graph, bool beyond, std::set<std::string>& untyped, StaticDims dims) {
     add_static_dims(graph, dims);
+    std::unordered_map<std::string, const onnx::NodeProto*> producers;  // filled when a convolution needs it
     for (auto& node : *graph.mutable_node()) {
       bool reads_untyped = false;
       for (const auto& in : node_reads(node)) reads_untyped = reads_untyped || untyped.count(in) > 0;
-      if (reads_untyped || !known_to_onnx(node, beyond) || !give_kernel_shape(node, graph, dims)) {
+      if (reads_untyped || !known_to_onnx(node, beyond) || !give_kernel_shape(node, graph, dims, producers)) {
         domains_.emplace_back(&node, node.domain());
         node.set_domain(kUncheckedDomain);
         for (const auto& out : node.output()) untyped.insert(out);
@@ -222,12 +224,16 @@ class OnnxView {
   }
 
   // False when onnx could not infer the node safely (a convolution whose kernel shape is unknown).
-  bool give_kernel_shape(onnx::NodeProto& node, const onnx::GraphProto& graph, const StaticDims& dims) {
+  bool give_kernel_shape(onnx::NodeProto& node, const onnx::GraphProto& graph, const StaticDims& dims,
+                         std::unordered_map<std::string, const onnx::NodeProto*>& producers) {
     const int w = conv_weight_input(node);
     if (w < 0 || node.input_size() <= w) return true;
     for (const auto& a : node.attribute())
       if (a.name() == "kernel_shape") return true;
-    const auto weight = dims_before_inference(node.input(w), dims, graph);
+    if (producers.empty())
+      for (const auto& n : graph.node())
+        for (const auto& out : n.output()) producers.emplace(out, &n);
+    const auto weight = dims_before_inference(node.input(w), dims, producers);
     if (!weight) return false;
     if (weight->size() <= 2) return true;  // no spatial dims: nothing to take
     auto* kernel = node.add_attribute();

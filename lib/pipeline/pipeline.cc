@@ -378,23 +378,22 @@ void run_pipeline(const std::vector<fs::path>& inputs, const CompileOptions& opt
   std::vector<Job> jobs(inputs.size());
   auto stops_at = [&](Phase phase) { return options.stop_after && *options.stop_after == phase; };
   for (size_t m = 0; m < inputs.size(); ++m) {
-    auto announce = [&](const char* stage) {
-      if (options.progress) options.progress({stage, inputs[m], m + 1, inputs.size(), {}, 0, 0});
+    // A stage of this model: announced as it starts, timed when it ends.
+    auto stage = [&](const char* name, const auto& work) {
+      if (options.progress) options.progress({name, inputs[m], m + 1, inputs.size(), {}, 0, 0});
+      work();
+      timer.lap(name, inputs[m]);
     };
     Job& job = jobs[m];
     job.output = plan.models[m];
-    announce("load");
-    phase_load(job, inputs[m], options.per_model.empty() ? LoadOptions{} : options.per_model.at(m));
-    check_not_read(job, planned_paths(plan));
-    timer.lap("load", inputs[m]);
+    stage("load", [&] {
+      phase_load(job, inputs[m], options.per_model.empty() ? LoadOptions{} : options.per_model.at(m));
+      check_not_read(job, planned_paths(plan));
+    });
     if (stops_at(Phase::kLoad)) continue;
-    announce("specialise");
-    phase_specialise(job);
-    timer.lap("specialise", inputs[m]);
+    stage("specialise", [&] { phase_specialise(job); });
     if (stops_at(Phase::kSpecialise)) continue;
-    announce("partition");
-    phase_partition(job, backend);
-    timer.lap("partition", inputs[m]);
+    stage("partition", [&] { phase_partition(job, backend); });
     if (stops_at(Phase::kPartition)) continue;
     if (job.plan.partitions.empty() && !options.allow_empty) {
       // In a group, a --fix-dim for one model is scoped to it (an unscoped one must fit every model).
@@ -407,9 +406,7 @@ void run_pipeline(const std::vector<fs::path>& inputs, const CompileOptions& opt
                            : "no node is supported by backend '" + backend.name() + "' (" + describe_fallbacks(job) + ")") +
                       "; " + hint + (hint.empty() ? "" : " ") + "pass --allow-empty to write the model anyway");
     }
-    announce("compile");
-    phase_compile(job, backend, options.node_name_prefix + file_stem(inputs[m]), store);
-    timer.lap("compile", inputs[m]);
+    stage("compile", [&] { phase_compile(job, backend, options.node_name_prefix + file_stem(inputs[m]), store); });
   }
   summary.weights = store.stats();
 
@@ -509,8 +506,8 @@ bool is_report(const fs::path& path) {
 
 // A failed run's report, written alone and only where it cannot cost the user a file: after the
 // run's outputs, the report among them, passed their checks, and never over anything but an
-// earlier report (which needs --force, as any output does). Not being able to write it is logged: the run's own error is the
-// one that matters.
+// earlier report (which needs --force, as any output does). Not being able to write it is
+// logged: the run's own error is the one that matters.
 void write_failure_report(const std::vector<fs::path>& inputs, const CompileOptions& options,
                           const RunSummary& so_far, const Error& error, bool outputs_checked) {
   const nlohmann::json report = report_json(inputs, options, so_far, &error);
@@ -543,10 +540,10 @@ RunSummary compile_models(const std::vector<fs::path>& inputs, const CompileOpti
   } catch (const Error& e) {
     if (!options.report_file.empty()) write_failure_report(inputs, options, summary, e, outputs_checked);
     throw;
-  } catch (const std::bad_alloc&) {
-    const Error e(ErrorCode::kInternal, "out of memory");
-    if (!options.report_file.empty()) write_failure_report(inputs, options, summary, e, outputs_checked);
-    throw e;
+  } catch (const std::exception& e) {  // out of memory, or a bug: reported as what it is
+    const Error internal(ErrorCode::kInternal, std::string("internal error: ") + e.what());
+    if (!options.report_file.empty()) write_failure_report(inputs, options, summary, internal, outputs_checked);
+    throw internal;
   }
   if (options.report_file == kStdoutReport) std::cout << json_text(report_json(inputs, options, summary), 2) << std::endl;
   return summary;

@@ -86,6 +86,10 @@ nlohmann::json model_json(const ModelSummary& m) {
 
 }  // namespace
 
+nlohmann::json error_json(const Error& error) {
+  return {{"code", error_code_name(error.code())}, {"exit_code", exit_code(error.code())}, {"message", error.what()}};
+}
+
 nlohmann::json report_json(const std::vector<std::filesystem::path>& inputs, const CompileOptions& options,
                            const RunSummary& summary, const Error* error) {
   nlohmann::json timings = nlohmann::json::array();
@@ -103,9 +107,7 @@ nlohmann::json report_json(const std::vector<std::filesystem::path>& inputs, con
                            {"timings", timings},
                            {"total_milliseconds", total}};
   if (error) {
-    report["error"] = {{"code", error_code_name(error->code())},
-                       {"exit_code", exit_code(error->code())},
-                       {"message", error->what()}};
+    report["error"] = error_json(*error);
     return report;
   }
   nlohmann::json models = nlohmann::json::array();

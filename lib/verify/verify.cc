@@ -419,9 +419,10 @@ class Message {
   size_t at_ = 0;
 };
 
-Message encode(const Result& result, const char* kind) {
+// One model's results as a "model" record.
+Message encode(const Result& result) {
   Message m;
-  m.put(kind);  // decode() reads what follows
+  m.put("model");  // decode() reads what follows
   m.put_size(result.checks.size());
   for (const auto& c : result.checks) m.put(c);
   m.put_size(result.outputs.size());
@@ -475,7 +476,8 @@ Result run_isolated(const Options& options) {
     throw Error(ErrorCode::kInternal, std::string("verify: fork failed: ") + std::strerror(err));
   }
   if (pid == 0) {
-    // Records: ("step", what) as each step starts, then ("ok", result) or ("error", code, message).
+    // Records: ("step", what) as each step starts, ("model", results) as each model is done, then
+    // ("ok") or ("error", code, message).
     ::close(fds[0]);
     Options child = options;
     child.step = [&](const std::string& what) {
@@ -484,10 +486,11 @@ Result run_isolated(const Options& options) {
       m.put(what);
       write_all(fds[1], m.bytes());
     };
-    child.model_checked = [&](const Result& found) { write_all(fds[1], encode(found, "model").bytes()); };
+    child.model_checked = [&](const Result& found) { write_all(fds[1], encode(found).bytes()); };
     Message m;
     try {
-      m = encode(run(child), "ok");
+      run(child);  // its results went out model by model
+      m.put("ok");
     } catch (const Error& e) {
       m = Message();
       m.put("error");
@@ -509,7 +512,8 @@ Result run_isolated(const Options& options) {
     ::_exit(0);
   }
   ::close(fds[1]);
-  // Steps and each model's results are passed on as they arrive; the answer ends the records.
+  // Steps and each model's results are passed on as they arrive and add up to the result; the
+  // answer ("ok" or the error) ends the records.
   Message m;
   std::string last_step = "starting", answer;
   Result answered;
@@ -526,8 +530,9 @@ Result run_isolated(const Options& options) {
         } else if (kind == "model") {
           Result found = decode(m);
           if (options.model_checked) options.model_checked(found);
+          answered.checks.insert(answered.checks.end(), found.checks.begin(), found.checks.end());
+          answered.outputs.insert(answered.outputs.end(), found.outputs.begin(), found.outputs.end());
         } else if (kind == "ok") {
-          answered = decode(m);
           answer = kind;
         } else {
           error_code = static_cast<ErrorCode>(m.size());

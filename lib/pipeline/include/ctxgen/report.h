@@ -26,6 +26,8 @@ inline constexpr const char* kSpecialisedMetadataKey = "ctxgen.specialised";
 // The --report JSON (docs/report-schema.json). Its schema_version changes only when a field
 // changes meaning or goes away; new fields may appear without it.
 inline constexpr int kReportSchemaVersion = 1;
+// An error as reports and verify --json give it: code name, exit code, message.
+nlohmann::json error_json(const Error& error);
 // With `error`, the report of a failed run: the error and what had been done, no outputs.
 nlohmann::json report_json(const std::vector<std::filesystem::path>& inputs, const CompileOptions& options,
                            const RunSummary& summary, const Error* error = nullptr);
