@@ -93,10 +93,10 @@ std::string run_cases(Ort::Session& session, std::vector<Case>& cases) {
     auto got = session.Run(Ort::RunOptions{nullptr}, in_names.data(), feeds.data(), feeds.size(), out_names.data(),
                            out_names.size());
     for (size_t i = 0; i < outputs.size(); ++i) {
-      auto d = verify::compare(Tensor::from(got[i]), c.outputs[i], kRtol, kAtol);
+      auto d = verify::compare(Tensor::from(got[i]), c.outputs[i], verify::Tolerance{kRtol, kAtol, verify::ErrorStat::kElementwise, std::nullopt, std::nullopt});
       if (!d.within)
         return "data set " + std::to_string(n) + " output '" + outputs[i] + "': " +
-               (d.problem.empty() ? "max abs diff " + std::to_string(d.max_abs) + ", max rel diff " + std::to_string(d.max_rel)
+               (d.problem.empty() ? d.failed
                                   : d.problem);
     }
   }

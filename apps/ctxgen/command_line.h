@@ -32,7 +32,11 @@ struct CommandLine {
   bool json = false;  // inspect and verify
 
   std::vector<std::string> verify_models, verify_references, verify_shapes;
-  double rtol = 1e-4, atol = 1e-5;
+  double rtol = 1e-3;
+  std::optional<double> atol;
+  std::string error_stat = "elementwise", reference_precision = "float32";
+  std::optional<double> min_cosine, min_snr;
+  double max_error_ratio = 4;
   uint64_t seed = 1;
   std::string plugin;
 };

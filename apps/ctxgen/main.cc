@@ -27,6 +27,20 @@ using ctxgen::ErrorCode;
 namespace {
 
 #ifdef CTXGEN_WITH_VERIFY
+// JSON has no infinity or NaN: an SNR of an exact match, say, is null.
+nlohmann::json finite_or_null(std::optional<double> v) { return v && std::isfinite(*v) ? nlohmann::json(*v) : nlohmann::json(); }
+
+nlohmann::json statistics_json(const ctxgen::verify::Difference& d) {
+  auto summary = [](const ctxgen::verify::ErrorSummary& s) {
+    return nlohmann::json{{"max", finite_or_null(s.max)}, {"mean", finite_or_null(s.mean)},
+                          {"median", finite_or_null(s.median)}, {"p99", finite_or_null(s.p99)}};
+  };
+  return {{"shape", d.dims}, {"elements", d.elements}, {"atol", d.atol}, {"error_rms", d.error_rms},
+          {"reference_magnitude", {{"max_abs", d.reference_max_abs}, {"rms", d.reference_rms}}},
+          {"abs_error", summary(d.abs)}, {"rel_error", summary(d.rel)}, {"fraction_outside", d.outside},
+          {"cosine", finite_or_null(d.cosine)}, {"snr_db", finite_or_null(d.snr_db)}};
+}
+
 // verify --json (docs/verify-schema.json); with `error`, the run that failed with it.
 nlohmann::json verification_json(const ctxgen::verify::Options& options, const ctxgen::verify::Result* result,
                                  const Error* error) {
@@ -40,15 +54,24 @@ nlohmann::json verification_json(const ctxgen::verify::Options& options, const c
       {"ctxgen_version", CTXGEN_VERSION},
       {"status", error ? "failed" : "ok"},
       {"options",
-       {{"models", paths(options.models)}, {"references", paths(options.references)}, {"rtol", options.rtol},
-        {"atol", options.atol}, {"seed", options.seed}, {"input_shapes", options.input_shapes},
+       {{"models", paths(options.models)}, {"references", paths(options.references)}, {"rtol", options.tolerance.rtol},
+        {"atol", finite_or_null(options.tolerance.atol)}, {"error_stat", ctxgen::verify::error_stat_name(options.tolerance.stat)},
+        {"min_cosine", finite_or_null(options.tolerance.min_cosine)}, {"min_snr_db", finite_or_null(options.tolerance.min_snr_db)},
+        {"max_error_ratio", options.tolerance.max_error_ratio},
+        {"reference_precision", options.reference_precision == ctxgen::verify::Precision::kFloat64 ? "float64" : "float32"},
+        {"seed", options.seed}, {"input_shapes", options.input_shapes},
         {"plugin", options.plugin.empty() ? nlohmann::json() : nlohmann::json(options.plugin.string())}}}};
   if (result) {
     nlohmann::json outputs = nlohmann::json::array();
-    for (const auto& o : result->outputs)
-      outputs.push_back({{"model", o.model.string()}, {"output", o.output}, {"max_abs_diff", o.difference.max_abs},
-                         {"max_rel_diff", o.difference.max_rel}, {"ok", o.difference.within},
-                         {"problem", o.difference.problem}});
+    for (const auto& o : result->outputs) {
+      auto entry = statistics_json(o.difference);
+      entry.update({{"model", o.model.string()}, {"output", o.output}, {"reference", o.reference},
+                    {"max_abs_diff", finite_or_null(o.difference.abs.max)}, {"max_rel_diff", finite_or_null(o.difference.rel.max)},
+                    {"ok", o.difference.within}, {"failed", o.difference.failed}, {"problem", o.difference.problem},
+                    {"baseline", o.baseline ? statistics_json(*o.baseline) : nlohmann::json()},
+                    {"error_ratio", finite_or_null(o.error_ratio)}});
+      outputs.push_back(entry);
+    }
     json["checks"] = result->checks;
     json["outputs"] = outputs;
   }
@@ -56,12 +79,42 @@ nlohmann::json verification_json(const ctxgen::verify::Options& options, const c
   return json;
 }
 
+std::string statistics_text(const ctxgen::verify::Difference& d) {
+  char text[512];
+  std::snprintf(text, sizeof text,
+                "abs err max %.3g mean %.3g median %.3g p99 %.3g; rel err max %.3g mean %.3g median %.3g p99 %.3g; "
+                "%.3g%% outside tolerance; cosine %.9f; SNR %.1f dB",
+                d.abs.max, d.abs.mean, d.abs.median, d.abs.p99, d.rel.max, d.rel.mean, d.rel.median, d.rel.p99,
+                100 * d.outside, d.cosine, d.snr_db);
+  return text;
+}
+
+// A line per output, then its statistics: the verdict first, the numbers that explain it below.
 void print_outputs(const std::vector<ctxgen::verify::OutputCheck>& outputs) {
   for (const auto& o : outputs) {
-    char line[128];
-    std::snprintf(line, sizeof line, "max abs diff %.3g, max rel diff %.3g", o.difference.max_abs, o.difference.max_rel);
-    std::cout << (o.difference.within ? "ok  " : "FAIL") << "  " << o.model.string() << ": output '" << o.output
-              << "': " << (o.difference.problem.empty() ? line : o.difference.problem) << "\n";
+    const auto& d = o.difference;
+    std::cout << (d.within ? "ok  " : "FAIL") << "  " << o.model.string() << ": output '" << o.output << "'";
+    if (!d.problem.empty()) {
+      std::cout << ": " << d.problem << "\n";
+      continue;
+    }
+    std::string shape;
+    for (size_t i = 0; i < d.dims.size(); ++i) shape += (i ? "x" : "") + std::to_string(d.dims[i]);
+    char magnitude[128];
+    std::snprintf(magnitude, sizeof magnitude, "|reference| max %.3g, rms %.3g; atol %.3g", d.reference_max_abs,
+                  d.reference_rms, d.atol);
+    std::cout << " [" << shape << "] against the " << o.reference << " reference, " << magnitude << "\n";
+    std::cout << "      " << statistics_text(d) << "\n";
+    if (o.baseline) {
+      char ratio[256];
+      std::snprintf(ratio, sizeof ratio,
+                    "rms error %.3g, %.3g times the rounding allowance (the original's own float32 error, at least 2^-20 "
+                    "of the rms)",
+                    d.error_rms, o.error_ratio.value_or(0));
+      std::cout << "      " << ratio << "\n      the original in float32 on ONNX Runtime's CPU EP: "
+                << statistics_text(*o.baseline) << "\n";
+    }
+    if (!d.within) std::cout << "      fails: " << d.failed << "\n";
   }
 }
 
@@ -144,8 +197,10 @@ int main(int argc, char** argv) {
       case Command::kVerify: {
 #ifdef CTXGEN_WITH_VERIFY
         ctxgen::verify::Options options;
-        options.rtol = line.rtol;
-        options.atol = line.atol;
+        options.tolerance = {line.rtol, line.atol, *ctxgen::verify::error_stat_named(line.error_stat), line.min_cosine,
+                             line.min_snr, line.max_error_ratio};
+        options.reference_precision =
+            line.reference_precision == "float64" ? ctxgen::verify::Precision::kFloat64 : ctxgen::verify::Precision::kFloat32;
         options.seed = line.seed;
         options.input_shapes = ctxgen::resolve_shapes({"verify"}, {{}, line.verify_shapes, {}})[0].input_shapes;
         for (const auto& m : line.verify_models) options.models.emplace_back(m);

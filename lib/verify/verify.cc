@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +21,7 @@
 #include "ctxgen/model.h"
 #include "ctxgen/ref_identity.h"
 #include "ctxgen/verify.h"
+#include "float64.h"
 
 namespace fs = std::filesystem;
 
@@ -286,6 +288,26 @@ Tensor fixed_input(const Ort::TypeInfo& type, const std::string& name, const Mod
   return t;
 }
 
+// Below one part in 2^20 of the output's rms (16 units in the last place of float32), an error
+// is rounding whatever the baseline: summing a few hundred terms in another order differs by that
+// much. The floor keeps an original that happens to be exact, or whose nodes the float64 reference
+// kept in float32, from making any rounding a failure.
+void judge_against_baseline(OutputCheck& check, double max_ratio) {
+  Difference& d = check.difference;
+  const double floor = std::ldexp(d.reference_rms, -20);
+  const double ratio = d.error_rms == 0 ? 0 : d.error_rms / std::max(check.baseline->error_rms, floor);
+  check.error_ratio = ratio;
+  if (ratio > max_ratio) {
+    char why[256];
+    std::snprintf(why, sizeof why,
+                  "its rms error against float64, %.3g, is %.3g times the rounding allowance %.3g (the original's own "
+                  "float32 error, at least 2^-20 of the rms); at most %.3g times is rounding",
+                  d.error_rms, ratio, std::max(check.baseline->error_rms, floor), max_ratio);
+    if (d.within) d.failed = why;
+    d.within = false;
+  }
+}
+
 std::vector<OutputCheck> compare_outputs(const fs::path& model, const onnx::ModelProto& proto, const fs::path& reference,
                                          OrtHost& host,
                                          const Options& options) {
@@ -317,28 +339,62 @@ std::vector<OutputCheck> compare_outputs(const fs::path& model, const onnx::Mode
   for (const auto& n : input_names) in_ptrs.push_back(n.c_str());
   for (const auto& n : output_names) out_ptrs.push_back(n.c_str());
   // The compiled model has no input for a fixed value: it is fed the others only.
-  auto run = [&](Ort::Session& session, const fs::path& which, bool skip_fixed) {
+  auto run = [&](Ort::Session& session, const std::string& which, const std::vector<Tensor>& feeds, bool skip_fixed) {
     std::vector<const char*> names;
     std::vector<Ort::Value> values;
     for (size_t i = 0; i < in_ptrs.size(); ++i) {
       if (skip_fixed && fixed.count(input_names[i])) continue;
       names.push_back(in_ptrs[i]);
-      values.push_back(inputs[i].view());
+      values.push_back(feeds[i].view());
     }
     try {
       return session.Run(Ort::RunOptions{nullptr}, names.data(), values.data(), values.size(), out_ptrs.data(), out_ptrs.size());
     } catch (const Ort::Exception& e) {
-      throw Error(ErrorCode::kRuntime, which.string() + ": run failed: " + e.what());
+      throw Error(ErrorCode::kRuntime, which + ": run failed: " + e.what());
     }
   };
   step(options, "running " + reference.string() + " on ONNX Runtime's CPU EP");
-  auto expected = run(original, reference, false);
+  auto copies = [](const std::vector<Ort::Value>& values) {
+    std::vector<Tensor> tensors;
+    for (const auto& v : values) tensors.push_back(Tensor::from(v));
+    return tensors;
+  };
+  const auto expected = copies(run(original, reference.string(), inputs, false));
   step(options, "running " + model.string() + " with " + ref::kEpName);
-  auto got = run(compiled, model, true);
+  const auto got = copies(run(compiled, model.string(), inputs, true));
   std::vector<OutputCheck> checks;
   for (size_t i = 0; i < output_names.size(); ++i)
-    checks.push_back({model, output_names[i],
-                      compare(Tensor::from(got[i]), Tensor::from(expected[i]), options.rtol, options.atol)});
+    checks.push_back({model, output_names[i], compare(got[i], expected[i], options.tolerance),
+                      "float32", std::nullopt, std::nullopt});
+  if (options.reference_precision == Precision::kFloat64) {
+    // Their outputs are copied out: the widened weights may take the memory the sessions hold.
+    original = Ort::Session(nullptr);
+    compiled = Ort::Session(nullptr);
+    step(options, "loading " + reference.string() + " in float64 in ONNX Runtime's CPU EP");
+    std::string why;
+    auto wide = float64_reference(reference, host, why);
+    if (!wide) {
+      log().warn("{}: ONNX Runtime cannot run it in float64 ({}); comparing with its float32 run", reference.string(), why);
+      // The whole reason is in the warning; each output names its first line.
+      const std::string first_line = why.substr(0, std::min(why.find('\n'), size_t{200}));
+      for (auto& check : checks) check.reference = "float32 (ONNX Runtime cannot run the original in float64: " + first_line + ")";
+      return checks;
+    }
+    std::vector<Tensor> wide_inputs;
+    for (const auto& input : inputs) wide_inputs.push_back(widened(input));
+    step(options, "running " + reference.string() + " in float64 on ONNX Runtime's CPU EP");
+    auto exact = run(wide->session, reference.string() + " in float64", wide_inputs, false);
+    std::string kept;
+    for (const auto& op : wide->float32_ops) kept += (kept.empty() ? "" : ", ") + op;
+    for (size_t i = 0; i < output_names.size(); ++i) {
+      const Tensor truth = Tensor::from(exact[i]);
+      if (!checks[i].difference.problem.empty()) continue;  // a type or shape that differs stays the finding
+      checks[i].difference = compare(widened(got[i]), truth, options.tolerance);
+      checks[i].baseline = compare(widened(expected[i]), truth, options.tolerance);
+      judge_against_baseline(checks[i], options.tolerance.max_error_ratio);
+      checks[i].reference = kept.empty() ? "float64" : "float64 (" + kept + " in float32: no float64 kernel)";
+    }
+  }
   return checks;
 }
 
@@ -419,6 +475,31 @@ class Message {
   size_t at_ = 0;
 };
 
+void put(Message& m, const Difference& d) {
+  m.put_size(d.dims.size());
+  for (int64_t dim : d.dims) m.put(std::to_string(dim));
+  m.put_size(d.elements);
+  for (double v : {d.reference_max_abs, d.reference_rms, d.error_rms, d.atol, d.abs.max, d.abs.mean, d.abs.median, d.abs.p99, d.rel.max,
+                   d.rel.mean, d.rel.median, d.rel.p99, d.outside, d.cosine, d.snr_db})
+    m.put_double(v);
+  m.put_size(d.within ? 1 : 0);
+  m.put(d.failed);
+  m.put(d.problem);
+}
+
+Difference get_difference(Message& m) {
+  Difference d;
+  for (uint64_t n = m.size(); n > 0; --n) d.dims.push_back(std::stoll(m.get()));
+  d.elements = m.size();
+  for (double* v : {&d.reference_max_abs, &d.reference_rms, &d.error_rms, &d.atol, &d.abs.max, &d.abs.mean, &d.abs.median, &d.abs.p99, &d.rel.max,
+                    &d.rel.mean, &d.rel.median, &d.rel.p99, &d.outside, &d.cosine, &d.snr_db})
+    *v = m.get_double();
+  d.within = m.size() == 1;
+  d.failed = m.get();
+  d.problem = m.get();
+  return d;
+}
+
 // One model's results as a "model" record.
 Message encode(const Result& result) {
   Message m;
@@ -429,10 +510,13 @@ Message encode(const Result& result) {
   for (const auto& o : result.outputs) {
     m.put(o.model.string());
     m.put(o.output);
-    m.put_double(o.difference.max_abs);
-    m.put_double(o.difference.max_rel);
-    m.put_size(o.difference.within ? 1 : 0);
-    m.put(o.difference.problem);
+    put(m, o.difference);
+    m.put(o.reference);
+    m.put_size(o.baseline ? 1 : 0);
+    if (o.baseline) {
+      put(m, *o.baseline);
+      m.put_double(o.error_ratio.value_or(0));
+    }
   }
   return m;
 }
@@ -444,10 +528,12 @@ Result decode(Message& m) {
     OutputCheck o;
     o.model = m.get();
     o.output = m.get();
-    o.difference.max_abs = m.get_double();
-    o.difference.max_rel = m.get_double();
-    o.difference.within = m.size() == 1;
-    o.difference.problem = m.get();
+    o.difference = get_difference(m);
+    o.reference = m.get();
+    if (m.size() == 1) {
+      o.baseline = get_difference(m);
+      o.error_ratio = m.get_double();
+    }
     result.outputs.push_back(std::move(o));
   }
   return result;

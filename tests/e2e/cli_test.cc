@@ -1,6 +1,8 @@
 // The command line behaves like the tools people know: `help CMD`, -V, one-line parser errors,
 // hints that name the fix, inspect on an uncompiled model, no empty side files, bash completion.
 
+#include <algorithm>
+
 #include <onnx/common/version.h>
 
 #include "e2e.h"
@@ -42,6 +44,16 @@ TEST(Cli, ParserErrorsAreOneErrorLineNamingTheHelp) {
   EXPECT_EQ(r.output.rfind("error: ", 0), 0u) << r.output;
   EXPECT_NE(r.output.find("--frobnicate (see 'ctxgen help share')"), std::string::npos) << r.output;
   EXPECT_EQ(lines(r.output), 1u) << r.output;
+}
+
+TEST(Cli, VerifysNumbersAndChoicesAreChecked) {
+  for (const char* args : {"--error-stat p95", "--reference-precision float16", "--rtol -1", "--atol x",
+                           "--max-error-ratio 0", "--max-error-ratio nan"}) {
+    auto r = ctxgen(std::string("verify m_ctx.onnx ") + args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
+    EXPECT_EQ(r.output.rfind("error: --", 0), 0u) << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  }
 }
 
 TEST(Cli, NothingCompiledNamesTheDimsToFreeze) {

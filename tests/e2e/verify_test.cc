@@ -25,8 +25,59 @@ TEST(Verify, CompiledModelsMatchTheirOriginals) {
     auto r = ctxgen("verify " + quote(ctx) + " --reference " + quote(dir / model));
     EXPECT_EQ(r.exit_code, 0) << model << ":\n" << r.output;
     EXPECT_NE(r.output.find("loads in ONNX Runtime with CtxgenRef"), std::string::npos) << r.output;
-    EXPECT_NE(r.output.find("max abs diff"), std::string::npos) << r.output;
+    for (const char* shown : {"against the float32 reference, |reference| max", "abs err max", "rel err max",
+                              "outside tolerance", "cosine", "SNR"})
+      EXPECT_NE(r.output.find(shown), std::string::npos) << shown << "\n" << r.output;
+    // In float64 too, next to the original's own float32 error; the ops ONNX Runtime runs in
+    // float32 only (Conv, its pools) stay float32 and are named.
+    r = ctxgen("verify " + quote(ctx) + " --reference " + quote(dir / model) + " --reference-precision float64");
+    EXPECT_EQ(r.exit_code, 0) << model << ":\n" << r.output;
+    EXPECT_NE(r.output.find(std::string(model) == "cnn.onnx"
+                                ? "against the float64 (Conv, GlobalAveragePool in float32: no float64 kernel) reference"
+                                : "against the float64 reference"),
+              std::string::npos)
+        << r.output;
+    EXPECT_NE(r.output.find("times the rounding allowance"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("the original in float32 on ONNX Runtime's CPU EP: abs err max"), std::string::npos) << r.output;
   }
+}
+
+// The project's LLM sample (scripts/gen_llm_pair.py, small): its float32 rounding passes the
+// defaults in both precisions, and a reference that computes something slightly different (every
+// LayerNormalization's epsilon 1e-4 instead of 1e-5, an error within any float32 tolerance) is
+// caught by the float64 reference, which measures rounding against the original's own.
+TEST(Verify, TheLlmSamplePassesForTheRightReason) {
+  TempDir dir;
+  auto r = run_command(std::string(CTXGEN_PYTHON) + " " + CTXGEN_SOURCE_DIR "/scripts/gen_llm_pair.py " +
+                       quote(dir.path()) + " --size-mb 4 --hidden 128");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_EQ(ctxgen("share " + quote(dir / "prefill.onnx") + "," + quote(dir / "decode.onnx")).exit_code, 0);
+  const std::string models = quote(dir / "prefill_ctx.onnx") + " " + quote(dir / "decode_ctx.onnx") + " --reference " +
+                             quote(dir / "prefill.onnx") + " --reference " + quote(dir / "decode.onnx");
+  r = ctxgen("verify " + models);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  r = ctxgen("verify " + models + " --reference-precision float64");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("against the float64 reference"), std::string::npos) << r.output;
+
+  r = run_command(std::string(CTXGEN_PYTHON) + " -c " +
+                  quote("import onnx, sys\n"
+                        "m = onnx.load(sys.argv[1], load_external_data=False)\n"
+                        "for n in m.graph.node:\n"
+                        "    if n.op_type == \"LayerNormalization\":\n"
+                        "        n.attribute.append(onnx.helper.make_attribute(\"epsilon\", 1e-4))\n"
+                        "onnx.save(m, sys.argv[2])\n") +
+                  " " + quote(dir / "prefill.onnx") + " " + quote(dir / "prefill_eps.onnx"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string wrong = quote(dir / "prefill_ctx.onnx") + " --reference " + quote(dir / "prefill_eps.onnx");
+  r = ctxgen("verify " + wrong);
+  EXPECT_EQ(r.exit_code, 0) << "within the float32 tolerance\n" << r.output;
+  r = ctxgen("verify " + wrong + " --reference-precision float64");
+  EXPECT_EQ(r.exit_code, 8) << r.output;
+  EXPECT_NE(r.output.find("fails: its rms error against float64"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("at most 4 times is rounding"), std::string::npos) << r.output;
+  // A loose enough --max-error-ratio lets it through.
+  EXPECT_EQ(ctxgen("verify " + wrong + " --reference-precision float64 --max-error-ratio 10000").exit_code, 0);
 }
 
 TEST(Verify, EmbeddedContextAndInputShapes) {
@@ -191,6 +242,23 @@ TEST(Verify, JsonOnSuccessOnMismatchAndOnAFailedCheck) {
   EXPECT_FALSE(ok["checks"].empty());
   ASSERT_EQ(ok["outputs"].size(), 1u);
   EXPECT_EQ(ok["outputs"][0]["ok"], true);
+  EXPECT_EQ(ok["outputs"][0]["reference"], "float32");
+  EXPECT_EQ(ok["outputs"][0]["shape"], nlohmann::json::array({1, 10}));
+  EXPECT_GT(ok["outputs"][0]["cosine"].get<double>(), 0.999999);
+  EXPECT_TRUE(ok["outputs"][0]["baseline"].is_null());
+  EXPECT_TRUE(ok["options"]["atol"].is_null()) << "by default, relative to each output's magnitude";
+  EXPECT_DOUBLE_EQ(ok["outputs"][0]["atol"].get<double>(),
+                   1e-3 * ok["outputs"][0]["reference_magnitude"]["max_abs"].get<double>());
+  auto wide = verify_json(quote(ctx) + " --reference " + quote(dir / "cnn.onnx") +
+                              " --reference-precision float64 --atol 1e-6 --error-stat p99 --min-cosine 0.99 --min-snr 60",
+                          0);
+  EXPECT_EQ(wide["options"]["error_stat"], "p99");
+  EXPECT_EQ(wide["options"]["atol"], 1e-6);
+  EXPECT_EQ(wide["options"]["min_snr_db"], 60);
+  EXPECT_EQ(wide["outputs"][0]["atol"], 1e-6);
+  EXPECT_NE(wide["outputs"][0]["reference"].get<std::string>().find("float64"), std::string::npos);
+  EXPECT_TRUE(wide["outputs"][0]["baseline"].is_object());
+  EXPECT_TRUE(wide["outputs"][0]["error_ratio"].is_number());
 
   fs::path tuned = dir / "tuned.onnx";
   fs::copy_file(generated_models() / "share/partial/tuned.onnx", tuned);

@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
     check.plugin = PLUGIN_EP;
     const auto result = ctxgen::verify::run(check);
     for (const auto& output : result.outputs)
-      std::printf("%s: max abs diff %g\n", output.output.c_str(), output.difference.max_abs);
+      std::printf("%s: max abs diff %g\n", output.output.c_str(), output.difference.abs.max);
     return result.ok() ? 0 : 1;
   } catch (const ctxgen::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -22,6 +22,8 @@ class OrtHost {
   // Throws Error(kRuntime) when the plugin cannot be loaded or offers no device.
   explicit OrtHost(const std::filesystem::path& plugin, OrtLoggingLevel log_level = ORT_LOGGING_LEVEL_ERROR);
   Ort::Session cpu_session(const std::filesystem::path& model);
+  // A model held in memory whose external data all lives in one in-memory file, `weights_name`.
+  Ort::Session cpu_session(const std::string& model, const std::string& weights_name, std::vector<char>& weights);
   Ort::Session plugin_session(const std::filesystem::path& model);
 
  private:
@@ -41,7 +43,7 @@ struct Tensor {
 
   static Tensor from(const Ort::Value& value);
   // A view for ONNX Runtime; the tensor must outlive it.
-  Ort::Value view();
+  Ort::Value view() const;
 };
 
 // How to read one element of a numeric tensor; `exact` types must match bit for bit.
@@ -53,22 +55,66 @@ struct ElementKind {
 // Empty for types that are not numbers (strings, complex, 4-bit types).
 std::optional<ElementKind> element_kind(ONNXTensorElementDataType type);
 
+// Which number the tolerance applies to (docs/verify.md): every element, or a statistic of the
+// errors over the whole output.
+enum class ErrorStat { kElementwise, kMax, kMean, kMedian, kP99 };
+const char* error_stat_name(ErrorStat stat);
+std::optional<ErrorStat> error_stat_named(const std::string& name);
+
+struct Tolerance {
+  double rtol = 1e-3;
+  // Unset: rtol times the output's largest expected magnitude. Float32 rounding error in a value
+  // comes from the magnitudes summed into it, not from the value, so a fixed atol is too tight
+  // for large outputs and too loose for small ones (docs/verify.md has the measurements).
+  std::optional<double> atol;
+  ErrorStat stat = ErrorStat::kElementwise;
+  std::optional<double> min_cosine, min_snr_db;  // further criteria, off unless given
+  // With a float64 reference: the most the compiled model's rms error may be, as a multiple of
+  // the original's own float32 rms error. Rounding differently stays within a small factor; a
+  // kernel that computes something else does not, even when it is within the tolerance.
+  double max_error_ratio = 4;
+};
+
+// The errors of one output as a distribution, so float32 rounding (small errors spread over every
+// element) can be told from a wrong kernel (large errors, low cosine and SNR).
+struct ErrorSummary {
+  double max = 0, mean = 0, median = 0, p99 = 0;
+  double of(ErrorStat stat) const;
+};
+
 struct Difference {
-  double max_abs = 0, max_rel = 0;
+  std::vector<int64_t> dims;  // of the expected output
+  uint64_t elements = 0;
+  double reference_max_abs = 0, reference_rms = 0;  // how large the expected values are
+  double error_rms = 0;
+  ErrorSummary abs;  // |got - expected|
+  ErrorSummary rel;  // |got - expected| / |expected|, over the elements whose expected value is not 0
+  double atol = 0;     // the one applied
+  double outside = 0;  // fraction of elements with |got - expected| > atol + rtol * |expected|
+  double cosine = 1;   // of got and expected as vectors; 1 when both are all zeros
+  double snr_db = INFINITY;  // 10 log10(sum expected^2 / sum (got - expected)^2); infinite when equal
   bool within = true;
+  std::string failed;   // the criterion that failed, in words
   std::string problem;  // set when the tensors cannot be compared (type or shape differ)
 };
 
-// Elementwise |got - expected| <= atol + rtol * |expected| for floating-point types (float16 and
-// bfloat16 too); NaN matches NaN. Integers and bools must be equal.
-Difference compare(const Tensor& got, const Tensor& expected, double rtol, double atol);
+// Compares got with expected, of the same type and shape: floating-point types (float16 and
+// bfloat16 too) by value, NaN matching NaN; integers and bools must be equal. The tolerance
+// decides `within`.
+Difference compare(const Tensor& got, const Tensor& expected, const Tolerance& tolerance);
 
 struct Result;
+
+// What the original runs in on ONNX Runtime's CPU EP for the comparison. kFloat64 runs every float
+// tensor in float64 where ONNX Runtime has a float64 kernel for the node (the rest stay float32,
+// named in the result), and also measures the original's own float32 error against it.
+enum class Precision { kFloat32, kFloat64 };
 
 struct Options {
   std::vector<std::filesystem::path> models;      // compiled (_ctx.onnx)
   std::vector<std::filesystem::path> references;  // originals, one per model, or none
-  double rtol = 1e-4, atol = 1e-5;
+  Tolerance tolerance;
+  Precision reference_precision = Precision::kFloat32;
   uint64_t seed = 1;
   std::map<std::string, std::vector<int64_t>> input_shapes;
   std::filesystem::path plugin;
@@ -83,7 +129,14 @@ struct Options {
 struct OutputCheck {
   std::filesystem::path model;
   std::string output;
-  Difference difference;
+  Difference difference;  // the compiled model against the reference
+  // What the reference ran in: "float32", "float64", or float64 with the op types kept in float32.
+  std::string reference;
+  // With a float64 reference: the original on the CPU EP in float32 against it, the error float32
+  // rounding alone makes, and the compiled model's rms error as a multiple of it (of 2^-20 of the
+  // output's rms when that is larger).
+  std::optional<Difference> baseline;
+  std::optional<double> error_ratio;
 };
 
 struct Result {

@@ -1,0 +1,215 @@
+#include "float64.h"
+
+#include <cstring>
+#include <functional>
+#include <regex>
+#include <set>
+#include <unordered_map>
+
+#include "ctxgen/error.h"
+#include "ctxgen/model.h"
+#include "ctxgen/verify.h"
+
+namespace ctxgen::verify {
+namespace {
+
+constexpr int32_t kFloat = onnx::TensorProto_DataType_FLOAT;
+constexpr int32_t kDouble = onnx::TensorProto_DataType_DOUBLE;
+// The in-memory "file" the widened weights are read from.
+constexpr const char* kWeightsName = "ctxgen_float64.weights";
+constexpr size_t kEmbeddedBytes = 4096;
+
+std::vector<uint8_t> widen(const uint8_t* data, size_t size) {
+  std::vector<uint8_t> out(size * 2);
+  for (size_t i = 0; i < size / 4; ++i) {
+    float f;
+    std::memcpy(&f, data + 4 * i, 4);
+    const double d = f;
+    std::memcpy(out.data() + 8 * i, &d, 8);
+  }
+  return out;
+}
+
+void widen_types(onnx::GraphProto& graph);
+
+void widen_type(onnx::ValueInfoProto& value) {
+  auto* type = value.mutable_type();
+  if (type->has_tensor_type() && type->tensor_type().elem_type() == kFloat) type->mutable_tensor_type()->set_elem_type(kDouble);
+}
+
+// Declared types, casts to float and float-typed attributes become double, in subgraphs too, so
+// the widened graph is consistent.
+void widen_types(onnx::GraphProto& graph) {
+  for (auto* list : {graph.mutable_input(), graph.mutable_output(), graph.mutable_value_info()})
+    for (auto& v : *list) widen_type(v);
+  for (auto& node : *graph.mutable_node()) {
+    for (auto& a : *node.mutable_attribute()) {
+      if (is_onnx_domain(node.domain()) && (a.name() == "to" || a.name() == "dtype") && a.i() == kFloat) a.set_i(kDouble);
+      if (a.has_t() && a.t().data_type() == kFloat && weight_ref(a.t()) < 0) {
+        auto bytes = tensor_bytes(a.t());
+        auto wide = widen(bytes.data(), bytes.size());
+        onnx::TensorProto t;
+        t.set_name(a.t().name());
+        *t.mutable_dims() = a.t().dims();
+        t.set_data_type(kDouble);
+        t.set_raw_data(wide.data(), wide.size());
+        *a.mutable_t() = std::move(t);
+      }
+      if (a.has_g()) widen_types(*a.mutable_g());
+      for (auto& g : *a.mutable_graphs()) widen_types(g);
+    }
+  }
+}
+
+// Float weights are widened. Large ones of the main graph move to one in-memory file. Small ones
+// are embedded: ONNX Runtime's shape inference reads shapes, pads and axes only from the model
+// itself. So are those of subgraphs: it reads their external data from real files only.
+std::vector<char> move_weights(Model& model) {
+  std::vector<char> file;
+  for (auto& w : model.weights) {
+    std::vector<uint8_t> wide;
+    const uint8_t* data = w.data.data;
+    size_t size = w.data.size;
+    if (w.data.dtype == kFloat) {
+      wide = widen(data, size);
+      data = wide.data();
+      size = wide.size();
+      w.tensor->set_data_type(kDouble);
+    }
+    w.tensor->clear_external_data();
+    if (size <= kEmbeddedBytes || w.origin == WeightOrigin::kSubgraphInitializer ||
+        w.origin == WeightOrigin::kSubgraphConstantNode) {
+      w.tensor->set_data_location(onnx::TensorProto_DataLocation_DEFAULT);
+      w.tensor->set_raw_data(data, size);
+      continue;
+    }
+    file.resize((file.size() + 63) / 64 * 64);
+    const size_t offset = file.size();
+    file.insert(file.end(), data, data + size);
+    w.tensor->set_data_location(onnx::TensorProto_DataLocation_EXTERNAL);
+    for (auto [key, value] : {std::pair<const char*, std::string>{"location", kWeightsName},
+                              {"offset", std::to_string(offset)}, {"length", std::to_string(size)}}) {
+      auto* entry = w.tensor->add_external_data();
+      entry->set_key(key);
+      entry->set_value(value);
+    }
+  }
+  return file;
+}
+
+// Nodes of the kept op types read float32 and write float32, with casts from and to the widened
+// values around them.
+void keep_float32(onnx::GraphProto& graph, const std::set<std::string>& kept, const std::function<bool(const std::string&)>& was_float) {
+  if (kept.empty()) return;
+  google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
+  std::set<std::string> narrowed;
+  auto cast = [&](const std::string& from, const std::string& to, int32_t type) {
+    auto* c = nodes.Add();
+    c->set_op_type("Cast");
+    c->set_name(to + "/cast");
+    c->add_input(from);
+    c->add_output(to);
+    auto* a = c->add_attribute();
+    a->set_name("to");
+    a->set_type(onnx::AttributeProto_AttributeType_INT);
+    a->set_i(type);
+  };
+  for (auto& node : *graph.mutable_node()) {
+    if (!kept.count(node.op_type())) {
+      *nodes.Add() = std::move(node);
+      continue;
+    }
+    for (auto& input : *node.mutable_input()) {
+      if (input.empty() || !was_float(input)) continue;
+      const std::string narrow = input + "/float32";
+      if (narrowed.insert(narrow).second) cast(input, narrow, kFloat);
+      input = narrow;
+    }
+    std::vector<std::string> widened;
+    for (auto& output : *node.mutable_output()) {
+      if (output.empty() || !was_float(output)) continue;
+      widened.push_back(output);
+      output += "/float32";
+    }
+    *nodes.Add() = std::move(node);
+    for (const auto& output : widened) cast(output + "/float32", output, kDouble);
+  }
+  graph.mutable_node()->Swap(&nodes);
+}
+
+// Which values of the main graph are float. Where onnx 1.12's inference left a type unknown (ops of
+// newer opsets), a value made by an op whose first output has its first input's type takes that
+// input's; a wrong guess only means ONNX Runtime refuses the model and verify falls back to float32.
+class FloatValues {
+ public:
+  explicit FloatValues(const Model& model) : model_(model) {
+    for (const auto& node : model.graph().node())
+      for (int i = 0; i < node.output_size(); ++i)
+        if (is_onnx_domain(node.domain()) && (i == 0 || node.op_type() == "Split") && kSameType.count(node.op_type()) &&
+            node.input_size() > 0)
+          follows_[node.output(i)] = node.input(0);
+  }
+  bool operator()(const std::string& name) const {
+    if (const Weight* w = model_.constant(name)) return w->data.dtype == kFloat;
+    const ValueType* type = model_.type_of(name);
+    if (type != nullptr && type->elem_type != 0) return type->elem_type == kFloat;
+    auto it = follows_.find(name);
+    return it != follows_.end() && (*this)(it->second);
+  }
+
+ private:
+  static inline const std::set<std::string> kSameType = {
+      "Abs", "Add", "AveragePool", "BatchNormalization", "Clip", "Concat", "Conv", "ConvTranspose", "DepthToSpace",
+      "Div", "Erf", "Exp", "Expand", "Flatten", "Gather", "Gelu", "Gemm", "GlobalAveragePool", "GlobalMaxPool",
+      "Identity", "InstanceNormalization", "LayerNormalization", "LeakyRelu", "Log", "MatMul", "Max", "MaxPool", "Min",
+      "Mul", "Neg", "Pad", "Pow", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceSum", "Relu", "Reshape", "Resize",
+      "Sigmoid", "Slice", "Softmax", "SpaceToDepth", "Split", "Sqrt", "Squeeze", "Sub", "Tanh", "Tile", "Transpose",
+      "Unsqueeze"};
+  const Model& model_;
+  std::unordered_map<std::string, std::string> follows_;
+};
+
+// The node an ONNX Runtime load error names, in any of the ways it names one.
+std::optional<std::string> named_node(const std::string& message) {
+  static const std::regex patterns[] = {std::regex("node with name '([^']*)'"), std::regex("in node \\(([^)]*)\\)"),
+                                        std::regex("Node \\(([^)]*)\\)")};
+  std::smatch match;
+  for (const auto& pattern : patterns)
+    if (std::regex_search(message, match, pattern)) return match[1].str();
+  return std::nullopt;
+}
+
+}  // namespace
+
+Tensor widened(const Tensor& tensor) {
+  if (tensor.type != ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT) return tensor;
+  return Tensor{ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE, tensor.dims, widen(tensor.bytes.data(), tensor.bytes.size())};
+}
+
+std::optional<Float64Reference> float64_reference(const std::filesystem::path& original, OrtHost& host, std::string& why) {
+  Model model = load_model(original);
+  size_t unnamed = 0;
+  for (auto& node : *model.proto->mutable_graph()->mutable_node())
+    if (node.name().empty()) node.set_name("ctxgen_float64_node_" + std::to_string(unnamed++));
+  const FloatValues was_float(model);
+  std::vector<char> weights = move_weights(model);
+  widen_types(*model.proto->mutable_graph());
+  std::set<std::string> kept;
+  for (;;) {
+    onnx::ModelProto attempt = *model.proto;
+    keep_float32(*attempt.mutable_graph(), kept, was_float);
+    try {
+      return Float64Reference{host.cpu_session(attempt.SerializeAsString(), kWeightsName, weights),
+                              std::vector<std::string>(kept.begin(), kept.end())};
+    } catch (const Error& e) {
+      why = e.what();
+      auto name = named_node(why);
+      std::string op;
+      for (const auto& node : model.graph().node())
+        if (name && node.name() == *name) op = node.op_type();
+      if (op.empty() || !kept.insert(op).second) return std::nullopt;
+    }
+  }
+}
+
+}  // namespace ctxgen::verify
