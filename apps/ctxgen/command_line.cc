@@ -70,8 +70,19 @@ Parsed parse(int argc, const char* const* argv, bool with_verify, const std::str
   share->add_option("--manifest", line.manifest_path, "A JSON file describing the models, their shapes and the options");
   add_compile_options(share);
   auto* inspect = app.add_subcommand("inspect", "Show what a _ctx.onnx or a context binary holds");
-  inspect->add_option("file", line.inspect_path, "A _ctx.onnx model or a .bin context binary")->required();
-  inspect->add_flag("--json", line.json, "Print JSON");
+  inspect->add_option("file", line.inspect_path, "A _ctx.onnx model or a .bin context binary; with --dot/--svg any model")
+      ->required();
+  auto* json = inspect->add_flag("--json", line.json, "Print JSON");
+  auto* dot = inspect->add_flag("--dot", line.dot,
+                                "Draw the partitioning in Graphviz's DOT language: each partition a coloured cluster, each "
+                                "CPU node with its reason (a model not compiled yet is cut as compile would cut it)");
+  auto* svg = inspect->add_flag("--svg", line.svg, "The same drawing as SVG, through Graphviz's dot");
+  json->excludes(dot)->excludes(svg);
+  dot->excludes(svg);
+  inspect->add_option("-e,--backend", given.backend, "With --dot/--svg: the backend to cut for")->capture_default_str();
+  inspect->add_option("--fix-dim", line.shapes.fix_dims, "With --dot/--svg: as for compile (repeatable)");
+  inspect->add_option("--input-shape", line.shapes.input_shapes, "With --dot/--svg: as for compile (repeatable)");
+  inspect->add_option("--fix-value", line.shapes.fix_values, "With --dot/--svg: as for compile (repeatable)");
 
   CLI::App* verify = nullptr;
   if (with_verify) {

@@ -30,6 +30,7 @@ struct CommandLine {
 
   std::string inspect_path;
   bool json = false;  // inspect and verify
+  bool dot = false, svg = false;  // inspect: the partitioning as a picture
 
   std::vector<std::string> verify_models, verify_references, verify_shapes;
   double rtol = 1e-3;

@@ -35,8 +35,9 @@ nlohmann::json statistics_json(const ctxgen::verify::Difference& d) {
     return nlohmann::json{{"max", finite_or_null(s.max)}, {"mean", finite_or_null(s.mean)},
                           {"median", finite_or_null(s.median)}, {"p99", finite_or_null(s.p99)}};
   };
-  return {{"shape", d.dims}, {"elements", d.elements}, {"atol", d.atol}, {"error_rms", d.error_rms},
-          {"reference_magnitude", {{"max_abs", d.reference_max_abs}, {"rms", d.reference_rms}}},
+  return {{"shape", d.dims}, {"elements", d.elements}, {"atol", finite_or_null(d.atol)},
+          {"error_rms", finite_or_null(d.error_rms)},
+          {"reference_magnitude", {{"max_abs", finite_or_null(d.reference_max_abs)}, {"rms", finite_or_null(d.reference_rms)}}},
           {"abs_error", summary(d.abs)}, {"rel_error", summary(d.rel)}, {"fraction_outside", d.outside},
           {"cosine", finite_or_null(d.cosine)}, {"snr_db", finite_or_null(d.snr_db)}};
 }
@@ -190,6 +191,17 @@ int main(int argc, char** argv) {
           std::cout << b->name() << "\t" << b->ep_name() << "\t" << b->sdk_version() << "\t" << b->description() << "\n";
         return 0;
       case Command::kInspect: {
+        if (line.dot || line.svg) {
+          const auto* backend = backends.find(line.given.backend);
+          if (backend == nullptr)
+            throw Error(ErrorCode::kUsage, "unknown backend '" + line.given.backend + "' (see --list-backends)");
+          const std::string dot = ctxgen::inspect_dot(
+              line.inspect_path, *backend, ctxgen::resolve_shapes({line.inspect_path}, line.shapes).at(0));
+          std::cout << (line.svg ? ctxgen::dot_to_svg(dot) : dot);
+          return 0;
+        }
+        if (!line.shapes.fix_dims.empty() || !line.shapes.input_shapes.empty() || !line.shapes.fix_values.empty())
+          throw Error(ErrorCode::kUsage, "inspect: --fix-dim, --input-shape and --fix-value cut a model for --dot or --svg");
         auto inspected = ctxgen::inspect_json(line.inspect_path);
         std::cout << (line.json ? ctxgen::json_text(inspected, 2) + "\n" : ctxgen::inspect_text(inspected));
         return 0;

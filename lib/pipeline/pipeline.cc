@@ -337,6 +337,14 @@ OutputSummary write_external_weights(const ExternalWeightsFile& external, const 
 
 }  // namespace
 
+PartitionedModel partition_model(const fs::path& input, const LoadOptions& load, const Backend& backend) {
+  Job job;
+  phase_load(job, input, load);
+  phase_specialise(job);
+  phase_partition(job, backend);
+  return {std::move(job.model), std::move(job.plan)};
+}
+
 std::string file_stem(const fs::path& path) { return path.filename().stem().string(); }
 
 std::string phase_name(Phase phase) {

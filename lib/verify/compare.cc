@@ -137,7 +137,7 @@ Difference compare(const Tensor& got, const Tensor& expected, const Tolerance& t
   abs_errors.reserve(n);
   double abs_sum = 0, rel_sum = 0, abs_max = 0, rel_max = 0;
   double dot = 0, got_squares = 0, expected_squares = 0, error_squares = 0;
-  uint64_t outside = 0, unequal = 0;
+  uint64_t outside = 0, unequal = 0, unmatched = 0;
   for (size_t i = 0; i < n; ++i) {
     const uint8_t* a = got.bytes.data() + i * kind->size;
     const uint8_t* b = expected.bytes.data() + i * kind->size;
@@ -146,23 +146,27 @@ Difference compare(const Tensor& got, const Tensor& expected, const Tolerance& t
     if (kind->exact && std::memcmp(a, b, kind->size) != 0) ++unequal;
     const bool both_nan = std::isnan(x) && std::isnan(y);
     double diff = x == y || both_nan ? 0 : std::fabs(x - y);  // x == y: equal infinities
-    if (std::isnan(diff)) diff = INFINITY;
+    // A NaN or an infinity on one side only, or two different infinities: no tolerance covers it.
+    if (std::isnan(diff) || std::isinf(diff)) {
+      diff = INFINITY;
+      ++unmatched;
+    }
     abs_errors.push_back(static_cast<float>(diff));
     abs_sum += diff;
     abs_max = std::max(abs_max, diff);
-    if (y != 0 && !std::isnan(y)) {
+    if (y != 0 && std::isfinite(y)) {
       const double rel = diff / std::fabs(y);
       rel_errors.push_back(static_cast<float>(rel));
       rel_sum += rel;
       rel_max = std::max(rel_max, rel);
     }
-    // An expected NaN or infinity must be matched exactly: rtol * |y| would be no bound.
-    if (diff != 0 && (!std::isfinite(y) || !(diff <= atol + tolerance.rtol * std::fabs(y)))) ++outside;
+    if (diff != 0 && !(diff <= atol + tolerance.rtol * std::fabs(y))) ++outside;
     error_squares += diff * diff;
+    // The reference's own magnitude counts its finite values, whatever the other side holds.
+    if (std::isfinite(y)) expected_squares += y * y;
     if (std::isfinite(x) && std::isfinite(y)) {
       dot += x * y;
       got_squares += x * x;
-      expected_squares += y * y;
     }
   }
   d.elements = n;
@@ -171,9 +175,11 @@ Difference compare(const Tensor& got, const Tensor& expected, const Tolerance& t
   d.abs = summarise(abs_errors, abs_sum, abs_max);
   d.rel = summarise(rel_errors, rel_sum, rel_max);
   d.outside = n ? static_cast<double>(outside) / static_cast<double>(n) : 0;
-  d.cosine = got_squares == 0 && expected_squares == 0 ? 1
+  // Undefined (NaN, null in JSON) when some element is unmatched, so --min-cosine fails it.
+  d.cosine = unmatched                                   ? NAN
+             : got_squares == 0 && expected_squares == 0 ? 1
              : got_squares == 0 || expected_squares == 0 ? 0
-                                                         : dot / std::sqrt(got_squares * expected_squares);
+                                                         : std::clamp(dot / std::sqrt(got_squares * expected_squares), -1.0, 1.0);
   d.snr_db = error_squares == 0 ? INFINITY : 10 * std::log10(expected_squares / error_squares);
 
   auto fail = [&](std::string why) {
@@ -184,6 +190,9 @@ Difference compare(const Tensor& got, const Tensor& expected, const Tolerance& t
     if (unequal) fail(std::to_string(unequal) + " of " + std::to_string(n) + " elements differ (integers and booleans must be equal)");
     return d;
   }
+  if (unmatched)
+    fail(std::to_string(unmatched) + " of " + std::to_string(n) +
+         " elements are NaN or infinite on one side only (they must match exactly, whatever the tolerance)");
   if (tolerance.stat == ErrorStat::kElementwise) {
     if (outside)
       fail(std::to_string(outside) + " of " + std::to_string(n) + " elements (" + number(100 * d.outside) +

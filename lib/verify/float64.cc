@@ -18,6 +18,8 @@ constexpr int32_t kDouble = onnx::TensorProto_DataType_DOUBLE;
 // The in-memory "file" the widened weights are read from.
 constexpr const char* kWeightsName = "ctxgen_float64.weights";
 constexpr size_t kEmbeddedBytes = 4096;
+const std::set<std::string> kRandomOps = {"Bernoulli", "Multinomial", "RandomNormal", "RandomNormalLike",
+                                          "RandomUniform", "RandomUniformLike"};
 
 std::vector<uint8_t> widen(const uint8_t* data, size_t size) {
   std::vector<uint8_t> out(size * 2);
@@ -32,6 +34,12 @@ std::vector<uint8_t> widen(const uint8_t* data, size_t size) {
 
 void widen_types(onnx::GraphProto& graph);
 
+onnx::AttributeProto* attribute_of(onnx::NodeProto& node, const char* name) {
+  for (auto& a : *node.mutable_attribute())
+    if (a.name() == name) return &a;
+  return nullptr;
+}
+
 void widen_type(onnx::ValueInfoProto& value) {
   auto* type = value.mutable_type();
   if (type->has_tensor_type() && type->tensor_type().elem_type() == kFloat) type->mutable_tensor_type()->set_elem_type(kDouble);
@@ -43,8 +51,27 @@ void widen_types(onnx::GraphProto& graph) {
   for (auto* list : {graph.mutable_input(), graph.mutable_output(), graph.mutable_value_info()})
     for (auto& v : *list) widen_type(v);
   for (auto& node : *graph.mutable_node()) {
+    const bool onnx_op = is_onnx_domain(node.domain());
+    // What makes float32 without saying so: ConstantOfShape's default value, the Mean and
+    // InvStdDev of a normalisation (stash_type, default float).
+    if (onnx_op && node.op_type() == "ConstantOfShape" && !attribute_of(node, "value")) {
+      auto* a = node.add_attribute();
+      a->set_name("value");
+      a->set_type(onnx::AttributeProto_AttributeType_TENSOR);
+      a->mutable_t()->set_data_type(kFloat);
+      a->mutable_t()->add_dims(1);
+      a->mutable_t()->add_float_data(0);
+    }
+    if (onnx_op && (node.op_type() == "LayerNormalization" || node.op_type() == "RMSNormalization") &&
+        !attribute_of(node, "stash_type")) {
+      auto* a = node.add_attribute();
+      a->set_name("stash_type");
+      a->set_type(onnx::AttributeProto_AttributeType_INT);
+      a->set_i(kFloat);
+    }
     for (auto& a : *node.mutable_attribute()) {
-      if (is_onnx_domain(node.domain()) && (a.name() == "to" || a.name() == "dtype") && a.i() == kFloat) a.set_i(kDouble);
+      if (onnx_op && (a.name() == "to" || a.name() == "dtype" || a.name() == "stash_type") && a.i() == kFloat) a.set_i(kDouble);
+      if (onnx_op && a.name() == "to" && a.s() == "FLOAT") a.set_s("DOUBLE");  // Cast-1 names the type
       if (a.has_t() && a.t().data_type() == kFloat && weight_ref(a.t()) < 0) {
         auto bytes = tensor_bytes(a.t());
         auto wide = widen(bytes.data(), bytes.size());
@@ -119,6 +146,7 @@ void keep_float32(onnx::GraphProto& graph, const std::set<std::string>& kept, co
       *nodes.Add() = std::move(node);
       continue;
     }
+    if (auto* stash = attribute_of(node, "stash_type"); stash != nullptr && stash->i() == kDouble) stash->set_i(kFloat);
     for (auto& input : *node.mutable_input()) {
       if (input.empty() || !was_float(input)) continue;
       const std::string narrow = input + "/float32";
@@ -188,6 +216,12 @@ Tensor widened(const Tensor& tensor) {
 
 std::optional<Float64Reference> float64_reference(const std::filesystem::path& original, OrtHost& host, std::string& why) {
   Model model = load_model(original);
+  // A widened random op draws other numbers: no reference to compare with.
+  for (const auto& node : model.graph().node())
+    if (is_onnx_domain(node.domain()) && kRandomOps.count(node.op_type())) {
+      why = "it draws random numbers (" + node.op_type() + "), which a float64 run would draw differently";
+      return std::nullopt;
+    }
   size_t unnamed = 0;
   for (auto& node : *model.proto->mutable_graph()->mutable_node())
     if (node.name().empty()) node.set_name("ctxgen_float64_node_" + std::to_string(unnamed++));
@@ -207,7 +241,8 @@ std::optional<Float64Reference> float64_reference(const std::filesystem::path& o
       std::string op;
       for (const auto& node : model.graph().node())
         if (name && node.name() == *name) op = node.op_type();
-      if (op.empty() || !kept.insert(op).second) return std::nullopt;
+      // Before opset 6, Cast takes its type by name, and ONNX Runtime runs no such Cast.
+      if (op.empty() || default_opset(*model.proto) < 6 || !kept.insert(op).second) return std::nullopt;
     }
   }
 }

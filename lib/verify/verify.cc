@@ -215,6 +215,19 @@ void check_integrity(const fs::path& model, const onnx::ModelProto& proto, OrtHo
   checks.push_back(model.string() + ": loads in ONNX Runtime with " + ref::kEpName);
 }
 
+// float16 or bfloat16 bits of the nearest value on a grid both hold exactly (multiples of 2^-7
+// in [-1, 1]), so no rounding mode is involved.
+uint16_t half_float(ONNXTensorElementDataType type, float value) {
+  const float v = std::round(value * 128) / 128;
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  if (type == ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16) return static_cast<uint16_t>(bits >> 16);
+  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000);
+  if ((bits & 0x7fffffff) == 0) return sign;
+  const int exponent = static_cast<int>((bits >> 23) & 0xff) - 127 + 15;  // within float16's normal range here
+  return static_cast<uint16_t>(sign | (exponent << 10) | ((bits & 0x7fffff) >> 13));
+}
+
 Tensor random_input(const Ort::TypeInfo& type, const std::vector<int64_t>& compiled_dims, const std::string& name,
                     const Options& options, std::mt19937_64& rng) {
   if (type.GetONNXType() != ONNX_TYPE_TENSOR)
@@ -234,9 +247,9 @@ Tensor random_input(const Ort::TypeInfo& type, const std::vector<int64_t>& compi
   size_t count = 1;
   for (int64_t d : t.dims) count *= static_cast<size_t>(d);
   auto kind = element_kind(t.type);
-  bool real = t.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT || t.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE;
-  if (!kind || (!real && !kind->exact))
-    throw Error(ErrorCode::kUsage, "input '" + name + "': element type " + std::to_string(t.type) + " is not supported by verify");
+  if (!kind)
+    throw Error(ErrorCode::kUsage, "input '" + name + "': element type " + std::to_string(t.type) +
+                                       " is not supported by verify (it feeds numbers and booleans)");
   t.bytes.assign(count * kind->size, 0);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   // Small non-negative integers stay valid as indices, counts and axes; bools are 0 or 1.
@@ -247,6 +260,9 @@ Tensor random_input(const Ort::TypeInfo& type, const std::vector<int64_t>& compi
       std::memcpy(p, &v, sizeof v);
     } else if (t.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE) {
       double v = uniform(rng);
+      std::memcpy(p, &v, sizeof v);
+    } else if (!kind->exact) {  // float16, bfloat16
+      const uint16_t v = half_float(t.type, uniform(rng));
       std::memcpy(p, &v, sizeof v);
     } else {
       *p = static_cast<uint8_t>(small(rng));  // the low byte: tensors are little-endian
@@ -297,7 +313,7 @@ void judge_against_baseline(OutputCheck& check, double max_ratio) {
   const double floor = std::ldexp(d.reference_rms, -20);
   const double ratio = d.error_rms == 0 ? 0 : d.error_rms / std::max(check.baseline->error_rms, floor);
   check.error_ratio = ratio;
-  if (ratio > max_ratio) {
+  if (!(ratio <= max_ratio)) {  // NaN too: an infinite error against an infinite baseline
     char why[256];
     std::snprintf(why, sizeof why,
                   "its rms error against float64, %.3g, is %.3g times the rounding allowance %.3g (the original's own "
@@ -374,10 +390,10 @@ std::vector<OutputCheck> compare_outputs(const fs::path& model, const onnx::Mode
     std::string why;
     auto wide = float64_reference(reference, host, why);
     if (!wide) {
-      log().warn("{}: ONNX Runtime cannot run it in float64 ({}); comparing with its float32 run", reference.string(), why);
+      log().warn("{}: no float64 run ({}); comparing with its float32 run", reference.string(), why);
       // The whole reason is in the warning; each output names its first line.
       const std::string first_line = why.substr(0, std::min(why.find('\n'), size_t{200}));
-      for (auto& check : checks) check.reference = "float32 (ONNX Runtime cannot run the original in float64: " + first_line + ")";
+      for (auto& check : checks) check.reference = "float32 (no float64 run: " + first_line + ")";
       return checks;
     }
     std::vector<Tensor> wide_inputs;
@@ -388,7 +404,10 @@ std::vector<OutputCheck> compare_outputs(const fs::path& model, const onnx::Mode
     for (const auto& op : wide->float32_ops) kept += (kept.empty() ? "" : ", ") + op;
     for (size_t i = 0; i < output_names.size(); ++i) {
       const Tensor truth = Tensor::from(exact[i]);
-      if (!checks[i].difference.problem.empty()) continue;  // a type or shape that differs stays the finding
+      // A type or shape that differs stays the finding. Integers and booleans must equal the
+      // original's float32 run: float64 may break a tie (ArgMax) the other way.
+      if (!checks[i].difference.problem.empty() || element_kind(expected[i].type).value_or(ElementKind{0, nullptr, true}).exact)
+        continue;
       checks[i].difference = compare(widened(got[i]), truth, options.tolerance);
       checks[i].baseline = compare(widened(expected[i]), truth, options.tolerance);
       judge_against_baseline(checks[i], options.tolerance.max_error_ratio);

@@ -218,6 +218,45 @@ TEST(Verify, DifferentWeightsAreAMismatchNamingTheOutput) {
   EXPECT_LT(r.output.find("FAIL"), r.output.find("error: ")) << "the results, then why they fail\n" << r.output;
 }
 
+// Models float64 cannot or should not judge, and a float16 input: each gets a sensible verdict.
+TEST(Verify, WhatAFloat64ReferenceLeavesToFloat32) {
+  TempDir dir;
+  auto r = run_command(std::string(CTXGEN_PYTHON) + " -c " +
+                       quote("import onnx, sys\n"
+                             "from onnx import helper as h, TensorProto as T\n"
+                             "def save(name, nodes, ins, outs, inits=()):\n"
+                             "    g = h.make_graph(nodes, name, ins, outs, list(inits))\n"
+                             "    onnx.save(h.make_model(g, opset_imports=[h.make_opsetid(\"\", 17)]), sys.argv[1] + \"/\" + name + \".onnx\")\n"
+                             "x = h.make_tensor_value_info(\"x\", T.FLOAT, [4, 8])\n"
+                             "# ArgMax over [x, x + 1e-9]: a tie in float32, not in float64\n"
+                             "save(\"tie\", [h.make_node(\"Add\", [\"x\", \"e\"], [\"x2\"]),\n"
+                             "                h.make_node(\"Unsqueeze\", [\"x\", \"a\"], [\"u1\"]), h.make_node(\"Unsqueeze\", [\"x2\", \"a\"], [\"u2\"]),\n"
+                             "                h.make_node(\"Concat\", [\"u1\", \"u2\"], [\"c\"], axis=0), h.make_node(\"ArgMax\", [\"c\"], [\"y\"], axis=0, keepdims=0)],\n"
+                             "     [x], [h.make_tensor_value_info(\"y\", T.INT64, [4, 8])],\n"
+                             "     [h.make_tensor(\"e\", T.FLOAT, [], [1e-9]), h.make_tensor(\"a\", T.INT64, [1], [0])])\n"
+                             "save(\"random\", [h.make_node(\"RandomUniformLike\", [\"x\"], [\"r\"], seed=1.0), h.make_node(\"Add\", [\"x\", \"r\"], [\"y\"])],\n"
+                             "     [x], [h.make_tensor_value_info(\"y\", T.FLOAT, [4, 8])])\n"
+                             "save(\"half\", [h.make_node(\"Cast\", [\"x16\"], [\"x32\"], to=T.FLOAT), h.make_node(\"Relu\", [\"x32\"], [\"y\"])],\n"
+                             "     [h.make_tensor_value_info(\"x16\", T.FLOAT16, [4, 8])], [h.make_tensor_value_info(\"y\", T.FLOAT, [4, 8])])\n") +
+                       " " + quote(dir.path()));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* name : {"tie", "random", "half"}) {
+    ASSERT_EQ(ctxgen("compile " + quote(dir / (std::string(name) + ".onnx")) + " --allow-empty").exit_code, 0) << name;
+    const std::string args =
+        quote(dir / (std::string(name) + "_ctx.onnx")) + " --reference " + quote(dir / (std::string(name) + ".onnx"));
+    r = ctxgen("verify " + args);
+    EXPECT_EQ(r.exit_code, 0) << name << "\n" << r.output;
+    r = ctxgen("verify " + args + " --reference-precision float64");
+    EXPECT_EQ(r.exit_code, 0) << name << "\n" << r.output;
+    // Integers must equal the float32 run, which float64 may tie-break otherwise; random draws
+    // differ in float64; a float16 input is fed and the rest widened.
+    const std::string expected = std::string(name) == "tie"      ? "output 'y' [4x8] against the float32 reference"
+                                 : std::string(name) == "random" ? "no float64 run: it draws random numbers (RandomUniformLike)"
+                                                                 : "against the float64 reference";
+    EXPECT_NE(r.output.find(expected), std::string::npos) << name << "\n" << r.output;
+  }
+}
+
 const fs::path kVerifySchema = fs::path(CTXGEN_SOURCE_DIR) / "docs/verify-schema.json";
 
 // verify --json alone on standard output.

@@ -115,6 +115,22 @@ TEST(VerifyCompare, EqualTensorsAndSpecialValues) {
   EXPECT_FALSE(nan.within);
   EXPECT_TRUE(std::isinf(nan.abs.max));
   EXPECT_FALSE(compare(floats({0, NAN, 1e30f, -2}), a, tolerance(1, 1)).within);  // rtol * inf bounds nothing
+  // Unmatched NaNs and infinities fail whatever the statistic, and leave the cosine undefined.
+  Tensor many = floats(std::vector<float>(100, 1.0f));
+  Tensor one_inf = many;
+  const float inf = INFINITY;
+  std::memcpy(one_inf.bytes.data(), &inf, 4);
+  for (auto stat : {ErrorStat::kMedian, ErrorStat::kP99, ErrorStat::kMean}) {
+    Difference d = compare(many, one_inf, tolerance(1, 1, stat));
+    EXPECT_FALSE(d.within) << error_stat_name(stat);
+    EXPECT_NE(d.failed.find("1 of 100 elements are NaN or infinite on one side only"), std::string::npos) << d.failed;
+    EXPECT_TRUE(std::isnan(d.cosine));
+  }
+  // The reference's magnitude is its own, whatever the other side holds.
+  EXPECT_DOUBLE_EQ(compare(one_inf, many, tolerance(1, 1)).reference_rms, 1);
+  // Rounding in the dot product does not take the cosine above 1.
+  Tensor tenths = floats(std::vector<float>(1000, 0.1f));
+  EXPECT_LE(compare(tenths, tenths, tolerance(0, 0)).cosine, 1.0);
   Difference zeros = compare(floats({0, 0}), floats({0, 0}), tolerance(0, 0));
   EXPECT_TRUE(zeros.within);
   EXPECT_DOUBLE_EQ(zeros.cosine, 1);

@@ -112,6 +112,13 @@ struct RunSummary {
 RunSummary compile_models(const std::vector<std::filesystem::path>& inputs, const CompileOptions& options,
                           const BackendRegistry& backends);
 
+// A model through load, specialise and partition, cut as compile would cut it, nothing written.
+struct PartitionedModel {
+  Model model;  // after specialisation: plan indices are into its main graph's nodes
+  PartitionPlan plan;
+};
+PartitionedModel partition_model(const std::filesystem::path& input, const LoadOptions& load, const Backend& backend);
+
 // "<folder>/<stem>_ctx.onnx" naming: the stem is the file name without its last extension.
 std::string file_stem(const std::filesystem::path& path);
 

@@ -39,6 +39,14 @@ std::string report_text(const RunSummary& summary);
 nlohmann::json inspect_json(const std::filesystem::path& path);
 std::string inspect_text(const nlohmann::json& inspected);
 
+// inspect --dot: the graph in Graphviz's DOT language, each backend partition one coloured cluster,
+// each CPU node labelled with why it stays there. A compiled model is drawn as it is (each EPContext
+// node a cluster, the reasons it recorded); any other model is first cut for `backend` as compile
+// would cut it with `load`.
+std::string inspect_dot(const std::filesystem::path& path, const Backend& backend, const LoadOptions& load);
+// DOT to SVG through Graphviz's `dot`: Error(kUsage) when it is not installed.
+std::string dot_to_svg(const std::string& dot);
+
 std::string human_bytes(uint64_t bytes);
 
 }  // namespace ctxgen

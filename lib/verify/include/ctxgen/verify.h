@@ -91,7 +91,9 @@ struct Difference {
   ErrorSummary rel;  // |got - expected| / |expected|, over the elements whose expected value is not 0
   double atol = 0;     // the one applied
   double outside = 0;  // fraction of elements with |got - expected| > atol + rtol * |expected|
-  double cosine = 1;   // of got and expected as vectors; 1 when both are all zeros
+  // Of got and expected as vectors; 1 when both are all zeros, NaN when an element is NaN or
+  // infinite on one side only.
+  double cosine = 1;
   double snr_db = INFINITY;  // 10 log10(sum expected^2 / sum (got - expected)^2); infinite when equal
   bool within = true;
   std::string failed;   // the criterion that failed, in words

@@ -1,0 +1,223 @@
+// `ctxgen inspect --dot/--svg`: where the partition borders are and why, as a picture.
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "ctxgen/error.h"
+#include "ctxgen/model.h"
+#include "ctxgen/report.h"
+
+namespace fs = std::filesystem;
+
+namespace ctxgen {
+namespace {
+
+// Fill and border of partition clusters, in turn: neighbouring partitions differ.
+constexpr const char* kClusterColours[][2] = {{"#dbeafe", "#2563eb"}, {"#dcfce7", "#16a34a"}, {"#fef9c3", "#ca8a04"},
+                                              {"#f3e8ff", "#9333ea"}, {"#cffafe", "#0891b2"}, {"#ffedd5", "#ea580c"}};
+constexpr size_t kLabelWidth = 40;
+
+std::string quoted(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out + "\"";
+}
+
+// Long names and reasons broken into lines of about kLabelWidth at spaces (or anywhere, for a
+// name without any).
+std::string wrapped(const std::string& text) {
+  std::string out, line;
+  std::istringstream words(text);
+  for (std::string word; words >> word;) {
+    while (word.size() > kLabelWidth) {
+      if (!line.empty()) out += line + "\n";
+      out += word.substr(0, kLabelWidth) + "\n";
+      word.erase(0, kLabelWidth);
+      line.clear();
+    }
+    if (!line.empty() && line.size() + 1 + word.size() > kLabelWidth) {
+      out += line + "\n";
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + word;
+  }
+  return out + line;
+}
+
+struct Picture {
+  const onnx::GraphProto& graph;
+  const PartitionPlan& plan;
+  std::vector<std::string> cluster_labels;  // one per partition
+  std::string title;
+};
+
+std::string dot(const Picture& p) {
+  std::ostringstream out;
+  out << "digraph " << quoted(p.title) << " {\n"
+      << "  graph [label=" << quoted(p.title) << ", labelloc=t, fontname=\"Helvetica\", rankdir=TB];\n"
+      << "  node [shape=box, style=\"rounded,filled\", fillcolor=white, fontname=\"Helvetica\", fontsize=10];\n"
+      << "  edge [color=\"#64748b\", arrowsize=0.6];\n";
+  auto node_id = [](size_t i) { return "n" + std::to_string(i); };
+  auto node_label = [&](size_t i) {
+    const auto& node = p.graph.node(static_cast<int>(i));
+    return node.op_type() + (node.name().empty() ? "" : "\n" + wrapped(node.name()));
+  };
+  for (int i = 0; i < p.graph.input_size(); ++i)
+    out << "  in" << i << " [label=" << quoted(wrapped(p.graph.input(i).name())) << ", shape=ellipse, fillcolor=\"#f1f5f9\"];\n";
+  for (int i = 0; i < p.graph.output_size(); ++i)
+    out << "  out" << i << " [label=" << quoted(wrapped(p.graph.output(i).name())) << ", shape=ellipse, fillcolor=\"#f1f5f9\"];\n";
+  for (size_t k = 0; k < p.plan.partitions.size(); ++k) {
+    const auto& colour = kClusterColours[k % std::size(kClusterColours)];
+    out << "  subgraph cluster_" << k << " {\n    label=" << quoted(p.cluster_labels[k])
+        << "; style=\"filled,rounded\"; fillcolor=\"" << colour[0] << "\"; color=\"" << colour[1] << "\"; penwidth=2;\n";
+    for (size_t i : p.plan.partitions[k].nodes) out << "    " << node_id(i) << " [label=" << quoted(node_label(i)) << "];\n";
+    out << "  }\n";
+  }
+  for (const auto& cpu : p.plan.cpu_nodes)
+    out << "  " << node_id(cpu.node) << " [label=" << quoted(node_label(cpu.node) + "\nCPU: " + wrapped(cpu.reason))
+        << ", fillcolor=\"#fee2e2\", color=\"#dc2626\"];\n";
+  // Edges follow values from the node (or graph input) that makes them to each node (or graph
+  // output) that reads them; weights are not drawn.
+  std::map<std::string, std::string> producer;
+  for (int i = 0; i < p.graph.input_size(); ++i) producer[p.graph.input(i).name()] = "in" + std::to_string(i);
+  for (int i = 0; i < p.graph.node_size(); ++i)
+    for (const auto& o : p.graph.node(i).output())
+      if (!o.empty()) producer[o] = node_id(static_cast<size_t>(i));
+  std::set<std::pair<std::string, std::string>> edges;
+  for (int i = 0; i < p.graph.node_size(); ++i)
+    for (const auto& value : node_reads(p.graph.node(i)))
+      if (auto it = producer.find(value); it != producer.end()) edges.insert({it->second, node_id(static_cast<size_t>(i))});
+  for (int i = 0; i < p.graph.output_size(); ++i)
+    if (auto it = producer.find(p.graph.output(i).name()); it != producer.end()) edges.insert({it->second, "out" + std::to_string(i)});
+  for (const auto& [from, to] : edges) out << "  " << from << " -> " << to << ";\n";
+  out << "}\n";
+  return out.str();
+}
+
+// A compiled model drawn as it is: each EPContext node of this backend is a partition, every
+// other node is on CPU for the reason the model recorded when it was compiled.
+std::string compiled_dot(const fs::path& path, const onnx::ModelProto& proto) {
+  std::map<std::string, std::string> reasons;  // by node name
+  if (auto recorded = metadata_value(proto, kFallbackMetadataKey)) {
+    auto list = nlohmann::json::parse(*recorded, nullptr, false);
+    if (list.is_array())
+      for (const auto& entry : list)
+        if (entry.is_object() && entry.value("node", nlohmann::json()).is_string() && entry.value("reason", nlohmann::json()).is_string())
+          reasons[entry["node"].get<std::string>()] = entry["reason"].get<std::string>();
+  }
+  PartitionPlan plan;
+  std::vector<std::string> labels;
+  for (int i = 0; i < proto.graph().node_size(); ++i) {
+    const auto& node = proto.graph().node(i);
+    if (node.op_type() == "EPContext") {
+      std::string source, partition = node.name();
+      for (const auto& a : node.attribute()) {
+        if (a.name() == "source") source = a.s();
+        if (a.name() == "partition_name") partition = a.s();
+      }
+      plan.partitions.push_back(Partition{{static_cast<size_t>(i)}, {}, {}, {}});
+      labels.push_back(source + " partition " + partition);
+      continue;
+    }
+    auto it = reasons.find(node.name());
+    plan.cpu_nodes.push_back({static_cast<size_t>(i), it != reasons.end() ? it->second : "no reason recorded"});
+  }
+  return dot({proto.graph(), plan, labels,
+              path.filename().string() + ": " + std::to_string(plan.partitions.size()) + " EPContext node(s), " +
+                  std::to_string(plan.cpu_nodes.size()) + " CPU node(s)"});
+}
+
+}  // namespace
+
+std::string inspect_dot(const fs::path& path, const Backend& backend, const LoadOptions& load) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) throw Error(ErrorCode::kInvalidModel, path.string() + ": no such file");
+  {
+    auto file = MappedFile::open(path);
+    onnx::ModelProto proto;
+    // A compiled model is small (its weights are in the binary); parse it only to look.
+    if (file->size() <= INT32_MAX && proto.ParseFromArray(file->data(), static_cast<int>(file->size())))
+      for (const auto& node : proto.graph().node())
+        if (node.op_type() == "EPContext") return compiled_dot(path, proto);
+  }
+  PartitionedModel cut = partition_model(path, load, backend);
+  std::vector<std::string> labels;
+  size_t on_backend = 0;
+  for (size_t k = 0; k < cut.plan.partitions.size(); ++k) {
+    const size_t n = cut.plan.partitions[k].nodes.size();
+    on_backend += n;
+    labels.push_back(backend.name() + " partition " + std::to_string(k) + ": " + std::to_string(n) + " node(s)");
+  }
+  return dot({cut.model.graph(), cut.plan, labels,
+              path.filename().string() + ": " + std::to_string(on_backend) + " of " +
+                  std::to_string(cut.model.graph().node_size()) + " nodes on " + backend.name() + " in " +
+                  std::to_string(cut.plan.partitions.size()) + " partition(s), " +
+                  std::to_string(cut.plan.cpu_nodes.size()) + " on CPU"});
+}
+
+std::string dot_to_svg(const std::string& dot_text) {
+  // Graphviz reads the graph from a file, so its output is the only pipe to drain.
+  std::string name = (fs::temp_directory_path() / "ctxgen-dot-XXXXXX").string();
+  const int fd = ::mkstemp(name.data());
+  if (fd < 0) throw Error(ErrorCode::kIo, "cannot create a temporary file for Graphviz: " + std::string(std::strerror(errno)));
+  const bool written = ::write(fd, dot_text.data(), dot_text.size()) == static_cast<ssize_t>(dot_text.size());
+  ::close(fd);
+  struct Unlink {
+    std::string path;
+    ~Unlink() { ::unlink(path.c_str()); }
+  } unlink_later{name};
+  if (!written) throw Error(ErrorCode::kIo, "cannot write the graph for Graphviz to " + name);
+  int out[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) throw Error(ErrorCode::kIo, "pipe failed: " + std::string(std::strerror(errno)));
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);  // its warnings go to our stderr
+  const char* argv[] = {"dot", "-Tsvg", name.c_str(), nullptr};
+  pid_t pid = 0;
+  const int spawned = ::posix_spawnp(&pid, "dot", &actions, nullptr, const_cast<char* const*>(argv), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(out[1]);
+  if (spawned != 0) {
+    ::close(out[0]);
+    if (spawned == ENOENT)
+      throw Error(ErrorCode::kUsage, "--svg needs Graphviz's dot, which is not installed (apt-get install graphviz); "
+                                     "--dot prints the graph for any Graphviz");
+    throw Error(ErrorCode::kRuntime, "cannot run Graphviz's dot: " + std::string(std::strerror(spawned)));
+  }
+  std::string svg;
+  char buffer[65536];
+  for (ssize_t n; (n = ::read(out[0], buffer, sizeof buffer)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    svg.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(out[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    throw Error(ErrorCode::kRuntime, "Graphviz's dot failed (" +
+                                         (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
+                                                            : "signal " + std::to_string(WTERMSIG(status))) +
+                                         "); it said why above");
+  return svg;
+}
+
+}  // namespace ctxgen
