@@ -15,25 +15,24 @@ void ProgressDisplay::show(const Progress& p) {
   std::string stage = p.stage;  // write_context_binary -> write context binary
   for (char& c : stage)
     if (c == '_') c = ' ';
-  std::string text;
-  if (p.model_count > 0)
-    text = "[" + std::to_string(p.model_index) + "/" + std::to_string(p.model_count) + "] " + stage + " " +
-           (p.file.empty() ? p.model : p.file).string();
-  if (p.model_count > 0 || p.bytes_total == 0) {
+  std::string text = (p.model_count > 0 ? "[" + std::to_string(p.model_index) + "/" + std::to_string(p.model_count) + "] "
+                                         : std::string()) +
+                     stage;
+  if (!p.file.empty() || !p.model.empty()) text += " " + (p.file.empty() ? p.model : p.file).string();
+  if (p.bytes_total == 0) {  // a stage starting
     last_percent_ = -1;
-    put(text.empty() ? stage : text);
+    put(text);
     return;
   }
   const int percent = static_cast<int>(100 * p.bytes_done / p.bytes_total);
   const bool done = p.bytes_done >= p.bytes_total;
-  // Plain lines: every 10 % of a file; a terminal: redrawn at most ten times a second.
+  // Plain lines: every 10 %; a terminal: redrawn at most ten times a second.
   if (!terminal_ && !done && last_percent_ >= 0 && percent / 10 == last_percent_ / 10) return;
   const auto now = std::chrono::steady_clock::now();
   if (terminal_ && !done && now - last_draw_ < std::chrono::milliseconds(100)) return;
   last_draw_ = now;
   last_percent_ = done ? -1 : percent;
-  put(stage + " " + p.file.string() + ": " + human_bytes(p.bytes_done) + " of " + human_bytes(p.bytes_total) +
-      " (" + std::to_string(percent) + "%)");
+  put(text + ": " + human_bytes(p.bytes_done) + " of " + human_bytes(p.bytes_total) + " (" + std::to_string(percent) + "%)");
 }
 
 void ProgressDisplay::show(const std::string& step) {

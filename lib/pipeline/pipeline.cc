@@ -310,6 +310,24 @@ ByteSink reporting(ByteSink sink, const CompileOptions& options, const char* sta
   };
 }
 
+// Progress of the compile stage of model k of N: bytes of weights hashed, of those its partitions
+// read (a weight read by two partitions counts twice, as it is hashed twice), every 64 MiB.
+std::function<void(uint64_t)> hash_progress(const Job& job, const CompileOptions& options, const fs::path& model,
+                                            size_t index, size_t count) {
+  uint64_t total = 0;
+  for (const auto& partition : job.plan.partitions)
+    for (const auto& name : partition.constants)
+      if (const Weight* w = job.model.constant(name)) total += w->data.size;
+  constexpr uint64_t kEvery = uint64_t{64} << 20;
+  return [&options, model, index, count, total, done = uint64_t{0}, next = kEvery](uint64_t size) mutable {
+    done += size;
+    if (done >= next) {
+      options.progress({"compile", model, index, count, {}, done, std::max(done, total)});
+      next = done + kEvery;
+    }
+  };
+}
+
 void report_written(const CompileOptions& options, const char* stage, const OutputSummary& file) {
   if (options.progress) options.progress({stage, {}, 0, 0, file.path, file.size, file.size});
 }
@@ -382,7 +400,14 @@ void run_pipeline(const std::vector<fs::path>& inputs, const CompileOptions& opt
   OutputSet outputs(planned_paths(plan), options.force);
   outputs_checked = true;
 
-  WeightStore store;
+  // Compiling hashes every weight a partition reads: on a large model that is the long part of
+  // the stage, so the hasher tells the progress display how far it got.
+  std::function<void(uint64_t)> hashed;
+  WeightStore store([&hashed](const uint8_t* data, size_t size) {
+    const Hash128 hash = xxh3_128(data, size);
+    if (hashed) hashed(size);
+    return hash;
+  });
   std::vector<Job> jobs(inputs.size());
   auto stops_at = [&](Phase phase) { return options.stop_after && *options.stop_after == phase; };
   for (size_t m = 0; m < inputs.size(); ++m) {
@@ -414,7 +439,11 @@ void run_pipeline(const std::vector<fs::path>& inputs, const CompileOptions& opt
                            : "no node is supported by backend '" + backend.name() + "' (" + describe_fallbacks(job) + ")") +
                       "; " + hint + (hint.empty() ? "" : " ") + "pass --allow-empty to write the model anyway");
     }
-    stage("compile", [&] { phase_compile(job, backend, options.node_name_prefix + file_stem(inputs[m]), store); });
+    stage("compile", [&] {
+      if (options.progress) hashed = hash_progress(job, options, inputs[m], m + 1, inputs.size());
+      phase_compile(job, backend, options.node_name_prefix + file_stem(inputs[m]), store);
+      hashed = nullptr;
+    });
   }
   summary.weights = store.stats();
 
@@ -483,7 +512,7 @@ void run_pipeline(const std::vector<fs::path>& inputs, const CompileOptions& opt
     std::string bytes = serialize(outs[m], jobs[m].output);
     outs[m] = onnx::ModelProto();  // its embedded weights leave memory once written (Clear() keeps them)
     if (options.progress)
-      options.progress({"write_models", inputs[m], m + 1, jobs.size(), jobs[m].output, 0, bytes.size()});
+      options.progress({"write_models", inputs[m], m + 1, jobs.size(), jobs[m].output, 0, 0});
     OutputFile& file = outputs.open(jobs[m].output);
     file.write(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
     outputs.finished(file.finish(jobs[m].output));

@@ -25,14 +25,14 @@ enum class Phase { kLoad, kSpecialise, kPartition };
 std::string phase_name(Phase phase);
 std::optional<Phase> parse_phase(const std::string& name);
 
-// What a long run is doing, for a progress display: a stage of model k of N starting, or a file
-// being written (bytes so far of its total).
+// What a long run is doing, for a progress display: a stage of model k of N starting (no bytes),
+// its weights being hashed (compile: bytes so far of its total), or a file being written.
 struct Progress {
   std::string stage;            // as in StageTiming
   std::filesystem::path model;  // the input model of a per-model stage; empty for the others
   size_t model_index = 0, model_count = 0;   // k of N (from 1) for per-model stages
   std::filesystem::path file;                // write stages: the file being written
-  uint64_t bytes_done = 0, bytes_total = 0;  // write stages; done reaches total when it is written
+  uint64_t bytes_done = 0, bytes_total = 0;  // compile and write stages; a written file ends with done == total
 };
 
 // --report - : the report goes to standard output.
