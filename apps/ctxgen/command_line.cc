@@ -1,6 +1,7 @@
 #include "command_line.h"
 
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 
 #include <CLI/CLI.hpp>
@@ -13,17 +14,16 @@ namespace ctxgen::cli {
 
 namespace {
 
-// A number above `bound` (or equal to it, when `inclusive`), in one line when it is not.
-CLI::Validator at_least(double bound, bool inclusive) {
-  std::string name = (inclusive ? ">= " : "> ") + CLI::detail::to_string(bound);
+// A finite number that `ok` accepts, `what` saying which, in one line when it is not.
+CLI::Validator number(const std::string& what, bool (*ok)(double)) {
   return CLI::Validator(
       [=](std::string& text) {
         char* end = nullptr;
         const double v = std::strtod(text.c_str(), &end);
-        const bool ok = end != text.c_str() && *end == '\0' && (inclusive ? v >= bound : v > bound);
-        return ok ? std::string() : "must be a number " + name;
+        const bool valid = end != text.c_str() && *end == '\0' && std::isfinite(v) && ok(v);
+        return valid ? std::string() : "must be a number " + what;
       },
-      name);
+      what);
 }
 
 }  // namespace
@@ -89,21 +89,23 @@ Parsed parse(int argc, const char* const* argv, bool with_verify, const std::str
     verify = app.add_subcommand("verify", "Check compiled models: integrity, and outputs against the originals in ONNX Runtime");
     verify->add_option("models", line.verify_models, "Compiled models (_ctx.onnx)")->required();
     verify->add_option("--reference", line.verify_references, "The original model of each compiled model, in the same order");
-    verify->add_option("--rtol", line.rtol, "Relative tolerance")->check(at_least(0, true))->capture_default_str();
+    verify->add_option("--rtol", line.rtol, "Relative tolerance")->check(number(">= 0", [](double v) { return v >= 0; }))->capture_default_str();
     verify->add_option("--atol", line.atol, "Absolute tolerance (default: rtol times each output's largest |expected|)")
-        ->check(at_least(0, true));
+        ->check(number(">= 0", [](double v) { return v >= 0; }));
     verify->add_option("--error-stat", line.error_stat, "What the tolerance applies to: every element, or the max, mean, median or p99 of the errors")
         ->check(CLI::IsMember({"elementwise", "max", "mean", "median", "p99"}))
         ->capture_default_str();
-    verify->add_option("--min-cosine", line.min_cosine, "Also require this cosine similarity per output (e.g. 0.9999)");
-    verify->add_option("--min-snr", line.min_snr, "Also require this signal-to-noise ratio per output, in dB");
+    verify->add_option("--min-cosine", line.min_cosine, "Also require this cosine similarity per output (e.g. 0.9999)")
+        ->check(number("in [-1, 1]", [](double v) { return v >= -1 && v <= 1; }));
+    verify->add_option("--min-snr", line.min_snr, "Also require this signal-to-noise ratio per output, in dB")
+        ->check(number("(dB)", [](double) { return true; }));
     verify->add_option("--reference-precision", line.reference_precision,
                        "Run the original in float32, or in float64 where ONNX Runtime can (and measure its float32 error)")
         ->check(CLI::IsMember({"float32", "float64"}))
         ->capture_default_str();
     verify->add_option("--max-error-ratio", line.max_error_ratio,
                        "With a float64 reference: the most an output's rms error may be, as a multiple of the original's own float32 error")
-        ->check(at_least(0, false))
+        ->check(number("> 0", [](double v) { return v > 0; }))
         ->capture_default_str();
     verify->add_option("--seed", line.seed, "Seed of the random inputs")->capture_default_str();
     verify->add_option("--input-shape", line.verify_shapes, "Shape for a dynamic input: INPUT=1x128 (repeatable)");
@@ -156,6 +158,7 @@ Parsed parse(int argc, const char* const* argv, bool with_verify, const std::str
   for (const char* key : {"backend", "output-dir", "node-name-prefix", "external-initializers-file"}) {
     if (cmd->count(std::string("--") + key) > 0) line.given_keys.emplace_back(key);
   }
+  if (*inspect && inspect->count("--backend") > 0) line.given_keys.emplace_back("backend");
   parsed.line = std::move(line);
   return parsed;
 }

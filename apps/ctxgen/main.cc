@@ -1,6 +1,7 @@
 // ctxgen command line: parse flags, call the library, map errors to documented exit codes
 // (docs/cli.md).
 
+#include <algorithm>
 #include <iostream>
 #include <optional>
 
@@ -142,7 +143,8 @@ int print_verification(ctxgen::verify::Options options, bool as_json, bool quiet
   std::vector<std::string> mismatches;
   for (const auto& o : result.outputs)
     if (!o.difference.within)
-      mismatches.push_back(o.model.string() + ": output '" + o.output + "' differs from the reference beyond tolerance");
+      mismatches.push_back(o.model.string() + ": output '" + o.output + "' fails against the reference: " +
+                           (o.difference.problem.empty() ? o.difference.failed : o.difference.problem));
   std::optional<Error> mismatch;
   if (!mismatches.empty()) mismatch = Error(ErrorCode::kMismatch, mismatches.front());
   if (as_json) std::cout << ctxgen::json_text(verification_json(options, &result, mismatch ? &*mismatch : nullptr), 2) << "\n";
@@ -200,8 +202,11 @@ int main(int argc, char** argv) {
           std::cout << (line.svg ? ctxgen::dot_to_svg(dot) : dot);
           return 0;
         }
-        if (!line.shapes.fix_dims.empty() || !line.shapes.input_shapes.empty() || !line.shapes.fix_values.empty())
-          throw Error(ErrorCode::kUsage, "inspect: --fix-dim, --input-shape and --fix-value cut a model for --dot or --svg");
+        const bool backend_given =
+            std::find(line.given_keys.begin(), line.given_keys.end(), "backend") != line.given_keys.end();
+        if (backend_given || !line.shapes.fix_dims.empty() || !line.shapes.input_shapes.empty() ||
+            !line.shapes.fix_values.empty())
+          throw Error(ErrorCode::kUsage, "inspect: -e, --fix-dim, --input-shape and --fix-value cut a model for --dot or --svg");
         auto inspected = ctxgen::inspect_json(line.inspect_path);
         std::cout << (line.json ? ctxgen::json_text(inspected, 2) + "\n" : ctxgen::inspect_text(inspected));
         return 0;

@@ -111,17 +111,33 @@ std::string dot(const Picture& p) {
   return out.str();
 }
 
-// A compiled model drawn as it is: each EPContext node of this backend is a partition, every
-// other node is on CPU for the reason the model recorded when it was compiled.
+// A compiled model drawn as it is: each EPContext node is a partition, every other node is on CPU
+// for the reason the model recorded when it was compiled. The record names a node by its name, or
+// by "#index" in the graph before compiling when it has none: an unnamed node takes the first
+// unused unnamed record of its op, in node order as both are.
 std::string compiled_dot(const fs::path& path, const onnx::ModelProto& proto) {
-  std::map<std::string, std::string> reasons;  // by node name
-  if (auto recorded = metadata_value(proto, kFallbackMetadataKey)) {
-    auto list = nlohmann::json::parse(*recorded, nullptr, false);
-    if (list.is_array())
-      for (const auto& entry : list)
-        if (entry.is_object() && entry.value("node", nlohmann::json()).is_string() && entry.value("reason", nlohmann::json()).is_string())
-          reasons[entry["node"].get<std::string>()] = entry["reason"].get<std::string>();
+  struct Recorded {
+    std::string node, op, reason;
+    bool used = false;
+  };
+  std::vector<Recorded> recorded;
+  if (auto text = metadata_value(proto, kFallbackMetadataKey)) {
+    auto list = nlohmann::json::parse(*text, nullptr, false);
+    for (const auto& e : list.is_array() ? list : nlohmann::json::array())
+      if (e.is_object() && e.value("node", nlohmann::json()).is_string() && e.value("op_type", nlohmann::json()).is_string() &&
+          e.value("reason", nlohmann::json()).is_string())
+        recorded.push_back({e["node"], e["op_type"], e["reason"]});
   }
+  auto reason_of = [&](const onnx::NodeProto& node) -> std::string {
+    for (auto& r : recorded) {
+      const bool same = node.name().empty() ? r.node.rfind('#', 0) == 0 : r.node == node.name();
+      if (!r.used && same && r.op == node.op_type()) {
+        r.used = true;
+        return r.reason;
+      }
+    }
+    return "no reason recorded";
+  };
   PartitionPlan plan;
   std::vector<std::string> labels;
   for (int i = 0; i < proto.graph().node_size(); ++i) {
@@ -136,8 +152,7 @@ std::string compiled_dot(const fs::path& path, const onnx::ModelProto& proto) {
       labels.push_back(source + " partition " + partition);
       continue;
     }
-    auto it = reasons.find(node.name());
-    plan.cpu_nodes.push_back({static_cast<size_t>(i), it != reasons.end() ? it->second : "no reason recorded"});
+    plan.cpu_nodes.push_back({static_cast<size_t>(i), reason_of(node)});
   }
   return dot({proto.graph(), plan, labels,
               path.filename().string() + ": " + std::to_string(plan.partitions.size()) + " EPContext node(s), " +
@@ -155,7 +170,12 @@ std::string inspect_dot(const fs::path& path, const Backend& backend, const Load
     // A compiled model is small (its weights are in the binary); parse it only to look.
     if (file->size() <= INT32_MAX && proto.ParseFromArray(file->data(), static_cast<int>(file->size())))
       for (const auto& node : proto.graph().node())
-        if (node.op_type() == "EPContext") return compiled_dot(path, proto);
+        if (node.op_type() == "EPContext") {
+          if (!load.fix_dims.empty() || !load.input_shapes.empty() || !load.fix_values.empty())
+            throw Error(ErrorCode::kUsage, path.string() + " is compiled: it is drawn as it is, so --fix-dim, --input-shape "
+                                                           "and --fix-value have nothing to cut (give the original model)");
+          return compiled_dot(path, proto);
+        }
   }
   PartitionedModel cut = partition_model(path, load, backend);
   std::vector<std::string> labels;
@@ -174,16 +194,25 @@ std::string inspect_dot(const fs::path& path, const Backend& backend, const Load
 
 std::string dot_to_svg(const std::string& dot_text) {
   // Graphviz reads the graph from a file, so its output is the only pipe to drain.
-  std::string name = (fs::temp_directory_path() / "ctxgen-dot-XXXXXX").string();
+  std::error_code ec;
+  const fs::path folder = fs::temp_directory_path(ec);
+  if (ec) throw Error(ErrorCode::kIo, "no folder for a temporary file for Graphviz (TMPDIR): " + ec.message());
+  std::string name = (folder / "ctxgen-dot-XXXXXX").string();
   const int fd = ::mkstemp(name.data());
   if (fd < 0) throw Error(ErrorCode::kIo, "cannot create a temporary file for Graphviz: " + std::string(std::strerror(errno)));
-  const bool written = ::write(fd, dot_text.data(), dot_text.size()) == static_cast<ssize_t>(dot_text.size());
+  int write_error = 0;
+  for (size_t at = 0; at < dot_text.size() && write_error == 0;) {
+    const ssize_t n = ::write(fd, dot_text.data() + at, dot_text.size() - at);
+    if (n > 0) at += static_cast<size_t>(n);
+    else if (errno != EINTR) write_error = n < 0 ? errno : EIO;
+  }
   ::close(fd);
   struct Unlink {
     std::string path;
     ~Unlink() { ::unlink(path.c_str()); }
   } unlink_later{name};
-  if (!written) throw Error(ErrorCode::kIo, "cannot write the graph for Graphviz to " + name);
+  if (write_error != 0)
+    throw Error(ErrorCode::kIo, "cannot write the graph for Graphviz to " + name + ": " + std::strerror(write_error));
   int out[2];
   if (::pipe2(out, O_CLOEXEC) != 0) throw Error(ErrorCode::kIo, "pipe failed: " + std::string(std::strerror(errno)));
   posix_spawn_file_actions_t actions;
@@ -203,15 +232,22 @@ std::string dot_to_svg(const std::string& dot_text) {
   }
   std::string svg;
   char buffer[65536];
+  int read_error = 0;
   for (ssize_t n; (n = ::read(out[0], buffer, sizeof buffer)) != 0;) {
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) break;
+    if (n < 0) {
+      read_error = errno;
+      break;
+    }
     svg.append(buffer, static_cast<size_t>(n));
   }
-  ::close(out[0]);
+  ::close(out[0]);  // a dot still writing gets SIGPIPE and ends
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  pid_t waited;
+  while ((waited = ::waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
   }
+  if (read_error != 0 || waited != pid)
+    throw Error(ErrorCode::kRuntime, "cannot read Graphviz's output: " + std::string(std::strerror(read_error ? read_error : errno)));
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
     throw Error(ErrorCode::kRuntime, "Graphviz's dot failed (" +
                                          (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))

@@ -310,8 +310,9 @@ ByteSink reporting(ByteSink sink, const CompileOptions& options, const char* sta
   };
 }
 
-// Progress of the compile stage of model k of N: bytes of weights hashed, of those its partitions
-// read (a weight read by two partitions counts twice, as it is hashed twice), every 64 MiB.
+// Progress of the compile stage of model k of N: bytes of weights hashed, every 64 MiB, of the
+// bytes its partitions read as loaded. The total is an estimate (lowering may fold or repack
+// weights before they are hashed); a count that passes it is shown as its own total.
 std::function<void(uint64_t)> hash_progress(const Job& job, const CompileOptions& options, const fs::path& model,
                                             size_t index, size_t count) {
   uint64_t total = 0;

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "ctxgen/model.h"
 #include "ctxgen/verify.h"
 
 namespace ctxgen::verify {
@@ -117,13 +118,13 @@ Difference compare(const Tensor& got, const Tensor& expected, const Tolerance& t
   d.dims = expected.dims;
   if (got.type != expected.type) {
     d.within = false;
-    d.problem = "element type " + std::to_string(got.type) + ", expected " + std::to_string(expected.type);
+    d.problem = "element type " + dtype_name(got.type) + ", expected " + dtype_name(expected.type);
     return d;
   }
   auto kind = element_kind(expected.type);
   if (!kind || got.dims != expected.dims || got.bytes.size() != expected.bytes.size() || expected.bytes.size() % kind->size != 0) {
     d.within = false;
-    d.problem = !kind ? "element type " + std::to_string(expected.type) + " cannot be compared"
+    d.problem = !kind ? "element type " + dtype_name(expected.type) + " cannot be compared"
                       : "shape differs from the expected shape";
     return d;
   }
@@ -133,24 +134,26 @@ Difference compare(const Tensor& got, const Tensor& expected, const Tolerance& t
     if (std::isfinite(y)) d.reference_max_abs = std::max(d.reference_max_abs, y);
   }
   const double atol = d.atol = tolerance.atol.value_or(tolerance.rtol * d.reference_max_abs);
-  std::vector<float> abs_errors, rel_errors;
+  const double scale = d.reference_max_abs > 0 ? d.reference_max_abs : 1;
+  std::vector<float> abs_errors, rel_errors, judged_rel;
   abs_errors.reserve(n);
-  double abs_sum = 0, rel_sum = 0, abs_max = 0, rel_max = 0;
+  // A statistic judged by rtol needs every element: one whose expected value is 0 and got is not
+  // is infinitely wrong relatively (the shown rel statistics leave such elements out).
+  const bool judging_rel = tolerance.stat != ErrorStat::kElementwise;
+  double abs_sum = 0, rel_sum = 0, judged_sum = 0, abs_max = 0, rel_max = 0, judged_max = 0;
   double dot = 0, got_squares = 0, expected_squares = 0, error_squares = 0;
-  uint64_t outside = 0, unequal = 0, unmatched = 0;
+  uint64_t outside = 0, unequal = 0, unmatched = 0, finite = 0;
   for (size_t i = 0; i < n; ++i) {
     const uint8_t* a = got.bytes.data() + i * kind->size;
     const uint8_t* b = expected.bytes.data() + i * kind->size;
     const double x = kind->read(a), y = kind->read(b);
     // Integers compare bit for bit: 64-bit values do not all survive the trip through double.
     if (kind->exact && std::memcmp(a, b, kind->size) != 0) ++unequal;
-    const bool both_nan = std::isnan(x) && std::isnan(y);
-    double diff = x == y || both_nan ? 0 : std::fabs(x - y);  // x == y: equal infinities
+    const bool equal = x == y || (std::isnan(x) && std::isnan(y));  // x == y: equal infinities too
     // A NaN or an infinity on one side only, or two different infinities: no tolerance covers it.
-    if (std::isnan(diff) || std::isinf(diff)) {
-      diff = INFINITY;
-      ++unmatched;
-    }
+    if (!equal && !(std::isfinite(x) && std::isfinite(y))) ++unmatched;
+    double diff = equal ? 0 : std::fabs(x - y);
+    if (std::isnan(diff)) diff = INFINITY;
     abs_errors.push_back(static_cast<float>(diff));
     abs_sum += diff;
     abs_max = std::max(abs_max, diff);
@@ -160,18 +163,29 @@ Difference compare(const Tensor& got, const Tensor& expected, const Tolerance& t
       rel_sum += rel;
       rel_max = std::max(rel_max, rel);
     }
+    if (judging_rel) {
+      const double rel = diff == 0 ? 0 : std::isfinite(y) && y != 0 ? diff / std::fabs(y) : INFINITY;
+      judged_rel.push_back(static_cast<float>(rel));
+      judged_sum += rel;
+      judged_max = std::max(judged_max, rel);
+    }
     if (diff != 0 && !(diff <= atol + tolerance.rtol * std::fabs(y))) ++outside;
-    error_squares += diff * diff;
-    // The reference's own magnitude counts its finite values, whatever the other side holds.
-    if (std::isfinite(y)) expected_squares += y * y;
+    // Sums of squares in units of the reference's largest value, so values near 1e154 do not
+    // overflow them. The reference's own magnitude counts its finite values, whatever got holds.
+    const double ds = diff / scale, xs = x / scale, ys = y / scale;
+    error_squares += ds * ds;
+    if (std::isfinite(y)) {
+      expected_squares += ys * ys;
+      ++finite;
+    }
     if (std::isfinite(x) && std::isfinite(y)) {
-      dot += x * y;
-      got_squares += x * x;
+      dot += xs * ys;
+      got_squares += xs * xs;
     }
   }
   d.elements = n;
-  d.reference_rms = n ? std::sqrt(expected_squares / static_cast<double>(n)) : 0;
-  d.error_rms = n ? std::sqrt(error_squares / static_cast<double>(n)) : 0;
+  d.reference_rms = finite ? scale * std::sqrt(expected_squares / static_cast<double>(finite)) : 0;
+  d.error_rms = n ? scale * std::sqrt(error_squares / static_cast<double>(n)) : 0;
   d.abs = summarise(abs_errors, abs_sum, abs_max);
   d.rel = summarise(rel_errors, rel_sum, rel_max);
   d.outside = n ? static_cast<double>(outside) / static_cast<double>(n) : 0;
@@ -199,15 +213,21 @@ Difference compare(const Tensor& got, const Tensor& expected, const Tolerance& t
            "%) differ by more than atol + rtol * |expected| = " + number(atol) + " + " + number(tolerance.rtol) + " * |expected|");
   } else {
     const char* name = error_stat_name(tolerance.stat);
-    const double abs = d.abs.of(tolerance.stat), rel = d.rel.of(tolerance.stat);
+    const double abs = d.abs.of(tolerance.stat), rel = summarise(judged_rel, judged_sum, judged_max).of(tolerance.stat);
     if (abs > atol && rel > tolerance.rtol)
       fail(std::string(name) + " abs error " + number(abs) + " > atol " + number(atol) + " and " + name +
            " rel error " + number(rel) + " > rtol " + number(tolerance.rtol));
   }
+  // As many digits as the comparison needs: a cosine of 0.99995 against 0.99999 is not "1 < 1".
+  auto precise = [](double v, const char* format) {
+    char text[32];
+    std::snprintf(text, sizeof text, format, v);
+    return std::string(text);
+  };
   if (tolerance.min_cosine && !(d.cosine >= *tolerance.min_cosine))
-    fail("cosine similarity " + number(d.cosine) + " < " + number(*tolerance.min_cosine));
+    fail("cosine similarity " + precise(d.cosine, "%.9f") + " < " + precise(*tolerance.min_cosine, "%.9f"));
   if (tolerance.min_snr_db && !(d.snr_db >= *tolerance.min_snr_db))
-    fail("SNR " + number(d.snr_db) + " dB < " + number(*tolerance.min_snr_db) + " dB");
+    fail("SNR " + precise(d.snr_db, "%.2f") + " dB < " + precise(*tolerance.min_snr_db, "%.2f") + " dB");
   return d;
 }
 

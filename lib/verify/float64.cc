@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <functional>
+#include <map>
 #include <regex>
 #include <set>
 #include <unordered_map>
@@ -31,8 +32,6 @@ std::vector<uint8_t> widen(const uint8_t* data, size_t size) {
   }
   return out;
 }
-
-void widen_types(onnx::GraphProto& graph);
 
 onnx::AttributeProto* attribute_of(onnx::NodeProto& node, const char* name) {
   for (auto& a : *node.mutable_attribute())
@@ -92,7 +91,16 @@ void widen_types(onnx::GraphProto& graph) {
 // are embedded: ONNX Runtime's shape inference reads shapes, pads and axes only from the model
 // itself. So are those of subgraphs: it reads their external data from real files only.
 std::vector<char> move_weights(Model& model) {
+  auto embedded = [](const Weight& w, size_t size) {
+    return size <= kEmbeddedBytes || w.origin == WeightOrigin::kSubgraphInitializer ||
+           w.origin == WeightOrigin::kSubgraphConstantNode;
+  };
+  auto wide_size = [](const Weight& w) { return w.data.dtype == kFloat ? 2 * w.data.size : w.data.size; };
+  size_t total = 0;  // reserved: growing it would hold the old and the new copy at once
+  for (const auto& w : model.weights)
+    if (!embedded(w, wide_size(w))) total = (total + 63) / 64 * 64 + wide_size(w);
   std::vector<char> file;
+  file.reserve(total);
   for (auto& w : model.weights) {
     std::vector<uint8_t> wide;
     const uint8_t* data = w.data.data;
@@ -104,8 +112,7 @@ std::vector<char> move_weights(Model& model) {
       w.tensor->set_data_type(kDouble);
     }
     w.tensor->clear_external_data();
-    if (size <= kEmbeddedBytes || w.origin == WeightOrigin::kSubgraphInitializer ||
-        w.origin == WeightOrigin::kSubgraphConstantNode) {
+    if (embedded(w, size)) {
       w.tensor->set_data_location(onnx::TensorProto_DataLocation_DEFAULT);
       w.tensor->set_raw_data(data, size);
       continue;
@@ -124,16 +131,40 @@ std::vector<char> move_weights(Model& model) {
   return file;
 }
 
+// Names not yet used in the graph, for the values and nodes verify adds.
+class Names {
+ public:
+  explicit Names(const onnx::GraphProto& graph) {
+    for (const auto& node : graph.node()) {
+      used_.insert(node.name());
+      used_.insert(node.input().begin(), node.input().end());
+      used_.insert(node.output().begin(), node.output().end());
+    }
+    for (const auto* list : {&graph.input(), &graph.output(), &graph.value_info()})
+      for (const auto& v : *list) used_.insert(v.name());
+    for (const auto& t : graph.initializer()) used_.insert(t.name());
+  }
+  std::string fresh(const std::string& base) {
+    std::string name = base;
+    for (size_t k = 1; !used_.insert(name).second; ++k) name = base + "_" + std::to_string(k);
+    return name;
+  }
+
+ private:
+  std::set<std::string> used_;
+};
+
 // Nodes of the kept op types read float32 and write float32, with casts from and to the widened
-// values around them.
-void keep_float32(onnx::GraphProto& graph, const std::set<std::string>& kept, const std::function<bool(const std::string&)>& was_float) {
+// values around them; one kept node reading another's output reads its float32 value directly.
+void keep_float32(onnx::GraphProto& graph, const std::set<std::string>& kept, const std::function<bool(const std::string&)>& was_float,
+                  Names names) {
   if (kept.empty()) return;
   google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
-  std::set<std::string> narrowed;
+  std::map<std::string, std::string> narrow_of;  // a float value -> its float32 twin
   auto cast = [&](const std::string& from, const std::string& to, int32_t type) {
     auto* c = nodes.Add();
     c->set_op_type("Cast");
-    c->set_name(to + "/cast");
+    c->set_name(names.fresh(to + "/cast"));
     c->add_input(from);
     c->add_output(to);
     auto* a = c->add_attribute();
@@ -149,18 +180,23 @@ void keep_float32(onnx::GraphProto& graph, const std::set<std::string>& kept, co
     if (auto* stash = attribute_of(node, "stash_type"); stash != nullptr && stash->i() == kDouble) stash->set_i(kFloat);
     for (auto& input : *node.mutable_input()) {
       if (input.empty() || !was_float(input)) continue;
-      const std::string narrow = input + "/float32";
-      if (narrowed.insert(narrow).second) cast(input, narrow, kFloat);
-      input = narrow;
+      auto [it, added] = narrow_of.emplace(input, std::string());
+      if (added) {
+        it->second = names.fresh(input + "/float32");
+        cast(input, it->second, kFloat);
+      }
+      input = it->second;
     }
-    std::vector<std::string> widened;
+    std::vector<std::pair<std::string, std::string>> widened;  // (float32 output, its widened name)
     for (auto& output : *node.mutable_output()) {
       if (output.empty() || !was_float(output)) continue;
-      widened.push_back(output);
-      output += "/float32";
+      const std::string narrow = names.fresh(output + "/float32");
+      narrow_of[output] = narrow;
+      widened.emplace_back(narrow, output);
+      output = narrow;
     }
     *nodes.Add() = std::move(node);
-    for (const auto& output : widened) cast(output + "/float32", output, kDouble);
+    for (const auto& [narrow, wide] : widened) cast(narrow, wide, kDouble);
   }
   graph.mutable_node()->Swap(&nodes);
 }
@@ -222,16 +258,17 @@ std::optional<Float64Reference> float64_reference(const std::filesystem::path& o
       why = "it draws random numbers (" + node.op_type() + "), which a float64 run would draw differently";
       return std::nullopt;
     }
-  size_t unnamed = 0;
+  // Every node named, uniquely, so ONNX Runtime's errors say which one it refuses.
+  Names names(model.graph());
   for (auto& node : *model.proto->mutable_graph()->mutable_node())
-    if (node.name().empty()) node.set_name("ctxgen_float64_node_" + std::to_string(unnamed++));
+    if (node.name().empty()) node.set_name(names.fresh("ctxgen_float64_node"));
   const FloatValues was_float(model);
   std::vector<char> weights = move_weights(model);
   widen_types(*model.proto->mutable_graph());
   std::set<std::string> kept;
   for (;;) {
     onnx::ModelProto attempt = *model.proto;
-    keep_float32(*attempt.mutable_graph(), kept, was_float);
+    keep_float32(*attempt.mutable_graph(), kept, was_float, names);
     try {
       return Float64Reference{host.cpu_session(attempt.SerializeAsString(), kWeightsName, weights),
                               std::vector<std::string>(kept.begin(), kept.end())};
@@ -241,8 +278,12 @@ std::optional<Float64Reference> float64_reference(const std::filesystem::path& o
       std::string op;
       for (const auto& node : model.graph().node())
         if (name && node.name() == *name) op = node.op_type();
-      // Before opset 6, Cast takes its type by name, and ONNX Runtime runs no such Cast.
-      if (op.empty() || default_opset(*model.proto) < 6 || !kept.insert(op).second) return std::nullopt;
+      if (const int64_t opset = default_opset(*model.proto); !op.empty() && opset < 6) {
+        why += " (the model imports opset " + std::to_string(opset) +
+               ": before opset 6 Cast names its type, a Cast ONNX Runtime does not run, so no op can be kept in float32)";
+        return std::nullopt;
+      }
+      if (op.empty() || !kept.insert(op).second) return std::nullopt;
     }
   }
 }

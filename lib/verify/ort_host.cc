@@ -1,6 +1,4 @@
-#include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <unordered_map>
 
 #include "ctxgen/error.h"

@@ -5,9 +5,9 @@
 
 Each block (4-space indented or fenced) must match exactly one rule below, found by its file and
 first line; a block no rule knows fails the test, so a new example cannot go untested. Rules:
-  run       the shell lines run as written (bash, one session per file) in a scratch copy of the
-            repository's layout (build/ -> the build tree; testdata/, scripts/, apps/ copied), after
-            the file's setup lines made the files the text talks about;
+  run       the shell lines run as written (bash, one session per block) in a scratch copy of the
+            repository's layout (build/ -> the build tree; testdata/ and scripts/ copied), after
+            the rule's setup lines made the files the text talks about;
   sample    lines of output a command prints: it runs, and every sample line must match a line of
             its output with numbers, paths and quoted names masked (so the format cannot drift);
   synopsis  every --option it names is in `ctxgen help COMMAND` for the command on its line;
@@ -276,7 +276,7 @@ SPECIAL = {r'\{"models"': manifest, r"scripts/conformance.sh +# all four": confo
 
 def main():
     scratch = Scratch()
-    seen = 0
+    seen, used = 0, set()
     try:
         for path in sorted(glob.glob(os.path.join(source, "docs", "*.md"))):
             name = os.path.basename(path)
@@ -290,9 +290,10 @@ def main():
                 pattern, rule = matches[0]
                 (rule or SPECIAL[pattern])(block, scratch)
                 seen += 1
-        if seen < len(RULES):
-            failures.append("only %d blocks for %d rules: a rule matches nothing (a block changed or went away)"
-                            % (seen, len(RULES)))
+                used.add((name, pattern))
+        for f, pattern, _ in RULES:
+            if (f, pattern) not in used:
+                failures.append("the rule for docs/%s '%s' matches no block (it changed or went away)" % (f, pattern))
     finally:
         shutil.rmtree(scratch.dir, ignore_errors=True)
     for f in failures:

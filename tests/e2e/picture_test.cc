@@ -57,6 +57,25 @@ TEST(Picture, ACompiledModelShowsItsEpContextNodesAndRecordedReasons) {
   EXPECT_EQ(count(r.output, "CPU: unsupported op"), 2u) << r.output;
 }
 
+TEST(Picture, UnnamedCpuNodesOfACompiledModelKeepTheirReasons) {
+  TempDir dir;
+  auto r = run_command(std::string(CTXGEN_PYTHON) + " -c " +
+                       quote("import onnx, sys\n"
+                             "from onnx import helper as h, TensorProto as T\n"
+                             "n = [h.make_node(\"Relu\", [\"x\"], [\"r\"]), h.make_node(\"Floor\", [\"r\"], [\"f\"]),\n"
+                             "     h.make_node(\"Relu\", [\"f\"], [\"s\"]), h.make_node(\"Floor\", [\"s\"], [\"y\"])]\n"
+                             "g = h.make_graph(n, \"g\", [h.make_tensor_value_info(\"x\", T.FLOAT, [2])],\n"
+                             "                 [h.make_tensor_value_info(\"y\", T.FLOAT, [2])])\n"
+                             "onnx.save(h.make_model(g, opset_imports=[h.make_opsetid(\"\", 17)]), sys.argv[1])\n") +
+                       " " + quote(dir / "unnamed.onnx"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_EQ(ctxgen("compile " + quote(dir / "unnamed.onnx")).exit_code, 0);
+  r = picture(quote(dir / "unnamed_ctx.onnx") + " --dot");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(count(r.output, "CPU: unsupported op"), 2u) << r.output;
+  EXPECT_EQ(count(r.output, "no reason recorded"), 0u) << r.output;
+}
+
 TEST(Picture, ShapesGivenMoveTheBorders) {
   // The exported decoder with dynamic batch and sequence: shape arithmetic stays on CPU, each node
   // saying which dynamic shape; with both fixed it is one partition.
@@ -106,6 +125,12 @@ TEST(Picture, OptionsThatDoNotGoTogether) {
   auto r = ctxgen("inspect " + quote(model) + " --fix-dim n=1");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("cut a model for --dot or --svg"), std::string::npos) << r.output;
+  r = ctxgen("inspect " + quote(model) + " -e ref");
+  EXPECT_EQ(r.exit_code, 2) << "-e only cuts a model for a picture\n" << r.output;
+  ASSERT_EQ(ctxgen("compile " + quote(model)).exit_code, 0);
+  r = ctxgen("inspect " + quote(dir / "islands_ctx.onnx") + " --dot --fix-dim n=1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("is compiled: it is drawn as it is"), std::string::npos) << r.output;
   r = ctxgen("inspect " + quote(model) + " --dot -e nope");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("unknown backend 'nope'"), std::string::npos) << r.output;

@@ -76,6 +76,11 @@ TEST(Verify, TheLlmSamplePassesForTheRightReason) {
   EXPECT_EQ(r.exit_code, 8) << r.output;
   EXPECT_NE(r.output.find("fails: its rms error against float64"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("at most 4 times is rounding"), std::string::npos) << r.output;
+  // The error line names the criterion that failed.
+  EXPECT_NE(r.output.find("error: " + (dir / "prefill_ctx.onnx").string() +
+                          ": output 'hidden_out' fails against the reference: its rms error against float64"),
+            std::string::npos)
+      << r.output;
   // A loose enough --max-error-ratio lets it through.
   EXPECT_EQ(ctxgen("verify " + wrong + " --reference-precision float64 --max-error-ratio 10000").exit_code, 0);
 }
@@ -236,11 +241,18 @@ TEST(Verify, WhatAFloat64ReferenceLeavesToFloat32) {
                              "     [h.make_tensor(\"e\", T.FLOAT, [], [1e-9]), h.make_tensor(\"a\", T.INT64, [1], [0])])\n"
                              "save(\"random\", [h.make_node(\"RandomUniformLike\", [\"x\"], [\"r\"], seed=1.0), h.make_node(\"Add\", [\"x\", \"r\"], [\"y\"])],\n"
                              "     [x], [h.make_tensor_value_info(\"y\", T.FLOAT, [4, 8])])\n"
+                             "# Conv -> Conv -> pool, all without float64 kernels, beside a value named as verify names the float32 twins\n"
+                             "w = h.make_tensor(\"w\", T.FLOAT, [1, 1, 1, 1], [0.5])\n"
+                             "save(\"chain\", [h.make_node(\"Identity\", [\"x4\"], [\"x4/float32\"]),\n"
+                             "                  h.make_node(\"Conv\", [\"x4/float32\", \"w\"], [\"c1\"]), h.make_node(\"Conv\", [\"c1\", \"w\"], [\"c2\"]),\n"
+                             "                  h.make_node(\"GlobalAveragePool\", [\"c2\"], [\"y\"])],\n"
+                             "     [h.make_tensor_value_info(\"x4\", T.FLOAT, [1, 1, 4, 4])], [h.make_tensor_value_info(\"y\", T.FLOAT, [1, 1, 1, 1]),\n"
+                             "      h.make_tensor_value_info(\"c1\", T.FLOAT, [1, 1, 4, 4])], [w])\n"
                              "save(\"half\", [h.make_node(\"Cast\", [\"x16\"], [\"x32\"], to=T.FLOAT), h.make_node(\"Relu\", [\"x32\"], [\"y\"])],\n"
                              "     [h.make_tensor_value_info(\"x16\", T.FLOAT16, [4, 8])], [h.make_tensor_value_info(\"y\", T.FLOAT, [4, 8])])\n") +
                        " " + quote(dir.path()));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  for (const char* name : {"tie", "random", "half"}) {
+  for (const char* name : {"tie", "random", "half", "chain"}) {
     ASSERT_EQ(ctxgen("compile " + quote(dir / (std::string(name) + ".onnx")) + " --allow-empty").exit_code, 0) << name;
     const std::string args =
         quote(dir / (std::string(name) + "_ctx.onnx")) + " --reference " + quote(dir / (std::string(name) + ".onnx"));
@@ -250,9 +262,11 @@ TEST(Verify, WhatAFloat64ReferenceLeavesToFloat32) {
     EXPECT_EQ(r.exit_code, 0) << name << "\n" << r.output;
     // Integers must equal the float32 run, which float64 may tie-break otherwise; random draws
     // differ in float64; a float16 input is fed and the rest widened.
-    const std::string expected = std::string(name) == "tie"      ? "output 'y' [4x8] against the float32 reference"
-                                 : std::string(name) == "random" ? "no float64 run: it draws random numbers (RandomUniformLike)"
-                                                                 : "against the float64 reference";
+    const std::string expected =
+        std::string(name) == "tie"      ? "output 'y' [4x8] against the float32 reference"
+        : std::string(name) == "random" ? "no float64 run: it draws random numbers (RandomUniformLike)"
+        : std::string(name) == "chain"  ? "against the float64 (Conv, GlobalAveragePool in float32: no float64 kernel) reference"
+                                        : "against the float64 reference";
     EXPECT_NE(r.output.find(expected), std::string::npos) << name << "\n" << r.output;
   }
 }

@@ -17,6 +17,13 @@ Tensor floats(const std::vector<float>& values) {
   return t;
 }
 
+Tensor doubles(const std::vector<double>& values) {
+  Tensor t{ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE, {static_cast<int64_t>(values.size())}, {}};
+  t.bytes.resize(values.size() * 8);
+  if (!values.empty()) std::memcpy(t.bytes.data(), values.data(), t.bytes.size());
+  return t;
+}
+
 Tolerance tolerance(double rtol, std::optional<double> atol, ErrorStat stat = ErrorStat::kElementwise) {
   Tolerance t;
   t.rtol = rtol;
@@ -67,6 +74,11 @@ TEST(VerifyCompare, EachStatisticCanCarryTheTolerance) {
   // Either the abs or the rel statistic within its bound passes, as in Polygraphy.
   EXPECT_TRUE(compare(got, expected, tolerance(1e-9, 1.0, ErrorStat::kMax)).within);
   EXPECT_TRUE(compare(got, expected, tolerance(1.0, 1e-9, ErrorStat::kMax)).within);
+  // An element expected 0 and got otherwise is infinitely wrong relatively: a statistic of the
+  // rel error does not pass it by leaving it out.
+  Tensor zeros = floats({0, 0, 0, 1}), off = floats({3, 3, 3, 1});
+  for (auto stat : {ErrorStat::kMax, ErrorStat::kMean, ErrorStat::kMedian, ErrorStat::kP99})
+    EXPECT_FALSE(compare(off, zeros, tolerance(0.1, 0.1, stat)).within) << error_stat_name(stat);
 }
 
 TEST(VerifyCompare, TheDefaultAtolFollowsTheOutputsMagnitude) {
@@ -92,7 +104,7 @@ TEST(VerifyCompare, CosineAndSnrAsFurtherCriteria) {
   t.min_snr_db = 30;
   d = compare(got, expected, t);
   EXPECT_FALSE(d.within);
-  EXPECT_NE(d.failed.find("SNR 22.7 dB < 30 dB"), std::string::npos) << d.failed;
+  EXPECT_NE(d.failed.find("SNR 22.73 dB < 30.00 dB"), std::string::npos) << d.failed;
   t.min_snr_db.reset();
   t.min_cosine = 0.9999;
   d = compare(got, expected, t);
@@ -128,6 +140,12 @@ TEST(VerifyCompare, EqualTensorsAndSpecialValues) {
   }
   // The reference's magnitude is its own, whatever the other side holds.
   EXPECT_DOUBLE_EQ(compare(one_inf, many, tolerance(1, 1)).reference_rms, 1);
+  // Huge values: the norms do not overflow into a NaN cosine, and a finite difference that
+  // overflows is an error, not an unmatched infinity.
+  EXPECT_NEAR(compare(doubles({1e200, 1e200}), doubles({1e200, 1e200}), tolerance(0, 0)).cosine, 1, 1e-12);
+  Difference overflow = compare(doubles({1e308}), doubles({-1e308}), tolerance(1e-3, std::nullopt));
+  EXPECT_FALSE(overflow.within);
+  EXPECT_EQ(overflow.failed.find("NaN or infinite"), std::string::npos) << overflow.failed;
   // Rounding in the dot product does not take the cosine above 1.
   Tensor tenths = floats(std::vector<float>(1000, 0.1f));
   EXPECT_LE(compare(tenths, tenths, tolerance(0, 0)).cosine, 1.0);
@@ -150,7 +168,7 @@ TEST(VerifyCompare, IntegersMustBeEqualAndTypesMustMatch) {
   Tensor wide{ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE, {2}, std::vector<uint8_t>(16, 0)};
   Difference types = compare(floats({0, 0}), wide, tolerance(1, 1));
   EXPECT_FALSE(types.within);
-  EXPECT_NE(types.problem.find("element type 1, expected 11"), std::string::npos) << types.problem;
+  EXPECT_NE(types.problem.find("element type float32, expected float64"), std::string::npos) << types.problem;
   Difference shape = compare(floats({0, 0, 0}), floats({0, 0}), tolerance(1, 1));
   EXPECT_NE(shape.problem.find("shape differs"), std::string::npos);
 }
