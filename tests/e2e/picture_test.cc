@@ -22,6 +22,18 @@ CommandResult picture(const std::string& args) {
   return run_command("(" + std::string(CTXGEN_BINARY) + " inspect " + args + " 2>/dev/null)");
 }
 
+// A model from x [2] to y [2] through `nodes`, a Python list of onnx.helper nodes (as h).
+void make_model(const fs::path& path, const std::string& nodes) {
+  auto r = run_command(std::string(CTXGEN_PYTHON) + " -c " +
+                       quote("import onnx, sys\n"
+                             "from onnx import helper as h, TensorProto as T\n"
+                             "g = h.make_graph(" + nodes + ", \"g\", [h.make_tensor_value_info(\"x\", T.FLOAT, [2])],\n"
+                             "                 [h.make_tensor_value_info(\"y\", T.FLOAT, [2])])\n"
+                             "onnx.save(h.make_model(g, opset_imports=[h.make_opsetid(\"\", 17)]), sys.argv[1])\n") +
+                       " " + quote(path));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+}
+
 TEST(Picture, AModelIsCutAsCompileCutsIt) {
   TempDir dir;
   fs::path model = copy_model("islands.onnx", dir.path());
@@ -59,18 +71,11 @@ TEST(Picture, ACompiledModelShowsItsEpContextNodesAndRecordedReasons) {
 
 TEST(Picture, UnnamedCpuNodesOfACompiledModelKeepTheirReasons) {
   TempDir dir;
-  auto r = run_command(std::string(CTXGEN_PYTHON) + " -c " +
-                       quote("import onnx, sys\n"
-                             "from onnx import helper as h, TensorProto as T\n"
-                             "n = [h.make_node(\"Relu\", [\"x\"], [\"r\"]), h.make_node(\"Floor\", [\"r\"], [\"f\"]),\n"
-                             "     h.make_node(\"Relu\", [\"f\"], [\"s\"]), h.make_node(\"Floor\", [\"s\"], [\"y\"])]\n"
-                             "g = h.make_graph(n, \"g\", [h.make_tensor_value_info(\"x\", T.FLOAT, [2])],\n"
-                             "                 [h.make_tensor_value_info(\"y\", T.FLOAT, [2])])\n"
-                             "onnx.save(h.make_model(g, opset_imports=[h.make_opsetid(\"\", 17)]), sys.argv[1])\n") +
-                       " " + quote(dir / "unnamed.onnx"));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+  make_model(dir / "unnamed.onnx",
+             "[h.make_node(\"Relu\", [\"x\"], [\"r\"]), h.make_node(\"Floor\", [\"r\"], [\"f\"]),\n"
+             " h.make_node(\"Relu\", [\"f\"], [\"s\"]), h.make_node(\"Floor\", [\"s\"], [\"y\"])]");
   ASSERT_EQ(ctxgen("compile " + quote(dir / "unnamed.onnx")).exit_code, 0);
-  r = picture(quote(dir / "unnamed_ctx.onnx") + " --dot");
+  auto r = picture(quote(dir / "unnamed_ctx.onnx") + " --dot");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(count(r.output, "CPU: unsupported op"), 2u) << r.output;
   EXPECT_EQ(count(r.output, "no reason recorded"), 0u) << r.output;
@@ -90,17 +95,10 @@ TEST(Picture, ShapesGivenMoveTheBorders) {
 
 TEST(Picture, SvgThroughGraphvizAndNamesThatNeedEscaping) {
   TempDir dir;
-  auto r = run_command(std::string(CTXGEN_PYTHON) + " -c " +
-                       quote("import onnx, sys\n"
-                             "from onnx import helper as h, TensorProto as T\n"
-                             "n = [h.make_node(\"Relu\", [\"x\"], [\"r\"], name=\"say \\\"hi\\\" \\\\ there\"),\n"
-                             "     h.make_node(\"Floor\", [\"r\"], [\"y\"], name=\"{braces} <angle>\")]\n"
-                             "g = h.make_graph(n, \"g\", [h.make_tensor_value_info(\"x\", T.FLOAT, [2])],\n"
-                             "                 [h.make_tensor_value_info(\"y\", T.FLOAT, [2])])\n"
-                             "onnx.save(h.make_model(g, opset_imports=[h.make_opsetid(\"\", 17)]), sys.argv[1])\n") +
-                       " " + quote(dir / "names.onnx"));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  r = picture(quote(dir / "names.onnx") + " --svg");
+  make_model(dir / "names.onnx",
+             "[h.make_node(\"Relu\", [\"x\"], [\"r\"], name=\"say \\\"hi\\\" \\\\ there\"),\n"
+             " h.make_node(\"Floor\", [\"r\"], [\"y\"], name=\"{braces} <angle>\")]");
+  auto r = picture(quote(dir / "names.onnx") + " --svg");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output.find("<?xml"), 0u) << r.output;
   EXPECT_NE(r.output.find("</svg>"), std::string::npos);
