@@ -151,7 +151,8 @@ Difference compare(const Tensor& got, const Tensor& expected, const Tolerance& t
     if (kind->exact && std::memcmp(a, b, kind->size) != 0) ++unequal;
     const bool equal = x == y || (std::isnan(x) && std::isnan(y));  // x == y: equal infinities too
     // A NaN or an infinity on one side only, or two different infinities: no tolerance covers it.
-    if (!equal && !(std::isfinite(x) && std::isfinite(y))) ++unmatched;
+    const bool one_sided = !equal && !(std::isfinite(x) && std::isfinite(y));
+    if (one_sided) ++unmatched;
     double diff = equal ? 0 : std::fabs(x - y);
     if (std::isnan(diff)) diff = INFINITY;
     abs_errors.push_back(static_cast<float>(diff));
@@ -169,7 +170,7 @@ Difference compare(const Tensor& got, const Tensor& expected, const Tolerance& t
       judged_sum += rel;
       judged_max = std::max(judged_max, rel);
     }
-    if (diff != 0 && !(diff <= atol + tolerance.rtol * std::fabs(y))) ++outside;
+    if (one_sided || (diff != 0 && !(diff <= atol + tolerance.rtol * std::fabs(y)))) ++outside;
     // Sums of squares in units of the reference's largest value, so values near 1e154 do not
     // overflow them. The reference's own magnitude counts its finite values, whatever got holds.
     const double ds = diff / scale, xs = x / scale, ys = y / scale;

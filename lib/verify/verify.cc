@@ -311,9 +311,11 @@ Tensor fixed_input(const Ort::TypeInfo& type, const std::string& name, const Mod
 void judge_against_baseline(OutputCheck& check, double max_ratio) {
   Difference& d = check.difference;
   const double floor = std::ldexp(d.reference_rms, -20);
-  const double ratio = d.error_rms == 0 ? 0 : d.error_rms / std::max(check.baseline->error_rms, floor);
+  const double ratio = d.error_rms == 0                ? 0
+                      : std::isinf(d.error_rms)         ? INFINITY
+                                                        : d.error_rms / std::max(check.baseline->error_rms, floor);
   check.error_ratio = ratio;
-  if (!(ratio <= max_ratio)) {  // NaN too: an infinite error against an infinite baseline
+  if (!(ratio <= max_ratio)) {
     char why[256];
     std::snprintf(why, sizeof why,
                   "its rms error against float64, %.3g, is %.3g times the rounding allowance %.3g (the original's own "
@@ -404,7 +406,7 @@ std::vector<OutputCheck> compare_outputs(const fs::path& model, const onnx::Mode
     if (!wide) {
       log().warn("{}: no float64 run ({}); comparing with its float32 run", reference.string(), why);
       // The whole reason is in the warning; each output names its first line.
-      const std::string first_line = why.substr(0, std::min(why.find('\n'), size_t{200}));
+      const std::string first_line = why.substr(0, why.find('\n'));
       for (auto& check : checks) check.reference = "float32 (no float64 run: " + first_line + ")";
       return checks;
     }
@@ -414,8 +416,11 @@ std::vector<OutputCheck> compare_outputs(const fs::path& model, const onnx::Mode
       const Tensor truth = Tensor::from(exact[i]);
       // A type or shape that differs stays the finding. Integers and booleans must equal the
       // original's float32 run: float64 may break a tie (ArgMax) the other way.
-      if (!checks[i].difference.problem.empty() || element_kind(expected[i].type).value_or(ElementKind{0, nullptr, true}).exact)
+      if (!checks[i].difference.problem.empty()) continue;
+      if (element_kind(expected[i].type).value_or(ElementKind{0, nullptr, true}).exact) {
+        checks[i].reference = "float32 (integers and booleans must equal the original's float32 run)";
         continue;
+      }
       checks[i].difference = compare(widened(got[i]), truth, options.tolerance);
       checks[i].baseline = compare(widened(expected[i]), truth, options.tolerance);
       judge_against_baseline(checks[i], options.tolerance.max_error_ratio);

@@ -263,7 +263,7 @@ TEST(Verify, WhatAFloat64ReferenceLeavesToFloat32) {
     // Integers must equal the float32 run, which float64 may tie-break otherwise; random draws
     // differ in float64; a float16 input is fed and the rest widened.
     const std::string expected =
-        std::string(name) == "tie"      ? "output 'y' [4x8] against the float32 reference"
+        std::string(name) == "tie"      ? "output 'y' [4x8] against the float32 (integers and booleans must equal the original's float32 run) reference"
         : std::string(name) == "random" ? "no float64 run: it draws random numbers (RandomUniformLike)"
         : std::string(name) == "chain"  ? "against the float64 (Conv, GlobalAveragePool in float32: no float64 kernel) reference"
                                         : "against the float64 reference";

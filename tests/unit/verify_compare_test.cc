@@ -137,6 +137,7 @@ TEST(VerifyCompare, EqualTensorsAndSpecialValues) {
     EXPECT_FALSE(d.within) << error_stat_name(stat);
     EXPECT_NE(d.failed.find("1 of 100 elements are NaN or infinite on one side only"), std::string::npos) << d.failed;
     EXPECT_TRUE(std::isnan(d.cosine));
+    EXPECT_DOUBLE_EQ(d.outside, 0.01);  // counted outside too
   }
   // The reference's magnitude is its own, whatever the other side holds.
   EXPECT_DOUBLE_EQ(compare(one_inf, many, tolerance(1, 1)).reference_rms, 1);
