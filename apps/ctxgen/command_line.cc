@@ -159,6 +159,12 @@ Parsed parse(int argc, const char* const* argv, bool with_verify, const std::str
     if (cmd->count(std::string("--") + key) > 0) line.given_keys.emplace_back(key);
   }
   if (*inspect && inspect->count("--backend") > 0) line.given_keys.emplace_back("backend");
+  // A ratio to the float32 baseline only exists with a float64 reference: alone it would do nothing.
+  if (verify && *verify && verify->count("--max-error-ratio") > 0 && line.reference_precision != "float64") {
+    parsed.exit_code = exit_code(ErrorCode::kUsage);
+    parsed.err = "error: --max-error-ratio needs --reference-precision float64 (see 'ctxgen help verify')\n";
+    return parsed;
+  }
   parsed.line = std::move(line);
   return parsed;
 }

@@ -48,7 +48,8 @@ TEST(Cli, ParserErrorsAreOneErrorLineNamingTheHelp) {
 
 TEST(Cli, VerifysNumbersAndChoicesAreChecked) {
   for (const char* args : {"--error-stat p95", "--reference-precision float16", "--rtol -1", "--atol x",
-                           "--max-error-ratio 0", "--max-error-ratio nan"}) {
+                           "--max-error-ratio 0", "--max-error-ratio nan", "--max-error-ratio 2",
+                           "--min-cosine 1.5", "--min-snr x"}) {
     auto r = ctxgen(std::string("verify m_ctx.onnx ") + args);
     EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
     EXPECT_EQ(r.output.rfind("error: --", 0), 0u) << r.output;
