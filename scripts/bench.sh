@@ -6,6 +6,9 @@
 #                 with plain tools, fsynced like ctxgen's outputs)
 #   RSS ratio   = ctxgen peak resident memory / total input size
 #   size ratio  = .bin size / unique weight bytes
+# then how the outputs run in ONNX Runtime (ctxgen-runtime-bench), on the pair and on an exported
+# CNN: inference time with CtxgenRef / with the CPU EP on the original, session creation of the
+# _ctx.onnx / of the original, and the memory a second session of the shared pair adds.
 #
 #   scripts/bench.sh [SIZE_MB_PER_MODEL]     (default 500: about 2 x 500 MB of input)
 set -euo pipefail
@@ -50,3 +53,9 @@ awk -v t0="$t0" -v t1="$t1" -v t="$ctx_seconds" -v rss="$rss_kb" -v in_bytes="$i
   printf "peak RSS / input size   %.3f  (target <= 0.25)\n", rss * 1024 / in_bytes
   printf ".bin / unique weights   %.4f (target <= 1.01)\n", bin / uniq
 }'
+
+# Run time. The exported CNN, compiled for one image size, is the conv model.
+cnn="$work/cnn"
+"$ctxgen" compile "$repo/testdata/exports/cnn_upsample.onnx" --input-shape image=1x3x32x32 --output-dir "$cnn" --force -q
+"$build_dir/bin/ctxgen-runtime-bench" --runs "${RUNS:-3}" "$work/prefill.onnx=$out/prefill_ctx.onnx" \
+  "$work/decode.onnx=$out/decode_ctx.onnx" "$repo/testdata/exports/cnn_upsample.onnx=$cnn/cnn_upsample_ctx.onnx"

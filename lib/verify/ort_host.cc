@@ -60,9 +60,12 @@ Ort::Session OrtHost::cpu_session(const std::string& model, const std::string& w
   }
 }
 
-Ort::Session OrtHost::plugin_session(const std::filesystem::path& model) {
+Ort::Session OrtHost::plugin_session(const std::filesystem::path& model, const std::map<std::string, std::string>& config) {
   try {
-    return Ort::Session(env_, model.c_str(), plugin_options_);
+    if (config.empty()) return Ort::Session(env_, model.c_str(), plugin_options_);
+    Ort::SessionOptions options = plugin_options_.Clone();
+    for (const auto& [key, value] : config) options.AddConfigEntry(key.c_str(), value.c_str());
+    return Ort::Session(env_, model.c_str(), options);
   } catch (const Ort::Exception& e) {
     throw Error(ErrorCode::kRuntime, model.string() + ": ONNX Runtime with " + ref::kEpName + " cannot load it: " + e.what());
   }

@@ -221,6 +221,7 @@ RULES = [
                                                       "includes a header of one it does not link fails to build)")),
     ("benchmarks.md", r"scripts/bench.sh \[", rule_text("its synopsis; the sample below runs scripts/bench.sh 8")),
     ("benchmarks.md", r"input: ", rule_sample("scripts/bench.sh 8", in_source=True)),
+    ("benchmarks.md", r"inference, prefill.onnx", rule_sample("RUNS=1 scripts/bench.sh 8", in_source=True)),
     ("cli.md", r"ctxgen compile MODEL", rule_synopsis),
     ("cli.md", r"ctxgen share prefill.onnx", rule_run(setup=DECODER)),
     ("cli.md", r'\{"models"', None),  # a manifest: written to group.json and shared (below)

@@ -24,7 +24,8 @@ class OrtHost {
   Ort::Session cpu_session(const std::filesystem::path& model);
   // A model held in memory whose external data all lives in one in-memory file, `weights_name`.
   Ort::Session cpu_session(const std::string& model, const std::string& weights_name, std::vector<char>& weights);
-  Ort::Session plugin_session(const std::filesystem::path& model);
+  // `config`: session config entries on top of the plugin EP's (ep.share_ep_contexts=1, say).
+  Ort::Session plugin_session(const std::filesystem::path& model, const std::map<std::string, std::string>& config = {});
 
  private:
   Ort::Env env_;

@@ -1,0 +1,159 @@
+// ctxgen-runtime-bench: how compiled models run in ONNX Runtime next to their originals, measured
+// side by side in one process (scripts/bench.sh prints it; docs/benchmarks.md explains it).
+//   ctxgen-runtime-bench [--runs N] ORIGINAL.onnx=COMPILED_ctx.onnx ...
+// Per pair: inference time with CtxgenRef / with the CPU EP on the original, and session creation
+// of the compiled model / of the original. For the first two pairs (a shared group): the resident
+// memory the second session adds, with ep.share_ep_contexts=1 / with the CPU EP, over its weights.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "ctxgen/error.h"
+#include "ctxgen/model.h"
+#include "ctxgen/verify.h"
+
+namespace fs = std::filesystem;
+using ctxgen::verify::OrtHost;
+using ctxgen::verify::Tensor;
+
+namespace {
+
+double seconds_of(const std::function<void()>& work) {
+  const auto start = std::chrono::steady_clock::now();
+  work();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Best of `runs`: the run least disturbed by the rest of a shared machine.
+double best_of(int runs, const std::function<void()>& work) {
+  double best = 1e300;
+  for (int i = 0; i < runs; ++i) best = std::min(best, seconds_of(work));
+  return best;
+}
+
+uint64_t resident_bytes() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  throw ctxgen::Error(ctxgen::ErrorCode::kInternal, "no VmRSS in /proc/self/status");
+}
+
+// Inputs of the compiled model's static shapes, by name, for both sessions.
+struct Feeds {
+  std::vector<std::string> names;
+  std::vector<Tensor> tensors;
+};
+
+Feeds feeds_for(Ort::Session& compiled) {
+  Ort::AllocatorWithDefaultOptions allocator;
+  std::mt19937_64 rng(1);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  Feeds f;
+  for (size_t i = 0; i < compiled.GetInputCount(); ++i) {
+    f.names.emplace_back(compiled.GetInputNameAllocated(i, allocator).get());
+    const Ort::TypeInfo type = compiled.GetInputTypeInfo(i);  // the shape info below is a view of it
+    auto info = type.GetTensorTypeAndShapeInfo();
+    Tensor t{info.GetElementType(), info.GetShape(), {}};
+    auto kind = ctxgen::verify::element_kind(t.type);
+    if (!kind || std::any_of(t.dims.begin(), t.dims.end(), [](int64_t d) { return d < 0; }))
+      throw ctxgen::Error(ctxgen::ErrorCode::kUsage, "input '" + f.names.back() + "' is not a static numeric tensor");
+    t.bytes.assign(info.GetElementCount() * kind->size, 0);  // integers: 0, a valid index
+    if (t.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT)
+      for (size_t k = 0; k < t.bytes.size(); k += 4) {
+        const float v = uniform(rng);
+        std::memcpy(t.bytes.data() + k, &v, 4);
+      }
+    f.tensors.push_back(std::move(t));
+  }
+  return f;
+}
+
+void run(Ort::Session& session, const Feeds& feeds) {
+  std::vector<const char*> in;
+  std::vector<Ort::Value> values;
+  for (size_t i = 0; i < feeds.names.size(); ++i) {
+    in.push_back(feeds.names[i].c_str());
+    values.push_back(feeds.tensors[i].view());
+  }
+  Ort::AllocatorWithDefaultOptions allocator;
+  std::vector<std::string> out_names;
+  for (size_t i = 0; i < session.GetOutputCount(); ++i) out_names.emplace_back(session.GetOutputNameAllocated(i, allocator).get());
+  std::vector<const char*> out;
+  for (const auto& n : out_names) out.push_back(n.c_str());
+  session.Run(Ort::RunOptions{nullptr}, in.data(), values.data(), values.size(), out.data(), out.size());
+}
+
+uint64_t weight_bytes(const fs::path& original) {
+  uint64_t total = 0;
+  for (const auto& w : ctxgen::load_model(original).weights) total += w.data.size;
+  return total;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Inference and session creation of compiled models against their originals, side by side"};
+  int runs = 5;
+  std::vector<std::string> pairs;
+  app.add_option("--runs", runs, "Runs per measurement; the best counts")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("pairs", pairs, "ORIGINAL.onnx=COMPILED_ctx.onnx")->required();
+  CLI11_PARSE(app, argc, argv);
+  try {
+    OrtHost host(ctxgen::verify::default_plugin());
+    std::vector<std::pair<fs::path, fs::path>> models;
+    for (const auto& p : pairs) {
+      const auto eq = p.find('=');
+      if (eq == std::string::npos) throw ctxgen::Error(ctxgen::ErrorCode::kUsage, "'" + p + "': give ORIGINAL=COMPILED");
+      models.emplace_back(p.substr(0, eq), p.substr(eq + 1));
+    }
+    for (const auto& [original, compiled] : models) {
+      const double create_cpu = best_of(runs, [&] { host.cpu_session(original); });
+      const double create_ctx = best_of(runs, [&] { host.plugin_session(compiled); });
+      Ort::Session cpu = host.cpu_session(original), ctx = host.plugin_session(compiled);
+      const Feeds feeds = feeds_for(ctx);
+      run(cpu, feeds);  // first runs allocate; they are not counted
+      run(ctx, feeds);
+      const double t_cpu = best_of(runs, [&] { run(cpu, feeds); }), t_ctx = best_of(runs, [&] { run(ctx, feeds); });
+      const std::string name = original.filename().string();
+      std::printf("inference, %s: CtxgenRef %.2f ms, CPU EP %.2f ms (best of %d)   ratio %.2f (target <= 1.0)\n",
+                  name.c_str(), 1e3 * t_ctx, 1e3 * t_cpu, runs, t_ctx / t_cpu);
+      std::printf("session creation, %s: _ctx.onnx %.1f ms, original %.1f ms   ratio %.2f (target <= 0.25)\n",
+                  name.c_str(), 1e3 * create_ctx, 1e3 * create_cpu, create_ctx / create_cpu);
+    }
+    if (models.size() >= 2) {
+      // The second session of a shared group on top of the first, each kind in a scope of its own.
+      const uint64_t weights = weight_bytes(models[1].first);
+      auto added = [&](const std::function<Ort::Session(size_t)>& open) {
+        Ort::Session first = open(0);
+        run(first, feeds_for(first));
+        const uint64_t before = resident_bytes();
+        Ort::Session second = open(1);
+        run(second, feeds_for(second));
+        return static_cast<double>(resident_bytes() - std::min(before, resident_bytes()));
+      };
+      const std::map<std::string, std::string> share = {{"ep.share_ep_contexts", "1"}};
+      const double ctx_added = added([&](size_t i) { return host.plugin_session(models[i].second, share); });
+      const double cpu_added = added([&](size_t i) { return host.cpu_session(models[i].first); });
+      std::printf("second shared session: CtxgenRef +%.1f MB = %.1f%% of its %.1f MB of weights, CPU EP +%.1f MB = %.1f%%   "
+                  "(target <= 5%%)\n",
+                  ctx_added / 1e6, 100 * ctx_added / weights, weights / 1e6, cpu_added / 1e6, 100 * cpu_added / weights);
+    }
+  } catch (const ctxgen::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return ctxgen::exit_code(e.code());
+  } catch (const Ort::Exception& e) {
+    std::fprintf(stderr, "error: ONNX Runtime: %s\n", e.what());
+    return ctxgen::exit_code(ctxgen::ErrorCode::kRuntime);
+  }
+  return 0;
+}
