@@ -116,7 +116,8 @@ int main(int argc, char** argv) {
       if (eq == std::string::npos) throw ctxgen::Error(ctxgen::ErrorCode::kUsage, "'" + p + "': give ORIGINAL=COMPILED");
       models.emplace_back(p.substr(0, eq), p.substr(eq + 1));
     }
-    for (const auto& [original, compiled] : models) {
+    for (const auto& model : models) {
+      const fs::path &original = model.first, &compiled = model.second;  // clang before 16 cannot capture structured bindings
       const double create_cpu = best_of(runs, [&] { host.cpu_session(original); });
       const double create_ctx = best_of(runs, [&] { host.plugin_session(compiled); });
       Ort::Session cpu = host.cpu_session(original), ctx = host.plugin_session(compiled);
