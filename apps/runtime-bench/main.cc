@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -48,48 +47,35 @@ uint64_t resident_bytes() {
   throw ctxgen::Error(ctxgen::ErrorCode::kInternal, "no VmRSS in /proc/self/status");
 }
 
-// Inputs of the compiled model's static shapes, by name, for both sessions.
-struct Feeds {
-  std::vector<std::string> names;
+// A session's call: its inputs (random, of the compiled model's static shapes, the same for both
+// sessions of a pair) and output names, found once so the timed runs do nothing else.
+struct Call {
+  std::vector<std::string> inputs, outputs;
   std::vector<Tensor> tensors;
 };
 
-Feeds feeds_for(Ort::Session& compiled) {
+Call call_for(Ort::Session& compiled, Ort::Session& session) {
   Ort::AllocatorWithDefaultOptions allocator;
   std::mt19937_64 rng(1);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  Feeds f;
+  Call c;
   for (size_t i = 0; i < compiled.GetInputCount(); ++i) {
-    f.names.emplace_back(compiled.GetInputNameAllocated(i, allocator).get());
+    c.inputs.emplace_back(compiled.GetInputNameAllocated(i, allocator).get());
     const Ort::TypeInfo type = compiled.GetInputTypeInfo(i);  // the shape info below is a view of it
     auto info = type.GetTensorTypeAndShapeInfo();
-    Tensor t{info.GetElementType(), info.GetShape(), {}};
-    auto kind = ctxgen::verify::element_kind(t.type);
-    if (!kind || std::any_of(t.dims.begin(), t.dims.end(), [](int64_t d) { return d < 0; }))
-      throw ctxgen::Error(ctxgen::ErrorCode::kUsage, "input '" + f.names.back() + "' is not a static numeric tensor");
-    t.bytes.assign(info.GetElementCount() * kind->size, 0);  // integers: 0, a valid index
-    if (t.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT)
-      for (size_t k = 0; k < t.bytes.size(); k += 4) {
-        const float v = uniform(rng);
-        std::memcpy(t.bytes.data() + k, &v, 4);
-      }
-    f.tensors.push_back(std::move(t));
+    c.tensors.push_back(ctxgen::verify::random_tensor(info.GetElementType(), info.GetShape(), c.inputs.back(), rng));
   }
-  return f;
+  for (size_t i = 0; i < session.GetOutputCount(); ++i) c.outputs.emplace_back(session.GetOutputNameAllocated(i, allocator).get());
+  return c;
 }
 
-void run(Ort::Session& session, const Feeds& feeds) {
-  std::vector<const char*> in;
+void run(Ort::Session& session, const Call& call) {
+  std::vector<const char*> in, out;
   std::vector<Ort::Value> values;
-  for (size_t i = 0; i < feeds.names.size(); ++i) {
-    in.push_back(feeds.names[i].c_str());
-    values.push_back(feeds.tensors[i].view());
+  for (size_t i = 0; i < call.inputs.size(); ++i) {
+    in.push_back(call.inputs[i].c_str());
+    values.push_back(call.tensors[i].view());
   }
-  Ort::AllocatorWithDefaultOptions allocator;
-  std::vector<std::string> out_names;
-  for (size_t i = 0; i < session.GetOutputCount(); ++i) out_names.emplace_back(session.GetOutputNameAllocated(i, allocator).get());
-  std::vector<const char*> out;
-  for (const auto& n : out_names) out.push_back(n.c_str());
+  for (const auto& n : call.outputs) out.push_back(n.c_str());
   session.Run(Ort::RunOptions{nullptr}, in.data(), values.data(), values.size(), out.data(), out.size());
 }
 
@@ -121,10 +107,10 @@ int main(int argc, char** argv) {
       const double create_cpu = best_of(runs, [&] { host.cpu_session(original); });
       const double create_ctx = best_of(runs, [&] { host.plugin_session(compiled); });
       Ort::Session cpu = host.cpu_session(original), ctx = host.plugin_session(compiled);
-      const Feeds feeds = feeds_for(ctx);
-      run(cpu, feeds);  // first runs allocate; they are not counted
-      run(ctx, feeds);
-      const double t_cpu = best_of(runs, [&] { run(cpu, feeds); }), t_ctx = best_of(runs, [&] { run(ctx, feeds); });
+      const Call on_cpu = call_for(ctx, cpu), on_ctx = call_for(ctx, ctx);
+      run(cpu, on_cpu);  // first runs allocate; they are not counted
+      run(ctx, on_ctx);
+      const double t_cpu = best_of(runs, [&] { run(cpu, on_cpu); }), t_ctx = best_of(runs, [&] { run(ctx, on_ctx); });
       const std::string name = original.filename().string();
       std::printf("inference, %s: CtxgenRef %.2f ms, CPU EP %.2f ms (best of %d)   ratio %.2f (target <= 1.0)\n",
                   name.c_str(), 1e3 * t_ctx, 1e3 * t_cpu, runs, t_ctx / t_cpu);
@@ -134,13 +120,19 @@ int main(int argc, char** argv) {
     if (models.size() >= 2) {
       // The second session of a shared group on top of the first, each kind in a scope of its own.
       const uint64_t weights = weight_bytes(models[1].first);
+      std::vector<Call> calls;  // the compiled models' static shapes serve the originals too
+      for (size_t i = 0; i < 2; ++i) {
+        Ort::Session ctx = host.plugin_session(models[i].second);
+        calls.push_back(call_for(ctx, ctx));
+      }
       auto added = [&](const std::function<Ort::Session(size_t)>& open) {
         Ort::Session first = open(0);
-        run(first, feeds_for(first));
+        run(first, calls[0]);
         const uint64_t before = resident_bytes();
         Ort::Session second = open(1);
-        run(second, feeds_for(second));
-        return static_cast<double>(resident_bytes() - std::min(before, resident_bytes()));
+        run(second, calls[1]);
+        const uint64_t after = resident_bytes();
+        return static_cast<double>(after - std::min(before, after));
       };
       const std::map<std::string, std::string> share = {{"ep.share_ep_contexts", "1"}};
       const double ctx_added = added([&](size_t i) { return host.plugin_session(models[i].second, share); });

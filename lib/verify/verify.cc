@@ -244,31 +244,7 @@ Tensor random_input(const Ort::TypeInfo& type, const std::vector<int64_t>& compi
   if (given != options.input_shapes.end()) t.dims = given->second;
   for (int64_t d : t.dims)
     if (d < 0) throw Error(ErrorCode::kUsage, "input '" + name + "' has a dynamic dimension; give its shape with --input-shape " + name + "=...");
-  size_t count = 1;
-  for (int64_t d : t.dims) count *= static_cast<size_t>(d);
-  auto kind = element_kind(t.type);
-  if (!kind)
-    throw Error(ErrorCode::kUsage, "input '" + name + "': element type " + std::to_string(t.type) +
-                                       " is not supported by verify (it feeds numbers and booleans)");
-  t.bytes.assign(count * kind->size, 0);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  // Small non-negative integers stay valid as indices, counts and axes; bools are 0 or 1.
-  std::uniform_int_distribution<int> small(0, t.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL ? 1 : 2);
-  for (uint8_t* p = t.bytes.data(); p != t.bytes.data() + t.bytes.size(); p += kind->size) {
-    if (t.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT) {
-      float v = uniform(rng);
-      std::memcpy(p, &v, sizeof v);
-    } else if (t.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE) {
-      double v = uniform(rng);
-      std::memcpy(p, &v, sizeof v);
-    } else if (!kind->exact) {  // float16, bfloat16
-      const uint16_t v = half_float(t.type, uniform(rng));
-      std::memcpy(p, &v, sizeof v);
-    } else {
-      *p = static_cast<uint8_t>(small(rng));  // the low byte: tensors are little-endian
-    }
-  }
-  return t;
+  return random_tensor(t.type, t.dims, name, rng);
 }
 
 // The inputs ctxgen replaced by constants (--fix-value), as the compiled model records them: the
@@ -431,6 +407,39 @@ std::vector<OutputCheck> compare_outputs(const fs::path& model, const onnx::Mode
 }
 
 }  // namespace
+
+Tensor random_tensor(ONNXTensorElementDataType type, const std::vector<int64_t>& dims, const std::string& name,
+                     std::mt19937_64& rng) {
+  Tensor t{type, dims, {}};
+  size_t count = 1;
+  for (int64_t d : t.dims) {
+    if (d < 0) throw Error(ErrorCode::kUsage, "input '" + name + "' has a dynamic dimension");
+    count *= static_cast<size_t>(d);
+  }
+  auto kind = element_kind(t.type);
+  if (!kind)
+    throw Error(ErrorCode::kUsage, "input '" + name + "': element type " + std::to_string(t.type) +
+                                       " is not supported by verify (it feeds numbers and booleans)");
+  t.bytes.assign(count * kind->size, 0);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  // Small non-negative integers stay valid as indices, counts and axes; bools are 0 or 1.
+  std::uniform_int_distribution<int> small(0, t.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL ? 1 : 2);
+  for (uint8_t* p = t.bytes.data(); p != t.bytes.data() + t.bytes.size(); p += kind->size) {
+    if (t.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT) {
+      float v = uniform(rng);
+      std::memcpy(p, &v, sizeof v);
+    } else if (t.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE) {
+      double v = uniform(rng);
+      std::memcpy(p, &v, sizeof v);
+    } else if (!kind->exact) {  // float16, bfloat16
+      const uint16_t v = half_float(t.type, uniform(rng));
+      std::memcpy(p, &v, sizeof v);
+    } else {
+      *p = static_cast<uint8_t>(small(rng));  // the low byte: tensors are little-endian
+    }
+  }
+  return t;
+}
 
 bool Result::ok() const {
   for (const auto& o : outputs)

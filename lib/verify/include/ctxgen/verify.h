@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,12 @@ struct Tensor {
   // A view for ONNX Runtime; the tensor must outlive it.
   Ort::Value view() const;
 };
+
+// A tensor of seeded random values, as verify feeds them (float: uniform in [-1, 1]; float16 and
+// bfloat16: multiples of 1/128 there; integers 0..2; bools 0 or 1). Error(kUsage) naming input
+// `name` for a type that is not a number.
+Tensor random_tensor(ONNXTensorElementDataType type, const std::vector<int64_t>& dims, const std::string& name,
+                     std::mt19937_64& rng);
 
 // How to read one element of a numeric tensor; `exact` types must match bit for bit.
 struct ElementKind {
