@@ -2,6 +2,7 @@
 """Writes the seed corpora of the fuzz targets into OUT/<target>/ from the project's test models.
 
 model_load      the models testdata/generate.py writes and the committed exports (small ones)
+embedded_weights  the same models
 context_binary  the .bin files ctxgen compiles from those models
 ref_program     every program inside those .bin files (docs/context-binary-format.md §5)
 command_line    NUL-separated argument lists and share manifests
@@ -107,7 +108,8 @@ def main():
     with tempfile.TemporaryDirectory() as scratch:
         models = seed_models(args.source, scratch)
         for i, model in enumerate(models):
-            write(os.path.join(args.out, "model_load"), "%03d.onnx" % i, open(model, "rb").read())
+            for target in ("model_load", "embedded_weights"):
+                write(os.path.join(args.out, target), "%03d.onnx" % i, open(model, "rb").read())
         binaries = compile_binaries(args.ctxgen, models, scratch)
         if not binaries:
             sys.exit("seeds.py: ctxgen compiled none of the test models")

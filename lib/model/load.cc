@@ -18,6 +18,7 @@
 #include <onnx/checker.h>
 #include <onnx/shape_inference/implementation.h>
 
+#include "ctxgen/embedded.h"
 #include "ctxgen/error.h"
 #include "ctxgen/log.h"
 #include "ctxgen/model.h"
@@ -251,24 +252,47 @@ class OnnxView {
   std::vector<onnx::NodeProto*> kernel_shapes_;  // nodes given kernel_shape for the view
 };
 
-std::unique_ptr<onnx::ModelProto> parse(const fs::path& path) {
+}  // namespace
+
+ParsedModel parse_model(const fs::path& path, bool views) {
   std::error_code ec;
   if (!fs::exists(path, ec)) throw invalid(path, "no such file");
   if (fs::is_directory(path, ec)) throw invalid(path, "is a directory, not an ONNX model file");
   auto file = MappedFile::open(path);
   if (file->size() == 0) throw invalid(path, "file is empty");
-  google::protobuf::io::CodedInputStream input(file->data(), static_cast<int>(std::min<size_t>(file->size(), INT32_MAX)));
-  input.SetTotalBytesLimit(INT32_MAX);
-  auto proto = std::make_unique<onnx::ModelProto>();
   if (file->size() > INT32_MAX)
     throw invalid(path, "file is larger than 2 GiB; protobuf cannot hold it, store weights as external data");
-  if (!proto->ParseFromCodedStream(&input) || !input.ConsumedEntireMessage())
-    throw invalid(path, "not a valid ONNX model (protobuf parse failed: truncated or not an ONNX file)");
-  if (!proto->has_graph() || proto->ir_version() <= 0)
+  const std::string parse_failed = "not a valid ONNX model (protobuf parse failed: ";
+  SlimModel slim;
+  if (views) {
+    try {
+      slim = slim_model(file->data(), file->size(), [&file](size_t offset, size_t size) { file->release(offset, size); });
+    } catch (const Error& e) {
+      throw invalid(path, parse_failed + e.what() + ")");
+    }
+  }
+  const auto* bytes = views ? reinterpret_cast<const uint8_t*>(slim.bytes.data()) : file->data();
+  const size_t size = views ? slim.bytes.size() : file->size();
+  google::protobuf::io::CodedInputStream input(bytes, static_cast<int>(size));
+  input.SetTotalBytesLimit(INT32_MAX);
+  ParsedModel parsed;
+  parsed.proto = std::make_unique<onnx::ModelProto>();
+  if (!parsed.proto->ParseFromCodedStream(&input) || !input.ConsumedEntireMessage())
+    throw invalid(path, parse_failed + "truncated or not an ONNX file)");
+  if (!parsed.proto->has_graph() || parsed.proto->ir_version() <= 0)
     throw invalid(path, "not an ONNX model (no graph or IR version)");
   file->release(0, file->size());
-  return proto;
+  parsed.spans = std::move(slim.spans);
+  if (!parsed.spans.empty()) parsed.file = std::move(file);
+  return parsed;
 }
+
+uint64_t ParsedModel::held_bytes(const onnx::TensorProto& tensor) const {
+  const EmbeddedSpan* span = embedded_span(tensor, spans);
+  return span ? span->size : tensor.raw_data().size();
+}
+
+namespace {
 
 // Subgraphs of a node: (attribute name, graph) pairs.
 template <typename Node, typename F>
@@ -387,6 +411,18 @@ void hoist_constants(onnx::GraphProto& graph) {
     ++kept;
   }
   while (nodes->size() > kept) nodes->RemoveLast();
+}
+
+// A tensor attribute that did not become an initializer (a Constant node hoisting refused, another
+// op's attribute) gets its bytes back: only weights are views.
+void restore_attribute_tensors(onnx::GraphProto& graph, const ParsedModel& embedded) {
+  for (auto& node : *graph.mutable_node())
+    for (auto& attr : *node.mutable_attribute()) {
+      if (attr.has_t() && embedded_span(attr.t(), embedded.spans))
+        restore_embedded(*attr.mutable_t(), embedded.spans, embedded.file->data());
+      if (attr.has_g()) restore_attribute_tensors(*attr.mutable_g(), embedded);
+      for (auto& g : *attr.mutable_graphs()) restore_attribute_tensors(g, embedded);
+    }
 }
 
 // Names given with a "MODEL:" prefix that is no model's file stem reach load whole; say so.
@@ -658,35 +694,37 @@ class ExternalFiles {
   std::map<fs::path, std::shared_ptr<const MappedFile>> files_;
 };
 
-// Takes the bytes of a tensor out of the protobuf: external data stays mapped, raw_data moves into
-// a shared string, typed fields are packed once.
-TensorData take_bytes(onnx::TensorProto& t, const std::string& what, ExternalFiles& external, const fs::path& path) {
+// Takes the bytes of a tensor out of the protobuf: external data and large embedded tensors stay
+// mapped, small raw_data moves into a shared string, typed fields are packed once.
+TensorData take_bytes(onnx::TensorProto& t, const std::string& what, ExternalFiles& external, const ParsedModel& embedded,
+                      const fs::path& path) {
   TensorData data;
-  if (t.data_location() == onnx::TensorProto::EXTERNAL) {
+  if (const EmbeddedSpan* span = embedded_span(t, embedded.spans)) {
+    if (span->field != EmbeddedField::kRawData) model_detail::clear_typed_fields(t);
+    data.data = embedded.file->data() + span->offset;
+    data.size = span->size;
+    data.owner = embedded.file;
+    data.file = embedded.file;
+    data.file_offset = span->offset;
+  } else if (t.data_location() == onnx::TensorProto::EXTERNAL) {
     data = external.resolve(t, what);
+  } else if (t.has_raw_data()) {
+    auto raw = std::make_shared<std::string>(std::move(*t.mutable_raw_data()));
+    t.clear_raw_data();
+    data.data = reinterpret_cast<const uint8_t*>(raw->data());
+    data.size = raw->size();
+    data.owner = std::move(raw);
   } else {
-    uint64_t need = expected_bytes(t, what);
-    std::shared_ptr<const void> owner;
-    const uint8_t* bytes = nullptr;
-    size_t size = 0;
-    if (t.has_raw_data()) {
-      auto raw = std::make_shared<std::string>(std::move(*t.mutable_raw_data()));
-      t.clear_raw_data();
-      bytes = reinterpret_cast<const uint8_t*>(raw->data());
-      size = raw->size();
-      owner = raw;
-    } else {
-      auto packed = std::make_shared<std::vector<uint8_t>>(model_detail::typed_field_bytes(t));
-      model_detail::clear_typed_fields(t);
-      bytes = packed->data();
-      size = packed->size();
-      owner = packed;
-    }
-    if (size != need)
-      throw invalid(path, what + ": holds " + std::to_string(size) + " bytes, dims and type need " + std::to_string(need));
-    data.data = bytes;
-    data.size = size;
-    data.owner = std::move(owner);
+    auto packed = std::make_shared<std::vector<uint8_t>>(model_detail::typed_field_bytes(t));
+    model_detail::clear_typed_fields(t);
+    data.data = packed->data();
+    data.size = packed->size();
+    data.owner = std::move(packed);
+  }
+  if (!data.file || data.file == embedded.file) {  // external.resolve checked its own
+    const uint64_t need = expected_bytes(t, what);
+    if (data.size != need)
+      throw invalid(path, what + ": holds " + std::to_string(data.size) + " bytes, dims and type need " + std::to_string(need));
   }
   data.dtype = t.data_type();
   data.dims.assign(t.dims().begin(), t.dims().end());
@@ -694,7 +732,7 @@ TensorData take_bytes(onnx::TensorProto& t, const std::string& what, ExternalFil
 }
 
 void collect_weights(Model& model, onnx::GraphProto& graph, const std::string& graph_label, bool main,
-                     ExternalFiles& external) {
+                     ExternalFiles& external, const ParsedModel& embedded) {
   for (auto& t : *graph.mutable_initializer()) {
     if (t.data_type() == onnx::TensorProto::STRING) continue;
     std::string what = "initializer '" + t.name() + "'" +
@@ -704,8 +742,8 @@ void collect_weights(Model& model, onnx::GraphProto& graph, const std::string& g
     w.origin = main ? WeightOrigin::kInitializer : WeightOrigin::kSubgraphInitializer;
     w.graph = graph_label;
     w.tensor = &t;
-    w.external = t.data_location() == onnx::TensorProto::EXTERNAL;
-    w.data = take_bytes(t, what, external, model.path);
+    w.external = t.data_location() == onnx::TensorProto::EXTERNAL && !embedded_span(t, embedded.spans);
+    w.data = take_bytes(t, what, external, embedded, model.path);
     t.clear_external_data();
     t.set_data_location(onnx::TensorProto::EXTERNAL);
     auto* ref = t.add_external_data();
@@ -717,7 +755,7 @@ void collect_weights(Model& model, onnx::GraphProto& graph, const std::string& g
     auto& node = *graph.mutable_node(i);
     std::string label = node_label(node, static_cast<size_t>(i));
     for_each_subgraph(node, [&](const std::string& attr, onnx::GraphProto& g) {
-      collect_weights(model, g, (main ? "" : graph_label + "/") + label + "/" + attr, false, external);
+      collect_weights(model, g, (main ? "" : graph_label + "/") + label + "/" + attr, false, external, embedded);
     });
   }
 }
@@ -727,7 +765,8 @@ void collect_weights(Model& model, onnx::GraphProto& graph, const std::string& g
 Model load_model(const fs::path& path, const LoadOptions& options) {
   Model model;
   model.path = path;
-  model.proto = parse(path);
+  ParsedModel embedded = parse_model(path, options.embedded_views);
+  model.proto = std::move(embedded.proto);
   auto& proto = *model.proto;
   check_versions(path, proto);
   check_attributes(path, proto.graph(), default_opset(proto));
@@ -735,13 +774,14 @@ Model load_model(const fs::path& path, const LoadOptions& options) {
   reject_compiled(path, proto.graph());
   drop_initializer_inputs(proto);
   hoist_constants(*proto.mutable_graph());
+  if (embedded.file) restore_attribute_tensors(*proto.mutable_graph(), embedded);
   apply_shapes(path, *proto.mutable_graph(), options);
   apply_values(path, *proto.mutable_graph(), options, model);
   check_defined(path, proto.graph(), {}, "");
   // Shape inference still sees small constant tensors (Reshape shapes) with their data.
   infer_shapes(path, proto);
   ExternalFiles external(path);
-  collect_weights(model, *proto.mutable_graph(), "main", true, external);
+  collect_weights(model, *proto.mutable_graph(), "main", true, external, embedded);
   check(path, proto);
 
   const auto& graph = proto.graph();

@@ -94,10 +94,8 @@ nlohmann::json context_binaries(const fs::path& path, const onnx::ModelProto& pr
 }
 
 nlohmann::json inspect_model(const fs::path& path) {
-  auto file = MappedFile::open(path);
-  onnx::ModelProto proto;
-  if (file->size() > INT32_MAX || !proto.ParseFromArray(file->data(), static_cast<int>(file->size())) || !proto.has_graph())
-    throw Error(ErrorCode::kInvalidModel, path.string() + ": not a valid ONNX model");
+  const ParsedModel parsed = parse_model(path);
+  const onnx::ModelProto& proto = *parsed.proto;
   const auto& graph = proto.graph();
   nlohmann::json contexts = nlohmann::json::array();
   std::map<std::string, size_t> ops;
@@ -119,7 +117,7 @@ nlohmann::json inspect_model(const fs::path& path) {
   uint64_t init_bytes = 0;
   bool external = false;
   for (const auto& t : graph.initializer()) {
-    init_bytes += t.raw_data().size();
+    init_bytes += parsed.held_bytes(t);
     external = external || t.data_location() == onnx::TensorProto::EXTERNAL;
   }
   return {{"kind", "epcontext_model"},

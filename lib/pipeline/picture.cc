@@ -165,17 +165,15 @@ std::string inspect_dot(const fs::path& path, const Backend& backend, const Load
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) throw Error(ErrorCode::kInvalidModel, path.string() + ": no such file");
   {
-    auto file = MappedFile::open(path);
-    onnx::ModelProto proto;
-    // A compiled model is small (its weights are in the binary); parse it only to look.
-    if (file->size() <= INT32_MAX && proto.ParseFromArray(file->data(), static_cast<int>(file->size())))
-      for (const auto& node : proto.graph().node())
-        if (node.op_type() == "EPContext") {
-          if (!load.fix_dims.empty() || !load.input_shapes.empty() || !load.fix_values.empty())
-            throw Error(ErrorCode::kUsage, path.string() + " is compiled: it is drawn as it is, so --fix-dim, --input-shape "
-                                                           "and --fix-value have nothing to cut (give the original model)");
-          return compiled_dot(path, proto);
-        }
+    // Embedded weights are not copied: looking costs the graph only.
+    const ParsedModel parsed = parse_model(path);
+    for (const auto& node : parsed.proto->graph().node())
+      if (node.op_type() == "EPContext") {
+        if (!load.fix_dims.empty() || !load.input_shapes.empty() || !load.fix_values.empty())
+          throw Error(ErrorCode::kUsage, path.string() + " is compiled: it is drawn as it is, so --fix-dim, --input-shape "
+                                                         "and --fix-value have nothing to cut (give the original model)");
+        return compiled_dot(path, *parsed.proto);
+      }
   }
   PartitionedModel cut = partition_model(path, load, backend);
   std::vector<std::string> labels;

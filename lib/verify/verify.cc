@@ -36,12 +36,13 @@ const onnx::AttributeProto* attribute(const onnx::NodeProto& node, const std::st
   return nullptr;
 }
 
+// Embedded weights are not copied: ONNX Runtime reads the model itself.
 onnx::ModelProto parse(const fs::path& path) {
-  auto file = MappedFile::open(path);
-  onnx::ModelProto proto;
-  if (file->size() > INT32_MAX || !proto.ParseFromArray(file->data(), static_cast<int>(file->size())))
-    throw mismatch(path, "not a valid ONNX model");
-  return proto;
+  try {
+    return std::move(*parse_model(path).proto);
+  } catch (const Error& e) {
+    throw Error(ErrorCode::kMismatch, e.what());
+  }
 }
 
 // A context binary, with load errors reported as a failed integrity check.

@@ -1,7 +1,7 @@
 #pragma once
 // Stage 1, load: an ONNX model file becomes a Model, a protobuf graph plus views of its weight
-// bytes. Weight bytes are never copied: external data is memory-mapped, embedded raw_data is
-// moved out of the protobuf into shared buffers.
+// bytes. Weight bytes are never copied: external data and large embedded tensors are views of the
+// mapped files, small embedded ones are moved out of the protobuf into shared buffers.
 
 #include <cstddef>
 #include <cstdint>
@@ -17,6 +17,7 @@
 #include <onnx/onnx_pb.h>
 
 #include "ctxgen/bytes.h"
+#include "ctxgen/embedded.h"
 
 namespace ctxgen {
 
@@ -63,6 +64,9 @@ struct LoadOptions {
   std::map<std::string, int64_t> fix_dims;                  // --fix-dim NAME=VALUE
   std::map<std::string, std::vector<int64_t>> input_shapes;  // --input-shape INPUT=1x3x224x224
   std::map<std::string, std::vector<std::string>> fix_values;  // --fix-value INPUT=V[,V...]: the input becomes a constant
+  // Large embedded weights are views of the mapped model file (ctxgen/embedded.h). false: protobuf
+  // copies them, the reference the views are tested against.
+  bool embedded_views = true;
 };
 
 // Model metadata key recording the inputs --fix-value replaced, values as text:
@@ -96,6 +100,19 @@ struct Model {
   const Weight* constant(const std::string& name) const;
   const ValueType* type_of(const std::string& name) const;
 };
+
+// A model file parsed without copying its large embedded weights: their bytes stay in the mapped
+// file, their tensors marked (ctxgen/embedded.h). For readers that only look at the graph;
+// load_model takes the weights as views. Throws Error(kInvalidModel) naming the file and what is
+// wrong. views = false: protobuf copies every byte (see LoadOptions::embedded_views).
+struct ParsedModel {
+  std::unique_ptr<onnx::ModelProto> proto;
+  std::shared_ptr<const MappedFile> file;  // set when a tensor was cut
+  std::vector<EmbeddedSpan> spans;
+  // Bytes a tensor embeds in the file: its cut span's, or its raw_data's.
+  uint64_t held_bytes(const onnx::TensorProto& tensor) const;
+};
+ParsedModel parse_model(const std::filesystem::path& path, bool views = true);
 
 // Loads, validates (onnx checker), hoists constants, applies fixed dims/shapes and runs shape
 // inference. Throws Error(kInvalidModel) naming the file and the problem.
