@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# Measures `ctxgen share` on a transformer-shaped pair of models that share every weight under
-# different names (prefill: seq 128, decode: seq 1), and prints ratios measured side by side in
+# Measures `ctxgen share` on transformer-shaped models that share every weight under different
+# names (prefill: seq 128, decode: seq 1, ...): a pair with external data, the same pair with
+# embedded weights, and a group of 8 embedded models; and prints ratios measured side by side in
 # this one run, so machine speed and load cancel out:
 #   time ratio  = ctxgen wall time / I/O floor (read every input once + write the unique bytes once
 #                 with plain tools, fsynced like ctxgen's outputs)
 #   RSS ratio   = ctxgen peak resident memory / total input size
 #   size ratio  = .bin size / unique weight bytes
+#   peak RSS of the 8 embedded models / of the embedded pair (memory must not grow with N)
 # then how the outputs run in ONNX Runtime (ctxgen-runtime-bench), on the pair and on an exported
 # CNN: inference time with CtxgenRef / with the CPU EP on the original, session creation of the
 # _ctx.onnx / of the original, and the memory a second session of the shared pair adds.
 #
-#   scripts/bench.sh [SIZE_MB_PER_MODEL]     (default 500: about 2 x 500 MB of input)
+#   scripts/bench.sh [SIZE_MB_PER_MODEL]     (default 500: 2 x 500 MB twice, then 8 x 500 MB)
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 size_mb="${1:-500}"
@@ -19,40 +21,78 @@ work="$build_dir/bench/$size_mb"
 ctxgen="$build_dir/bin/ctxgen"
 
 "$repo/scripts/setup.sh" --build-only >/dev/null
-if [ ! -f "$work/decode.onnx" ]; then
-  mkdir -p "$work"
-  /usr/bin/python3 "$repo/scripts/gen_llm_pair.py" "$work" --size-mb "$size_mb"
-fi
-inputs=("$work/prefill.onnx" "$work/prefill.weights" "$work/decode.onnx" "$work/decode.weights")
-input_bytes=$(stat -c %s "${inputs[@]}" | awk '{s += $1} END {print s}')
-unique_bytes=$(stat -c %s "$work/prefill.weights")  # every weight once, by construction
-out="$work/out"
-floor_file="$work/floor.bin"
-
 now() { date +%s.%N; }
-cat "${inputs[@]}" >/dev/null  # same page-cache state for both measurements
 
-t0=$(now)
-cat "${inputs[@]}" >/dev/null
-dd if="$work/prefill.weights" of="$floor_file" bs=64M conv=fsync status=none
-t1=$(now)
-rm -f "$floor_file"
+# measure LABEL TIME_TARGET RSS_TARGET DIR MODEL...: `ctxgen share` of the models against the I/O
+# floor. Every weight is byte-identical across the models: the unique bytes are one model's.
+measure() {
+  local label="$1" time_target="$2" rss_target="$3" dir="$4"
+  shift 4
+  local models=("$@") inputs=() unique_bytes
+  for m in "${models[@]}"; do
+    inputs+=("$dir/$m.onnx")
+    if [ -f "$dir/$m.weights" ]; then inputs+=("$dir/$m.weights"); fi
+  done
+  local source="$dir/${models[0]}.onnx"  # where the floor reads the bytes it writes
+  if [ -f "$dir/${models[0]}.weights" ]; then
+    source="$dir/${models[0]}.weights"
+    unique_bytes=$(stat -c %s "$source")
+  else  # embedded: the report counts the unique bytes
+    unique_bytes=""
+  fi
+  local input_bytes out="$dir/out" floor_file="$dir/floor.bin" t0 t1 ctx_seconds rss_kb bin_bytes list
+  input_bytes=$(stat -c %s "${inputs[@]}" | awk '{s += $1} END {print s}')
+  list=$(printf "$dir/%s.onnx," "${models[@]}")
+  rm -rf "$out" "$dir/report.json"
+  cat "${inputs[@]}" >/dev/null  # same page-cache state for both measurements
+  /usr/bin/time -f "%e %M" -o "$dir/time.txt" \
+    "$ctxgen" share "${list%,}" --output-dir "$out" --report "$dir/report.json" -q
+  read -r ctx_seconds rss_kb <"$dir/time.txt"
+  bin_bytes=$(stat -c %s "$out/${models[0]}_ref.bin")
+  if [ -z "$unique_bytes" ]; then
+    unique_bytes=$(/usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["context_binary_weights"]["unique_bytes"])' \
+      "$dir/report.json")
+  fi
+  t0=$(now)
+  cat "${inputs[@]}" >/dev/null
+  dd if="$source" of="$floor_file" bs=64M count="$unique_bytes" iflag=count_bytes conv=fsync status=none
+  t1=$(now)
+  rm -f "$floor_file"
+  awk -v label="$label" -v tt="$time_target" -v rt="$rss_target" -v n="${#models[@]}" -v t0="$t0" -v t1="$t1" -v t="$ctx_seconds" -v rss="$rss_kb" \
+      -v in_bytes="$input_bytes" -v bin="$bin_bytes" -v uniq="$unique_bytes" 'BEGIN {
+    floor = t1 - t0
+    printf "%s -- input: %.1f MB in %d models; unique weights %.1f MB; .bin %.1f MB\n", label, in_bytes / 1e6, n, uniq / 1e6, bin / 1e6
+    printf "ctxgen share: %.2f s, peak RSS %.1f MB; I/O floor: %.2f s\n", t, rss * 1024 / 1e6, floor
+    printf "time / I/O floor        %.2f   (target <= %s)\n", t / floor, tt
+    printf "peak RSS / input size   %.3f  (target <= %s)\n", rss * 1024 / in_bytes, rt
+    printf ".bin / unique weights   %.4f (target <= 1.01)\n", bin / uniq
+  }'
+  last_rss_kb=$rss_kb
+}
 
-rm -rf "$out" "$work/report.json"
-/usr/bin/time -f "%e %M" -o "$work/time.txt" \
-  "$ctxgen" share "$work/prefill.onnx,$work/decode.onnx" --output-dir "$out" --report "$work/report.json" -q
-read -r ctx_seconds rss_kb <"$work/time.txt"
-bin_bytes=$(stat -c %s "$out/prefill_ref.bin")
+generate() {  # generate DIR ARGS...: the models, once per size
+  local dir="$1"
+  shift
+  if [ ! -f "$dir/.done" ]; then
+    mkdir -p "$dir"
+    /usr/bin/python3 "$repo/scripts/gen_llm_pair.py" "$dir" --size-mb "$size_mb" "$@" >/dev/null
+    touch "$dir/.done"
+  fi
+}
 
-awk -v t0="$t0" -v t1="$t1" -v t="$ctx_seconds" -v rss="$rss_kb" -v in_bytes="$input_bytes" \
-    -v bin="$bin_bytes" -v uniq="$unique_bytes" 'BEGIN {
-  floor = t1 - t0
-  printf "input: %.1f MB in 2 models; unique weights %.1f MB; .bin %.1f MB\n", in_bytes / 1e6, uniq / 1e6, bin / 1e6
-  printf "ctxgen share: %.2f s, peak RSS %.1f MB; I/O floor: %.2f s\n", t, rss * 1024 / 1e6, floor
-  printf "time / I/O floor        %.2f   (target <= 2)\n", t / floor
-  printf "peak RSS / input size   %.3f  (target <= 0.25)\n", rss * 1024 / in_bytes
-  printf ".bin / unique weights   %.4f (target <= 1.01)\n", bin / uniq
-}'
+generate "$work"
+generate "$work/embedded" --embedded
+generate "$work/embedded8" --embedded --models 8
+measure "external data" 2 0.25 "$work" prefill decode
+out="$work/out"
+echo
+measure "embedded" 1.0 0.05 "$work/embedded" prefill decode
+pair_rss_kb=$last_rss_kb
+echo
+measure "embedded" 1.0 0.05 "$work/embedded8" prefill decode seq64 seq32 seq16 seq8 seq4 seq2
+awk -v two="$pair_rss_kb" -v eight="$last_rss_kb" \
+  'BEGIN { printf "peak RSS, 8 models / 2 models   %.2f (target <= 1.2)\n", eight / two }'
+echo
 
 # Run time. The exported CNN, compiled for one image size, is the conv model.
 cnn="$work/cnn"

@@ -84,26 +84,37 @@ class Slimmer {
     throw Error(ErrorCode::kInvalidModel, "at byte " + std::to_string(at) + ", " + what);
   }
 
-  uint64_t varint(size_t& pos, size_t end) const {
+  // A varint of at most `max_bytes` bytes; protobuf keeps the low 64 bits.
+  uint64_t varint(size_t& pos, size_t end, int max_bytes = 10) const {
     const size_t start = pos;
     uint64_t v = 0;
-    for (int shift = 0; shift < 70; shift += 7) {
+    for (int i = 0; i < max_bytes; ++i) {
       if (pos >= end) fail(start, "a varint runs past the end of its message");
       const uint8_t b = data_[pos++];
-      v |= uint64_t{b & 0x7fu} << (shift < 64 ? shift : 63);
+      if (i < 10) v |= uint64_t{b & 0x7fu} << (7 * i < 64 ? 7 * i : 63);
       if (!(b & 0x80)) return v;
     }
-    fail(start, "a varint is longer than 10 bytes");
+    fail(start, "a varint is longer than " + std::to_string(max_bytes) + " bytes");
+  }
+
+  // As protobuf reads them: a tag in at most 5 bytes, its value cut to 32 bits; a length in at
+  // most 5 bytes, below 2 GiB less the 16 bytes protobuf keeps in hand.
+  uint32_t tag(size_t& pos, size_t end) const { return static_cast<uint32_t>(varint(pos, end, 5)); }
+  uint64_t length(size_t& pos, size_t end) const {
+    const size_t start = pos;
+    const uint64_t n = varint(pos, end, 5);
+    if (n > INT32_MAX - 16) fail(start, "a length of " + std::to_string(n) + " bytes is beyond protobuf's 2 GiB");
+    return n;
   }
 
   // Reads the field at `pos` within [pos, end); a group is skipped whole.
   Field field(size_t pos, size_t end, int depth) const {
     Field f;
     f.start = pos;
-    const uint64_t tag = varint(pos, end);
-    if (tag > UINT32_MAX || (tag >> 3) == 0) fail(f.start, "a field tag has no valid field number");
-    f.number = static_cast<uint32_t>(tag >> 3);
-    f.wire = static_cast<uint8_t>(tag & 7);
+    const uint32_t t = tag(pos, end);
+    if ((t >> 3) == 0) fail(f.start, "a field tag has no valid field number");
+    f.number = t >> 3;
+    f.wire = static_cast<uint8_t>(t & 7);
     f.value = pos;
     auto fixed = [&](size_t width) {
       if (end - pos < width) fail(f.start, "field " + std::to_string(f.number) + " runs past the end of its message");
@@ -114,12 +125,12 @@ class Slimmer {
       case kFixed64: fixed(8); break;
       case kFixed32: fixed(4); break;
       case kLengthDelimited: {
-        const uint64_t length = varint(pos, end);
-        if (length > INT32_MAX || length > end - pos)
-          fail(f.start, "field " + std::to_string(f.number) + " claims " + std::to_string(length) +
+        const uint64_t n = length(pos, end);
+        if (n > end - pos)
+          fail(f.start, "field " + std::to_string(f.number) + " claims " + std::to_string(n) +
                             " bytes, more than its message has left");
         f.value = pos;
-        pos += static_cast<size_t>(length);
+        pos += static_cast<size_t>(n);
         break;
       }
       case kStartGroup: pos = group_end(f, end, depth + 1); break;
@@ -136,9 +147,9 @@ class Slimmer {
     while (pos < end) {
       Field probe;
       probe.start = pos;
-      const uint64_t tag = varint(pos, end);
-      if ((tag & 7) == kEndGroup && tag <= UINT32_MAX) {
-        if ((tag >> 3) != group.number) fail(probe.start, "group " + std::to_string(group.number) + " ends with another group's tag");
+      const uint32_t t = tag(pos, end);
+      if ((t & 7) == kEndGroup) {
+        if ((t >> 3) != group.number) fail(probe.start, "group " + std::to_string(group.number) + " ends with another group's tag");
         return pos;
       }
       pos = field(probe.start, end, depth).end;
