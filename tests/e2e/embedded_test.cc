@@ -56,5 +56,46 @@ TEST(EmbeddedViews, WriteWhatCopiesWrote) {
   expect_same_outputs({trio[0]}, stop, "--stop-after partition");
 }
 
+// A weight folded at compile time (Neg of a constant) whose bytes sit at an odd offset of the file:
+// the kernels get it aligned (the sanitizer build checks), and the outputs are protobuf's.
+TEST(EmbeddedViews, FoldAWeightAtAnOddOffset) {
+  constexpr int n = 1024;
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(17);
+  auto* g = m.mutable_graph();
+  g->set_name("odd");
+  for (auto* v : {g->add_input(), g->add_output()}) {
+    v->set_name(v == &g->input(0) ? "x" : "y");
+    v->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+    v->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(n);
+  }
+  auto* w = g->add_initializer();
+  w->set_name("w");
+  w->set_data_type(onnx::TensorProto::FLOAT);
+  w->add_dims(n);
+  std::vector<float> values(n, 0.5f);
+  w->set_raw_data(values.data(), values.size() * sizeof(float));
+  auto* neg = g->add_node();
+  neg->set_op_type("Neg");
+  neg->add_input("w");
+  neg->add_output("nw");
+  auto* add = g->add_node();
+  add->set_op_type("Add");
+  add->add_input("x");
+  add->add_input("nw");
+  add->add_output("y");
+  std::string bytes;
+  for (std::string producer;; producer += "x") {  // lengthen the header until the weight is misaligned
+    m.set_producer_name(producer);
+    bytes = m.SerializeAsString();
+    const size_t at = bytes.find(w->raw_data());
+    if (at % 4 != 0) break;
+  }
+  TempDir dir;
+  write_file(dir.path() / "odd.onnx", bytes);
+  expect_same_outputs({dir.path() / "odd.onnx"}, CompileOptions{}, "a folded weight at an odd offset");
+}
+
 }  // namespace
 }  // namespace ctxgen::testing

@@ -3,6 +3,10 @@
 
 #include "ctxgen/ref_evaluate.h"
 
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
 #include "ctxgen/error.h"
 #include "ctxgen/runtime.h"
 #include "node_view.h"
@@ -37,6 +41,13 @@ std::optional<Evaluated> evaluate(const Model& model, const onnx::NodeProto& nod
   op.type = n.type;
   op.attrs = n.attrs;
   std::vector<const uint8_t*> weights;
+  // Kernels read whole elements, and a weight viewed in a model file may sit at any offset: such
+  // an input is copied, aligned, for the evaluation.
+  std::vector<std::vector<uint8_t>> aligned;
+  auto readable = [&aligned](const TensorData& t) -> const uint8_t* {
+    if (reinterpret_cast<uintptr_t>(t.data) % alignof(std::max_align_t) == 0) return t.data;
+    return aligned.emplace_back(t.data, t.data + t.size).data();
+  };
   for (const auto& name : n.inputs) {
     if (name.empty()) {
       op.inputs.push_back(-1);
@@ -49,7 +60,7 @@ std::optional<Evaluated> evaluate(const Model& model, const onnx::NodeProto& nod
     v.dims = refc::static_dims(model, name, name, true);
     v.kind = ValueKind::kWeight;
     v.index = weights.size();
-    weights.push_back(constant ? constant->data.data : kUnread);
+    weights.push_back(constant ? readable(constant->data) : kUnread);
     op.inputs.push_back(static_cast<int32_t>(program.values.size()));
     program.values.push_back(std::move(v));
   }
