@@ -89,7 +89,7 @@ echo
 measure "embedded" 1.0 0.05 "$work/embedded" prefill decode
 pair_rss_kb=$last_rss_kb
 echo
-measure "embedded" 1.0 0.05 "$work/embedded8" prefill decode seq64 seq32 seq16 seq8 seq4 seq2
+measure "embedded" 2 0.05 "$work/embedded8" prefill decode seq64 seq32 seq16 seq8 seq4 seq2
 awk -v two="$pair_rss_kb" -v eight="$last_rss_kb" \
   'BEGIN { printf "peak RSS, 8 models / 2 models   %.2f (target <= 1.2)\n", eight / two }'
 echo

@@ -2,8 +2,10 @@
 // side by side in one process (scripts/bench.sh prints it; docs/benchmarks.md explains it).
 //   ctxgen-runtime-bench [--runs N] ORIGINAL.onnx=COMPILED_ctx.onnx ...
 // Per pair: inference time with CtxgenRef / with the CPU EP on the original, and session creation
-// of the compiled model / of the original. For the first two pairs (a shared group): the resident
-// memory the second session adds, with ep.share_ep_contexts=1 / with the CPU EP, over its weights.
+// of the compiled model / of the original. For the first pair: how inference scales from 1 to 2
+// intra-op threads, with CtxgenRef and with the CPU EP. For the first two pairs (a shared group):
+// the resident memory the second session adds, with ep.share_ep_contexts=1 / with the CPU EP,
+// over its weights.
 
 #include <algorithm>
 #include <chrono>
@@ -116,6 +118,21 @@ int main(int argc, char** argv) {
                   name.c_str(), 1e3 * t_ctx, 1e3 * t_cpu, runs, t_ctx / t_cpu);
       std::printf("session creation, %s: _ctx.onnx %.1f ms, original %.1f ms   ratio %.2f (target <= 0.25)\n",
                   name.c_str(), 1e3 * create_ctx, 1e3 * create_cpu, create_ctx / create_cpu);
+    }
+    {
+      const fs::path &original = models[0].first, &compiled = models[0].second;
+      std::map<int, double> ctx_ms, cpu_ms;
+      for (int threads : {1, 2}) {
+        Ort::Session cpu = host.cpu_session(original, threads), ctx = host.plugin_session(compiled, {}, threads);
+        const Call on_cpu = call_for(ctx, cpu), on_ctx = call_for(ctx, ctx);
+        run(cpu, on_cpu);
+        run(ctx, on_ctx);
+        cpu_ms[threads] = 1e3 * best_of(runs, [&] { run(cpu, on_cpu); });
+        ctx_ms[threads] = 1e3 * best_of(runs, [&] { run(ctx, on_ctx); });
+      }
+      std::printf("threads, %s: CtxgenRef %.2f ms on 1, %.2f ms on 2 = x%.2f; CPU EP %.2f ms on 1, %.2f ms on 2 = x%.2f\n",
+                  original.filename().c_str(), ctx_ms[1], ctx_ms[2], ctx_ms[1] / ctx_ms[2], cpu_ms[1], cpu_ms[2],
+                  cpu_ms[1] / cpu_ms[2]);
     }
     if (models.size() >= 2) {
       // The second session of a shared group on top of the first, each kind in a scope of its own.

@@ -1,5 +1,7 @@
 #include "compiled_node.h"
 
+#include <functional>
+
 #include "ctxgen/error.h"
 #include "ep_context.h"
 #include "ort_api.h"
@@ -97,7 +99,13 @@ void CompiledNode::compute(OrtKernelContext* context) const {
           "KernelContext_GetOutput");
     check(api().ort->GetTensorMutableData(value, &outputs[i]), "GetTensorMutableData");
   }
-  executable_->run(inputs, outputs);
+  // Kernels split their work over the session's intra-op threads, as ONNX Runtime's own kernels do.
+  const runtime::ParallelFor parallel = [context](size_t tasks, const std::function<void(size_t)>& body) {
+    auto call = [](void* data, size_t task) { (*static_cast<const std::function<void(size_t)>*>(data))(task); };
+    check(api().ort->KernelContext_ParallelFor(context, call, tasks, 0, const_cast<std::function<void(size_t)>*>(&body)),
+          "KernelContext_ParallelFor");
+  };
+  executable_->run(inputs, outputs, parallel);
 }
 
 OrtStatus* ORT_API_CALL CompiledNode::CreateStateImpl(OrtNodeComputeInfo* self, OrtNodeComputeContext*,

@@ -25,18 +25,18 @@ std::vector<void*> bind(const ref::Program& program, const WeightLookup& weights
   for (size_t id = 0; id < program.values.size(); ++id) {
     const ref::Value& v = program.values[id];
     const void* at = nullptr;
-    std::string what;
     switch (v.kind) {
-      case ref::ValueKind::kInput: at = inputs[v.index]; what = "input " + std::to_string(v.index); break;
-      case ref::ValueKind::kOutput: at = outputs[v.index]; what = "output " + std::to_string(v.index); break;
-      case ref::ValueKind::kWeight:
-        at = weights(static_cast<uint32_t>(v.index));
-        what = "weight " + std::to_string(v.index);
-        break;
-      case ref::ValueKind::kArena: at = arena.data() + v.index; what = "arena value"; break;
+      case ref::ValueKind::kInput: at = inputs[v.index]; break;
+      case ref::ValueKind::kOutput: at = outputs[v.index]; break;
+      case ref::ValueKind::kWeight: at = weights(static_cast<uint32_t>(v.index)); break;
+      case ref::ValueKind::kArena: at = arena.data() + v.index; break;
     }
-    if (!at && v.byte_size() > 0)
-      throw Error(ErrorCode::kRuntime, "ref program: no buffer for " + what + " (value " + std::to_string(id) + ")");
+    if (!at && v.byte_size() > 0) {
+      const char* kinds[] = {"input ", "output ", "weight ", "arena value "};
+      throw Error(ErrorCode::kRuntime, "ref program: no buffer for " + std::string(kinds[static_cast<int>(v.kind)]) +
+                                           (v.kind == ref::ValueKind::kArena ? "" : std::to_string(v.index)) +
+                                           " (value " + std::to_string(id) + ")");
+    }
     // An empty tensor may come without a buffer; kernels still pass its address to memcpy.
     static const float kNoElements = 0;
     if (!at) at = &kNoElements;
@@ -62,10 +62,17 @@ void check_signature(const std::vector<IoSignature>& sigs, const ref::Program& p
   }
 }
 
-}  // namespace
+// Each op's definition, found by name once per program instead of on every run.
+std::vector<const OpDef*> defs_of(const ref::Program& program) {
+  std::vector<const OpDef*> defs;
+  defs.reserve(program.ops.size());
+  for (const ref::Op& op : program.ops) defs.push_back(find_op(op.type));
+  return defs;
+}
 
-void execute(const ref::Program& program, const WeightLookup& weights, const std::vector<const void*>& inputs,
-             const std::vector<void*>& outputs, std::vector<uint8_t>& arena) {
+void run_ops(const ref::Program& program, const std::vector<const OpDef*>& defs, const WeightLookup& weights,
+             const std::vector<const void*>& inputs, const std::vector<void*>& outputs, std::vector<uint8_t>& arena,
+             const ParallelFor& parallel) {
   expect_count(inputs.size(), program.inputs.size(), "input");
   expect_count(outputs.size(), program.outputs.size(), "output");
   if (arena.size() < program.arena_bytes) arena.resize(program.arena_bytes);
@@ -80,11 +87,18 @@ void execute(const ref::Program& program, const WeightLookup& weights, const std
     // Nothing to write; a kernel's outer loops could still run over the other dims.
     if (program.values[out_id].element_count() == 0) continue;
     try {
-      find_op(op.type)->kernel(op, ins, Output{&program.values[out_id], buffers[out_id]});
+      defs[k]->kernel(op, ins, Output{&program.values[out_id], buffers[out_id], &parallel});
     } catch (const Error& e) {
       throw e.within("ref program: op " + std::to_string(k) + " (" + op.type + ")");
     }
   }
+}
+
+}  // namespace
+
+void execute(const ref::Program& program, const WeightLookup& weights, const std::vector<const void*>& inputs,
+             const std::vector<void*>& outputs, std::vector<uint8_t>& arena, const ParallelFor& parallel) {
+  run_ops(program, defs_of(program), weights, inputs, outputs, arena, parallel);
 }
 
 bool reads_input_data(const std::string& op_type) {
@@ -126,14 +140,25 @@ Executable::Executable(std::shared_ptr<const ContextBinary> binary, const std::s
     }
     check_signature(graph_->inputs, program_, program_.inputs, "input");
     check_signature(graph_->outputs, program_, program_.outputs, "output");
+    defs_ = defs_of(program_);
   } catch (const Error& e) {
     throw e.within(where);
   }
 }
 
-void Executable::run(const std::vector<const void*>& inputs, const std::vector<void*>& outputs) const {
-  std::vector<uint8_t> arena(program_.arena_bytes);
-  execute(program_, [this](uint32_t id) { return binary_->weight_data(id); }, inputs, outputs, arena);
+void Executable::run(const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
+                     const ParallelFor& parallel) const {
+  std::vector<uint8_t> arena;
+  {
+    std::lock_guard<std::mutex> lock(arenas_mutex_);
+    if (!arenas_.empty()) {
+      arena = std::move(arenas_.back());
+      arenas_.pop_back();
+    }
+  }
+  run_ops(program_, defs_, [this](uint32_t id) { return binary_->weight_data(id); }, inputs, outputs, arena, parallel);
+  std::lock_guard<std::mutex> lock(arenas_mutex_);
+  arenas_.push_back(std::move(arena));
 }
 
 }  // namespace ctxgen::runtime

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ctxgen/ref_program.h"
+#include "ctxgen/runtime.h"
 #include "shape.h"
 
 namespace ctxgen::runtime {
@@ -31,6 +32,7 @@ struct Tensor {
 struct Output {
   const ref::Value* value = nullptr;
   void* data = nullptr;
+  const ParallelFor* parallel = nullptr;  // the caller's threads, for kernels that split their work
 
   const Dims& dims() const { return value->dims; }
   int64_t size() const { return value->element_count(); }

@@ -1,34 +1,68 @@
-// MatMul, Gemm and Conv, all reduced to one row-major GEMM loop (i-k-j: the innermost loop walks
-// a row of B and a row of Y contiguously).
+// MatMul, Gemm and Conv, all reduced to one row-major GEMM.
 
 #include <algorithm>
 #include <cstring>
 #include <vector>
+
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
 
 #include "kernels.h"
 
 namespace ctxgen::runtime {
 namespace {
 
-// y [m, n] = A [m, k] x B [k, n], all dense row-major.
-void gemm_rowmajor(int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* y) {
-  std::memset(y, 0, static_cast<size_t>(m * n) * sizeof(float));
-  for (int64_t i = 0; i < m; ++i) {
-    float* row = y + i * n;
-    for (int64_t p = 0; p < k; ++p) {
-      const float av = a[i * k + p];
-      const float* brow = b + p * n;
-      for (int64_t j = 0; j < n; ++j) row[j] += av * brow[j];
-    }
-  }
+// y [m, n] = op(A) [m, k] x op(B) [k, n], all dense row-major (op: transposed when asked), through
+// oneDNN's GEMM (docs/benchmarks.md, "Kernel library": the fastest Debian offers on every shape
+// measured). A large product is cut into blocks of y's columns that the caller's threads share;
+// each block runs on its thread alone, so the thread count is the caller's (ONNX Runtime's
+// intra-op pool in the plugin EP), not OpenMP's.
+void gemm_rowmajor(int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* y, const ParallelFor* parallel,
+                   bool trans_a = false, bool trans_b = false) {
+  constexpr int64_t kMinParallelWork = int64_t{1} << 18;  // multiply-adds below which threads cost more than they give
+  constexpr int64_t kMaxBlocks = 4;
+  int64_t width = n;
+  if (parallel && *parallel && m * n * k >= kMinParallelWork)
+    width = std::max<int64_t>(32, ((n + kMaxBlocks - 1) / kMaxBlocks + 15) / 16 * 16);
+  const int64_t blocks = (n + width - 1) / width;
+  const auto block = [&](size_t index) {
+    const int64_t j0 = static_cast<int64_t>(index) * width, cols = std::min(width, n - j0);
+    omp_set_num_threads(1);
+    dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, cols, k, 1.0f, a, trans_a ? m : k,
+               trans_b ? b + j0 * k : b + j0, trans_b ? k : n, 0.0f, y + j0, n);
+  };
+  if (blocks == 1)
+    block(0);
+  else
+    (*parallel)(static_cast<size_t>(blocks), block);
 }
 
-// A transposed copy of the row-major [rows, cols] matrix `src`.
-std::vector<float> transposed(const float* src, int64_t rows, int64_t cols) {
-  std::vector<float> t(static_cast<size_t>(rows * cols));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) t[static_cast<size_t>(c * rows + r)] = src[r * cols + c];
-  return t;
+// im2col for images, the common case: a row of the output at a time, its inside span in one loop
+// without the per-element index arithmetic of any-rank windows.
+void im2col_2d(const float* x, const Dims& in, int64_t channels, const Dims& kernel, const Dims& out, const Dims& strides,
+               const Dims& pads, const Dims& dilations, float* col) {
+  const int64_t ih = in[0], iw = in[1], oh = out[0], ow = out[1], sh = strides[0], sw = strides[1];
+  for (int64_t c = 0; c < channels; ++c) {
+    const float* plane = x + c * ih * iw;
+    for (int64_t ky = 0; ky < kernel[0]; ++ky)
+      for (int64_t kx = 0; kx < kernel[1]; ++kx) {
+        const int64_t dy = ky * dilations[0] - pads[0], dx = kx * dilations[1] - pads[1];
+        // Output columns whose input column lands inside: ox in [first, last).
+        const int64_t first = std::clamp<int64_t>((-dx + sw - 1) / sw, 0, ow);
+        const int64_t last = std::clamp<int64_t>((iw - dx + sw - 1) / sw, first, ow);
+        for (int64_t oy = 0; oy < oh; ++oy, col += ow) {
+          const int64_t y = oy * sh + dy;
+          if (y < 0 || y >= ih) {
+            std::fill(col, col + ow, 0.0f);
+            continue;
+          }
+          const float* row = plane + y * iw + dx;
+          std::fill(col, col + first, 0.0f);
+          for (int64_t ox = first; ox < last; ++ox) col[ox] = row[ox * sw];
+          std::fill(col + last, col + ow, 0.0f);
+        }
+      }
+  }
 }
 
 // Writes the im2col matrix of one group of one image: row (c, kernel position), column (output
@@ -36,6 +70,7 @@ std::vector<float> transposed(const float* src, int64_t rows, int64_t cols) {
 void im2col(const float* x, const Dims& in_spatial, int64_t channels, const Dims& kernel, const Dims& out_spatial,
             const Dims& strides, const Dims& pads, const Dims& dilations, float* col) {
   size_t n = in_spatial.size();
+  if (n == 2) return im2col_2d(x, in_spatial, channels, kernel, out_spatial, strides, pads, dilations, col);
   int64_t kernel_size = product(kernel), out_size = product(out_spatial), in_size = product(in_spatial);
   Dims in_strides = strides_of(in_spatial);
   std::vector<int64_t> kpos(n), opos(n);
@@ -95,7 +130,7 @@ void matmul(const ref::Op& op, const std::vector<Tensor>& in, const Output& out)
       oa += idx[d] * sa[d];
       ob += idx[d] * sb[d];
     }
-    gemm_rowmajor(m, n, k, in[0].f32() + oa * m * k, in[1].f32() + ob * k * n, out.f32() + t * m * n);
+    gemm_rowmajor(m, n, k, in[0].f32() + oa * m * k, in[1].f32() + ob * k * n, out.f32() + t * m * n, out.parallel);
     for (size_t d = batch.size(); d-- > 0;) {
       if (++idx[d] < batch[d]) break;
       idx[d] = 0;
@@ -106,16 +141,10 @@ void matmul(const ref::Op& op, const std::vector<Tensor>& in, const Output& out)
 
 void gemm(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
   const Dims& ad = in[0].dims();
-  const Dims& bd = in[1].dims();
   bool trans_a = op.get_int("transA", 0) != 0, trans_b = op.get_int("transB", 0) != 0;
   int64_t m = out.dims()[0], n = out.dims()[1], k = trans_a ? ad[0] : ad[1];
-  std::vector<float> a_t, b_t;
-  const float* a = in[0].f32();
-  const float* b = in[1].f32();
-  if (trans_a) a = (a_t = transposed(a, ad[0], ad[1])).data();
-  if (trans_b) b = (b_t = transposed(b, bd[0], bd[1])).data();
   float* y = out.f32();
-  gemm_rowmajor(m, n, k, a, b, y);
+  gemm_rowmajor(m, n, k, in[0].f32(), in[1].f32(), y, out.parallel, trans_a, trans_b);
   float alpha = op.get_float("alpha", 1.0f), beta = op.get_float("beta", 1.0f);
   if (in.size() > 2 && in[2].present()) {
     // C keeps its own dims (scalar, [N], [1, N], [M, 1], [M, N] ...); broadcast it to [M, N].
@@ -149,7 +178,7 @@ void conv(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
       const float* x = in[0].f32() + (b * xd[1] + g * c_per_group) * in_size;
       if (!pointwise) im2col(x, in_spatial, c_per_group, kernel, out_spatial, strides, pads, dilations, col.data());
       float* y = out.f32() + (b * wd[0] + g * m_per_group) * out_size;
-      gemm_rowmajor(m_per_group, out_size, rows, w + g * m_per_group * rows, pointwise ? x : col.data(), y);
+      gemm_rowmajor(m_per_group, out_size, rows, w + g * m_per_group * rows, pointwise ? x : col.data(), y, out.parallel);
     }
   }
   if (in.size() > 2 && in[2].present()) {

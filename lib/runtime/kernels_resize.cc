@@ -89,16 +89,25 @@ void resize(const ref::Op& op, const std::vector<Tensor>& in, const Output& out)
     taps.push_back(axis_taps(op, scales->floats[a], yd[a], xd[a]));
     if (std::any_of(taps[a].w_hi.begin(), taps[a].w_hi.end(), [](float w) { return w != 0.0f; })) blended.push_back(a);
   }
+  // Row by row of the last axis: the corners of the other blended axes are found once per row.
+  // Sums and products keep the order of a corner-by-corner sum over all blended axes (the last
+  // axis is the highest corner bit), so the result does not depend on this split.
   Dims xs = strides_of(xd);
   const float* x = in[0].f32();
   float* y = out.f32();
-  std::vector<int64_t> at(rank, 0);
-  for (int64_t i = 0, n = out.size(); i < n; ++i) {
+  const size_t last = rank - 1;
+  const bool last_blended = !blended.empty() && blended.back() == last;
+  if (last_blended) blended.pop_back();
+  const Taps& inner = taps[last];
+  const size_t corners = size_t{1} << blended.size();
+  std::vector<float> corner_weight(corners);
+  std::vector<int64_t> corner_offset(corners);
+  std::vector<int64_t> at(last, 0);
+  const int64_t width = yd[last];
+  for (int64_t row = 0, rows = out.size() / width; row < rows; ++row) {
     int64_t base = 0;
-    for (size_t a = 0; a < rank; ++a) base += taps[a].lo[static_cast<size_t>(at[a])] * xs[a];
-    float sum = 0.0f;
-    // Every corner of the blended axes: bit k of `corner` picks hi on blended axis k.
-    for (size_t corner = 0; corner < (size_t{1} << blended.size()); ++corner) {
+    for (size_t a = 0; a < last; ++a) base += taps[a].lo[static_cast<size_t>(at[a])] * xs[a];
+    for (size_t corner = 0; corner < corners; ++corner) {
       float weight = 1.0f;
       int64_t offset = base;
       for (size_t k = 0; k < blended.size(); ++k) {
@@ -108,10 +117,21 @@ void resize(const ref::Op& op, const std::vector<Tensor>& in, const Output& out)
         weight *= hi ? taps[a].w_hi[j] : taps[a].w_lo[j];
         if (hi) offset += (taps[a].hi[j] - taps[a].lo[j]) * xs[a];
       }
-      sum += weight * x[offset];
+      corner_weight[corner] = weight;
+      corner_offset[corner] = offset;
     }
-    y[i] = sum;
-    for (size_t a = rank; a-- > 0;) {
+    float* dst = y + row * width;
+    for (int64_t i = 0; i < width; ++i) {
+      const auto j = static_cast<size_t>(i);
+      float sum = 0.0f;
+      for (size_t c = 0; c < corners; ++c)
+        sum += (last_blended ? corner_weight[c] * inner.w_lo[j] : corner_weight[c]) * x[corner_offset[c] + inner.lo[j] * xs[last]];
+      if (last_blended)
+        for (size_t c = 0; c < corners; ++c)
+          sum += (corner_weight[c] * inner.w_hi[j]) * x[corner_offset[c] + inner.hi[j] * xs[last]];
+      dst[i] = sum;
+    }
+    for (size_t a = last; a-- > 0;) {
       if (++at[a] < yd[a]) break;
       at[a] = 0;
     }

@@ -39,9 +39,11 @@ OrtHost::OrtHost(const std::filesystem::path& plugin, OrtLoggingLevel log_level)
   }
 }
 
-Ort::Session OrtHost::cpu_session(const std::filesystem::path& model) {
+Ort::Session OrtHost::cpu_session(const std::filesystem::path& model, int threads) {
   try {
-    return Ort::Session(env_, model.c_str(), Ort::SessionOptions{});
+    Ort::SessionOptions options;
+    options.SetIntraOpNumThreads(threads);
+    return Ort::Session(env_, model.c_str(), options);
   } catch (const Ort::Exception& e) {
     throw Error(ErrorCode::kRuntime, model.string() + ": ONNX Runtime (CPU) cannot load it: " + e.what());
   }
@@ -60,11 +62,13 @@ Ort::Session OrtHost::cpu_session(const std::string& model, const std::string& w
   }
 }
 
-Ort::Session OrtHost::plugin_session(const std::filesystem::path& model, const std::map<std::string, std::string>& config) {
+Ort::Session OrtHost::plugin_session(const std::filesystem::path& model, const std::map<std::string, std::string>& config,
+                                     int threads) {
   try {
-    if (config.empty()) return Ort::Session(env_, model.c_str(), plugin_options_);
+    if (config.empty() && threads == 0) return Ort::Session(env_, model.c_str(), plugin_options_);
     Ort::SessionOptions options = plugin_options_.Clone();
     for (const auto& [key, value] : config) options.AddConfigEntry(key.c_str(), value.c_str());
+    options.SetIntraOpNumThreads(threads);
     return Ort::Session(env_, model.c_str(), options);
   } catch (const Ort::Exception& e) {
     throw Error(ErrorCode::kRuntime, model.string() + ": ONNX Runtime with " + ref::kEpName + " cannot load it: " + e.what());

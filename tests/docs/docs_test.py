@@ -220,8 +220,10 @@ RULES = [
     ("architecture.md", r"common <- model", rule_text("the layering; the CMake targets enforce it (a stage that "
                                                       "includes a header of one it does not link fails to build)")),
     ("benchmarks.md", r"scripts/bench.sh \[", rule_text("its synopsis; the sample below runs scripts/bench.sh 8")),
-    ("benchmarks.md", r"input: ", rule_sample("scripts/bench.sh 8", in_source=True)),
+    ("benchmarks.md", r"external data -- input: ", rule_sample("scripts/bench.sh 8", in_source=True)),
     ("benchmarks.md", r"inference, prefill.onnx", rule_sample("RUNS=1 scripts/bench.sh 8", in_source=True)),
+    ("benchmarks.md", r"sudo apt-get install libopenblas-dev", rule_covered(
+        "apps/gemm-bench/CMakeLists.txt", "CTXGEN_OPENBLAS_LIBRARY", "CTXGEN_BLIS_LIBRARY", "Eigen3", "gemm_bench_smoke")),
     ("cli.md", r"ctxgen compile MODEL", rule_synopsis),
     ("cli.md", r"ctxgen share prefill.onnx", rule_run(setup=DECODER)),
     ("cli.md", r'\{"models"', None),  # a manifest: written to group.json and shared (below)

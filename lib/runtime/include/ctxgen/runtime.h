@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,9 @@ namespace ctxgen::runtime {
 
 // Weight bytes by weight id.
 using WeightLookup = std::function<const uint8_t*(uint32_t weight_id)>;
+// Runs body(0) ... body(tasks - 1), on the caller's threads, and returns when all have: how a
+// host (ONNX Runtime's intra-op pool) lends kernels its threads. Empty: one thread.
+using ParallelFor = std::function<void(size_t tasks, const std::function<void(size_t task)>& body)>;
 
 // Checks that every op, attribute, value and id in `program` is one the runtime can execute and
 // that every buffer fits its dims. Throws Error(kInvalidBinary) saying which op or value is wrong.
@@ -28,11 +32,13 @@ ref::Value infer_output(const ref::Op& op, const std::vector<const ref::Value*>&
 // Runs a validated program. `arena` is resized to program.arena_bytes as needed.
 void execute(const ref::Program& program, const WeightLookup& weights,
              const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
-             std::vector<uint8_t>& arena);
+             std::vector<uint8_t>& arena, const ParallelFor& parallel = {});
+
+struct OpDef;  // an op's rule and kernel (lib/runtime/ops.h)
 
 // One graph of a context binary, ready to run. Weights are used in place from the binary, which
-// the executable keeps alive. Immutable after construction: one instance may run from several
-// threads at once, each call with its own arena.
+// the executable keeps alive. One instance may run from several threads at once, each call with
+// its own arena; arenas of finished runs are kept for the next, so a run allocates none.
 class Executable {
  public:
   // Throws Error(kInvalidBinary) when the graph is missing or its program is malformed or uses
@@ -43,12 +49,16 @@ class Executable {
   const ref::Program& program() const { return program_; }
 
   // inputs[i] / outputs[i] point at dense buffers of the sizes in the graph signature.
-  void run(const std::vector<const void*>& inputs, const std::vector<void*>& outputs) const;
+  void run(const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
+           const ParallelFor& parallel = {}) const;
 
  private:
   std::shared_ptr<const ContextBinary> binary_;
   const GraphRecord* graph_ = nullptr;
   ref::Program program_;
+  std::vector<const OpDef*> defs_;  // each op's kernel, resolved once
+  mutable std::mutex arenas_mutex_;
+  mutable std::vector<std::vector<uint8_t>> arenas_;  // one per run that was in flight at once
 };
 
 // False for ops whose output depends on their inputs' dims only (Shape, Size).

@@ -22,11 +22,13 @@ class OrtHost {
  public:
   // Throws Error(kRuntime) when the plugin cannot be loaded or offers no device.
   explicit OrtHost(const std::filesystem::path& plugin, OrtLoggingLevel log_level = ORT_LOGGING_LEVEL_ERROR);
-  Ort::Session cpu_session(const std::filesystem::path& model);
+  // threads: the session's intra-op threads (0: ONNX Runtime's default, one per physical core).
+  Ort::Session cpu_session(const std::filesystem::path& model, int threads = 0);
   // A model held in memory whose external data all lives in one in-memory file, `weights_name`.
   Ort::Session cpu_session(const std::string& model, const std::string& weights_name, std::vector<char>& weights);
   // `config`: session config entries on top of the plugin EP's (ep.share_ep_contexts=1, say).
-  Ort::Session plugin_session(const std::filesystem::path& model, const std::map<std::string, std::string>& config = {});
+  Ort::Session plugin_session(const std::filesystem::path& model, const std::map<std::string, std::string>& config = {},
+                              int threads = 0);
 
  private:
   Ort::Env env_;
