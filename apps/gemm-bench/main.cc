@@ -1,6 +1,7 @@
 // Which CPU library runs ctxgen's GEMMs: single-precision row-major C = A x B on the shapes the
 // bench models run, through each candidate Debian packages, at 1 and 2 threads. Built with the
-// candidates that are installed (bench/CMakeLists.txt); docs/benchmarks.md has the figures.
+// candidates that are installed (apps/gemm-bench/CMakeLists.txt); docs/benchmarks.md has the
+// figures. Two threads are each library's own; ctxgen itself lends oneDNN ONNX Runtime's threads.
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -47,7 +48,7 @@ struct Operands {
   }
 };
 
-// What ctxgen's ref runtime does today: the i-k-j loop.
+// The i-k-j loop ctxgen's ref runtime used before oneDNN.
 void loops(const Shape& s, Operands& o) {
   std::fill(o.c.begin(), o.c.end(), 0.0f);
   for (int64_t i = 0; i < s.m; ++i)

@@ -271,8 +271,11 @@ ParsedModel parse_model(const fs::path& path, bool views) {
       throw invalid(path, parse_failed + e.what() + ")");
     }
   }
-  const auto* bytes = views ? reinterpret_cast<const uint8_t*>(slim.bytes.data()) : file->data();
-  const size_t size = views ? slim.bytes.size() : file->size();
+  // Nothing cut: protobuf reads the mapping itself rather than a copy of it.
+  const bool slimmed = views && !slim.spans.empty();
+  if (!slimmed) std::string().swap(slim.bytes);
+  const auto* bytes = slimmed ? reinterpret_cast<const uint8_t*>(slim.bytes.data()) : file->data();
+  const size_t size = slimmed ? slim.bytes.size() : file->size();
   google::protobuf::io::CodedInputStream input(bytes, static_cast<int>(size));
   input.SetTotalBytesLimit(INT32_MAX);
   ParsedModel parsed;

@@ -1,6 +1,8 @@
 #include "compiled_node.h"
 
+#include <exception>
 #include <functional>
+#include <mutex>
 
 #include "ctxgen/error.h"
 #include "ep_context.h"
@@ -100,10 +102,24 @@ void CompiledNode::compute(OrtKernelContext* context) const {
     check(api().ort->GetTensorMutableData(value, &outputs[i]), "GetTensorMutableData");
   }
   // Kernels split their work over the session's intra-op threads, as ONNX Runtime's own kernels do.
+  // A task's exception must not cross ONNX Runtime's C frames: the first is kept and rethrown here.
   const runtime::ParallelFor parallel = [context](size_t tasks, const std::function<void(size_t)>& body) {
-    auto call = [](void* data, size_t task) { (*static_cast<const std::function<void(size_t)>*>(data))(task); };
-    check(api().ort->KernelContext_ParallelFor(context, call, tasks, 0, const_cast<std::function<void(size_t)>*>(&body)),
-          "KernelContext_ParallelFor");
+    struct Tasks {
+      const std::function<void(size_t)>& body;
+      std::mutex mutex;
+      std::exception_ptr error;
+    } shared{body, {}, {}};
+    auto call = [](void* data, size_t task) {
+      auto& t = *static_cast<Tasks*>(data);
+      try {
+        t.body(task);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(t.mutex);
+        if (!t.error) t.error = std::current_exception();
+      }
+    };
+    check(api().ort->KernelContext_ParallelFor(context, call, tasks, 0, &shared), "KernelContext_ParallelFor");
+    if (shared.error) std::rethrow_exception(shared.error);
   };
   executable_->run(inputs, outputs, parallel);
 }

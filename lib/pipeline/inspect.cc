@@ -118,7 +118,7 @@ nlohmann::json inspect_model(const fs::path& path) {
   bool external = false;
   for (const auto& t : graph.initializer()) {
     init_bytes += parsed.held_bytes(t);
-    external = external || t.data_location() == onnx::TensorProto::EXTERNAL;
+    external = external || (t.data_location() == onnx::TensorProto::EXTERNAL && !embedded_span(t, parsed.spans));
   }
   return {{"kind", "epcontext_model"},
           {"path", path.string()},

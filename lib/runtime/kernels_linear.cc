@@ -7,6 +7,7 @@
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 
+#include "ctxgen/error.h"
 #include "kernels.h"
 
 namespace ctxgen::runtime {
@@ -25,11 +26,24 @@ void gemm_rowmajor(int64_t m, int64_t n, int64_t k, const float* a, const float*
   if (parallel && *parallel && m * n * k >= kMinParallelWork)
     width = std::max<int64_t>(32, ((n + kMaxBlocks - 1) / kMaxBlocks + 15) / 16 * 16);
   const int64_t blocks = (n + width - 1) / width;
+  if (k == 0) {  // an empty sum, whatever a library makes of K = 0
+    std::fill(y, y + m * n, 0.0f);
+    return;
+  }
   const auto block = [&](size_t index) {
     const int64_t j0 = static_cast<int64_t>(index) * width, cols = std::min(width, n - j0);
-    omp_set_num_threads(1);
-    dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, cols, k, 1.0f, a, trans_a ? m : k,
-               trans_b ? b + j0 * k : b + j0, trans_b ? k : n, 0.0f, y + j0, n);
+    // One thread inside a block; the caller's OpenMP setting comes back afterwards.
+    struct OneOmpThread {
+      int before = omp_get_max_threads();
+      OneOmpThread() { omp_set_num_threads(1); }
+      ~OneOmpThread() { omp_set_num_threads(before); }
+    } one;
+    const dnnl_status_t status = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, cols, k, 1.0f, a, trans_a ? m : k,
+                                            trans_b ? b + j0 * k : b + j0, trans_b ? k : n, 0.0f, y + j0, n);
+    if (status != dnnl_success)
+      throw Error(ErrorCode::kRuntime, "oneDNN's sgemm failed (status " + std::to_string(static_cast<int>(status)) +
+                                           ") on " + std::to_string(m) + " x " + std::to_string(k) + " x " +
+                                           std::to_string(cols));
   };
   if (blocks == 1)
     block(0);
@@ -56,9 +70,9 @@ void im2col_2d(const float* x, const Dims& in, int64_t channels, const Dims& ker
             std::fill(col, col + ow, 0.0f);
             continue;
           }
-          const float* row = plane + y * iw + dx;
+          const float* row = plane + y * iw;
           std::fill(col, col + first, 0.0f);
-          for (int64_t ox = first; ox < last; ++ox) col[ox] = row[ox * sw];
+          for (int64_t ox = first; ox < last; ++ox) col[ox] = row[ox * sw + dx];
           std::fill(col + last, col + ow, 0.0f);
         }
       }

@@ -95,6 +95,10 @@ void resize(const ref::Op& op, const std::vector<Tensor>& in, const Output& out)
   Dims xs = strides_of(xd);
   const float* x = in[0].f32();
   float* y = out.f32();
+  if (rank == 0) {  // a scalar: nothing to interpolate
+    y[0] = x[0];
+    return;
+  }
   const size_t last = rank - 1;
   const bool last_blended = !blended.empty() && blended.back() == last;
   if (last_blended) blended.pop_back();

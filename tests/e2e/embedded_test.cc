@@ -2,6 +2,8 @@
 // every output file of compile and share, in every output form, compared byte for byte.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "ctxgen/backend.h"
 #include "ctxgen/pipeline.h"
 #include "e2e.h"
@@ -95,6 +97,13 @@ TEST(EmbeddedViews, FoldAWeightAtAnOddOffset) {
   TempDir dir;
   write_file(dir.path() / "odd.onnx", bytes);
   expect_same_outputs({dir.path() / "odd.onnx"}, CompileOptions{}, "a folded weight at an odd offset");
+
+  // inspect counts a viewed weight as embedded, not as external data.
+  auto r = ctxgen("inspect --json " + quote(dir.path() / "odd.onnx"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto initializers = nlohmann::json::parse(r.output)["initializers"];
+  EXPECT_EQ(initializers["embedded_bytes"], 4096) << r.output;
+  EXPECT_EQ(initializers["external"], false) << r.output;
 }
 
 }  // namespace

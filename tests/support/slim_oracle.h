@@ -43,7 +43,7 @@ inline Agreement agree(const std::string& bytes) {
     slim = slim_model(data, bytes.size());
   } catch (const Error& e) {
     a.why = e.what();
-    if (a.protobuf_parsed && direct.has_graph())
+    if (a.protobuf_parsed && direct.has_graph() && a.why.find(kEmbeddedKey) != std::string::npos)
       for_each_cut_site(*direct.mutable_graph(), [&](onnx::TensorProto& t) {
         for (const auto& kv : t.external_data()) a.reserved = a.reserved || kv.key() == kEmbeddedKey;
       });

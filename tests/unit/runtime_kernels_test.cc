@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <thread>
 
 #include "runtime_test_util.h"
 
@@ -95,6 +97,73 @@ TEST(RuntimeKernels, GemmTransposesScalesAndBroadcastsC) {
   expect_near(run_op("Gemm", {a, b, {}}, {2, 2},
                      gemm_attrs(0, 0, -1, 1, {act(Activation::kLeakyRelu), float_attr("act_alpha", 0.5f)})),
               {-0.5f, -1.5f, -1.5f, -3.5f});
+}
+
+// GEMMs large enough to be cut into column blocks, run with the tasks on two threads (as ONNX
+// Runtime's pool would) and on one: both against a plain double-precision product.
+TEST(RuntimeKernels, GemmsCutOverThreadsMatchTheProduct) {
+  const runtime::ParallelFor two_threads = [](size_t tasks, const std::function<void(size_t)>& body) {
+    std::thread other([&] {
+      for (size_t t = 1; t < tasks; t += 2) body(t);
+    });
+    for (size_t t = 0; t < tasks; t += 2) body(t);
+    other.join();
+  };
+  const int64_t m = 33, k = 129, n = 517;  // m n k > 2^18, n not a multiple of any block width
+  std::vector<float> a(static_cast<size_t>(m * k)), b(static_cast<size_t>(k * n));
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(static_cast<int>(i * 7 % 13) - 6) / 8;
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(static_cast<int>(i * 5 % 11) - 5) / 4;
+  auto at = [](const std::vector<float>& v, int64_t r, int64_t c, int64_t cols) { return v[static_cast<size_t>(r * cols + c)]; };
+  std::vector<float> want(static_cast<size_t>(m * n));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = 0;
+      for (int64_t p = 0; p < k; ++p) sum += static_cast<double>(at(a, i, p, k)) * at(b, p, j, n);
+      want[static_cast<size_t>(i * n + j)] = static_cast<float>(sum);
+    }
+  // The same product as Gemm with both operands stored transposed.
+  std::vector<float> at_(a.size()), bt(b.size());
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t p = 0; p < k; ++p) at_[static_cast<size_t>(p * m + i)] = at(a, i, p, k);
+  for (int64_t p = 0; p < k; ++p)
+    for (int64_t j = 0; j < n; ++j) bt[static_cast<size_t>(j * k + p)] = at(b, p, j, n);
+  for (const runtime::ParallelFor& parallel : {runtime::ParallelFor{}, two_threads}) {
+    for (bool transposed : {false, true}) {
+      ProgramBuilder p;
+      const int32_t x = p.input(transposed ? Dims{k, m} : Dims{m, k}), w = p.input(transposed ? Dims{n, k} : Dims{k, n});
+      const int32_t y = p.output({m, n});
+      if (transposed)
+        p.op("Gemm", {x, w, -1}, y, gemm_attrs(1, 1, 1, 1));
+      else
+        p.op("MatMul", {x, w}, y);
+      const auto got = values_of<float>(run_bytes(p.program(), {f32(transposed ? at_ : a), f32(transposed ? bt : b)}, {}, parallel)[0]);
+      expect_near(got, want, 1e-3f);
+    }
+  }
+  // K = 0: an empty sum.
+  expect_near(run_op("MatMul", {{{2, 0}, {}}, {{0, 3}, {}}}, {2, 3}), {0, 0, 0, 0, 0, 0});
+}
+
+std::vector<ref::Attr> resize_attrs(int64_t mode, std::vector<float> scales, Dims sizes) {
+  ref::Attr s;
+  s.name = "scales";
+  s.kind = ref::Attr::Kind::kFloats;
+  s.floats = std::move(scales);
+  return {int_attr("mode", mode), int_attr("coord", 0), int_attr("nearest_mode", 0), s, ints_attr("sizes", std::move(sizes))};
+}
+
+// Half-pixel coordinates, worked by hand: input i of an axis doubled sits at output 2i + 0.5.
+TEST(RuntimeKernels, ResizeLinearAndNearestAnyRank) {
+  expect_near(run_op("Resize", {{{4}, f32({1, 2, 3, 4})}}, {8}, resize_attrs(1, {2}, {8})),
+              {1, 1.25f, 1.75f, 2.25f, 2.75f, 3.25f, 3.75f, 4});
+  expect_near(run_op("Resize", {{{2, 2}, f32({1, 2, 3, 4})}}, {4, 4}, resize_attrs(1, {2, 2}, {4, 4})),
+              {1, 1.25f, 1.75f, 2, 1.5f, 1.75f, 2.25f, 2.5f, 2.5f, 2.75f, 3.25f, 3.5f, 3, 3.25f, 3.75f, 4});
+  // The last axis kept: only the rows blend.
+  expect_near(run_op("Resize", {{{2, 2}, f32({1, 2, 3, 4})}}, {4, 2}, resize_attrs(1, {2, 1}, {4, 2})),
+              {1, 2, 1.5f, 2.5f, 2.5f, 3.5f, 3, 4});
+  // Nearest, round_prefer_floor: -0.25 0.25 0.75 1.25 1.75 2.25 -> 0 0 1 1 2 2.
+  expect_near(run_op("Resize", {{{3}, f32({1, 2, 3})}}, {6}, resize_attrs(0, {2}, {6})), {1, 1, 2, 2, 3, 3});
+  expect_near(run_op("Resize", {{{}, f32({5})}}, {}, resize_attrs(1, {}, {})), {5});  // a scalar stays
 }
 
 std::vector<ref::Attr> conv_attrs(Dims kernel, Dims strides, Dims pads, Dims dilations, int64_t group,

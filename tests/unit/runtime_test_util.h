@@ -105,7 +105,7 @@ class ProgramBuilder {
 // Validates and runs `program`; returns the bytes of each output (sized from its dtype and dims,
 // pre-filled with 0xAB so unwritten bytes show).
 inline std::vector<Bytes> run_bytes(const ref::Program& program, const std::vector<Bytes>& inputs,
-                                    const std::vector<Bytes>& weights = {}) {
+                                    const std::vector<Bytes>& weights = {}, const runtime::ParallelFor& parallel = {}) {
   runtime::validate(program, weights.size());
   std::vector<const void*> in;
   for (const auto& b : inputs) in.push_back(b.data());
@@ -115,7 +115,7 @@ inline std::vector<Bytes> run_bytes(const ref::Program& program, const std::vect
   std::vector<void*> out;
   for (auto& o : outs) out.push_back(o.data());
   std::vector<uint8_t> arena;
-  runtime::execute(program, [&](uint32_t id) { return weights.at(id).data(); }, in, out, arena);
+  runtime::execute(program, [&](uint32_t id) { return weights.at(id).data(); }, in, out, arena, parallel);
   return outs;
 }
 
