@@ -2,6 +2,7 @@
 
 #include "ctxgen/error.h"
 #include "ctxgen/ref_identity.h"
+#include "ctxgen/runtime.h"
 #include "ort_api.h"
 
 namespace ctxgen::ort_ep {
@@ -20,7 +21,7 @@ bool read_flag(const OrtNode* node, const std::string& name, const char* attribu
 }
 
 void check_one_version(const std::string& node, const char* attribute, const std::optional<std::string>& found,
-                       const char* expected) {
+                       const std::string& expected) {
   if (found && *found != expected) {
     throw Error(ErrorCode::kMismatch, "EPContext node '" + node + "': attribute " + attribute + " is '" +
                                           *found + "' but this EP is '" + expected + "'");
@@ -72,13 +73,13 @@ void check_values(const EpContextNode& node, const std::string& graph_label, con
 }  // namespace
 
 BinaryIdentity expected_identity() {
-  return {ref::kEpName, ref::kSdkVersion, ref::kHardwareArchitecture};
+  return {ref::kEpName, ref::kSdkVersion, runtime::hardware_architecture()};
 }
 
 const std::string& compatibility_info() {
   static const std::string info = "ctxgen-context-binary=" + std::to_string(kContextBinaryVersion) +
                                   ";backend=" + ref::kEpName + ";sdk=" + ref::kSdkVersion +
-                                  ";hardware=" + ref::kHardwareArchitecture;
+                                  ";hardware=" + runtime::hardware_architecture();
   return info;
 }
 
@@ -110,7 +111,7 @@ EpContextNode EpContextNode::read(const OrtNode* ort_node) {
 
 void EpContextNode::check_versions() const {
   check_one_version(name, "ep_sdk_version", ep_sdk_version, ref::kSdkVersion);
-  check_one_version(name, "hardware_architecture", hardware_architecture, ref::kHardwareArchitecture);
+  check_one_version(name, "hardware_architecture", hardware_architecture, runtime::hardware_architecture());
 }
 
 void check_binary_identity(const ContextBinary& binary, const std::string& label) {

@@ -6,6 +6,7 @@
 
 #include "ctxgen/error.h"
 #include "ctxgen/runtime.h"
+#include "onednn.h"
 #include "ops.h"
 
 namespace ctxgen::runtime {
@@ -70,13 +71,54 @@ std::vector<const OpDef*> defs_of(const ref::Program& program) {
   return defs;
 }
 
-void run_ops(const ref::Program& program, const std::vector<const OpDef*>& defs, const WeightLookup& weights,
-             const std::vector<const void*>& inputs, const std::vector<void*>& outputs, std::vector<uint8_t>& arena,
-             const ParallelFor& parallel) {
+constexpr uint64_t kScratchAlignment = 64;
+
+}  // namespace
+
+// Ops run one after another, so they share one scratch region, after the program's arena.
+struct Plans {
+  std::vector<std::unique_ptr<OpPlan>> ops;  // nullptr for an op whose type has no planner
+  uint64_t scratch_at = 0;                   // in the arena
+  uint64_t arena_bytes = 0;                  // with the scratch
+};
+
+namespace {
+
+std::shared_ptr<const Plans> plan_ops(const ref::Program& program, const std::vector<const OpDef*>& defs) {
+  auto plans = std::make_shared<Plans>();
+  plans->scratch_at = (program.arena_bytes + kScratchAlignment - 1) / kScratchAlignment * kScratchAlignment;
+  uint64_t scratch = 0;
+  std::vector<const ref::Value*> ins;
+  for (size_t k = 0; k < program.ops.size(); ++k) {
+    const ref::Op& op = program.ops[k];
+    if (!defs[k]->plan) {
+      plans->ops.emplace_back();
+      continue;
+    }
+    ins.clear();
+    for (int32_t id : op.inputs) ins.push_back(id < 0 ? nullptr : &program.values[static_cast<size_t>(id)]);
+    try {
+      plans->ops.push_back(defs[k]->plan(op, ins, program.values[static_cast<size_t>(op.outputs[0])]));
+    } catch (const Error& e) {
+      throw e.within("ref program: op " + std::to_string(k) + " (" + op.type + ")");
+    }
+    scratch = std::max(scratch, plans->ops.back()->scratch_bytes);
+  }
+  plans->arena_bytes = plans->scratch_at + scratch;
+  return plans;
+}
+
+void run_ops(const ref::Program& program, const std::vector<const OpDef*>& defs, const Plans& plans,
+             const WeightLookup& weights, const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
+             std::vector<uint8_t>& arena, const ParallelFor& parallel) {
   expect_count(inputs.size(), program.inputs.size(), "input");
   expect_count(outputs.size(), program.outputs.size(), "output");
-  if (arena.size() < program.arena_bytes) arena.resize(program.arena_bytes);
+  // Over-allocated by the alignment so the scratch starts 64-byte aligned wherever the vector's
+  // storage does.
+  if (arena.size() < plans.arena_bytes + kScratchAlignment) arena.resize(plans.arena_bytes + kScratchAlignment);
   std::vector<void*> buffers = bind(program, weights, inputs, outputs, arena);
+  const auto base = reinterpret_cast<uintptr_t>(arena.data()) + plans.scratch_at;
+  auto* scratch = arena.data() + plans.scratch_at + ((kScratchAlignment - base % kScratchAlignment) % kScratchAlignment);
   std::vector<Tensor> ins;
   for (size_t k = 0; k < program.ops.size(); ++k) {
     const ref::Op& op = program.ops[k];
@@ -87,7 +129,7 @@ void run_ops(const ref::Program& program, const std::vector<const OpDef*>& defs,
     // Nothing to write; a kernel's outer loops could still run over the other dims.
     if (program.values[out_id].element_count() == 0) continue;
     try {
-      defs[k]->kernel(op, ins, Output{&program.values[out_id], buffers[out_id], &parallel});
+      defs[k]->kernel(op, ins, Output{&program.values[out_id], buffers[out_id], &parallel, plans.ops[k].get(), scratch});
     } catch (const Error& e) {
       throw e.within("ref program: op " + std::to_string(k) + " (" + op.type + ")");
     }
@@ -98,7 +140,8 @@ void run_ops(const ref::Program& program, const std::vector<const OpDef*>& defs,
 
 void execute(const ref::Program& program, const WeightLookup& weights, const std::vector<const void*>& inputs,
              const std::vector<void*>& outputs, std::vector<uint8_t>& arena, const ParallelFor& parallel) {
-  run_ops(program, defs_of(program), weights, inputs, outputs, arena, parallel);
+  const auto defs = defs_of(program);
+  run_ops(program, defs, *plan_ops(program, defs), weights, inputs, outputs, arena, parallel);
 }
 
 bool reads_input_data(const std::string& op_type) {
@@ -111,6 +154,8 @@ std::vector<std::string> supported_ops() {
   for (const OpDef& def : op_defs()) names.emplace_back(def.type);
   return names;
 }
+
+std::string hardware_architecture() { return onednn::architecture(); }
 
 Executable::Executable(std::shared_ptr<const ContextBinary> binary, const std::string& graph_name)
     : binary_(std::move(binary)) {
@@ -141,6 +186,7 @@ Executable::Executable(std::shared_ptr<const ContextBinary> binary, const std::s
     check_signature(graph_->inputs, program_, program_.inputs, "input");
     check_signature(graph_->outputs, program_, program_.outputs, "output");
     defs_ = defs_of(program_);
+    plans_ = plan_ops(program_, defs_);
   } catch (const Error& e) {
     throw e.within(where);
   }
@@ -156,7 +202,7 @@ void Executable::run(const std::vector<const void*>& inputs, const std::vector<v
       arenas_.pop_back();
     }
   }
-  run_ops(program_, defs_, [this](uint32_t id) { return binary_->weight_data(id); }, inputs, outputs, arena, parallel);
+  run_ops(program_, defs_, *plans_, [this](uint32_t id) { return binary_->weight_data(id); }, inputs, outputs, arena, parallel);
   std::lock_guard<std::mutex> lock(arenas_mutex_);
   arenas_.push_back(std::move(arena));
 }

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -29,10 +30,19 @@ struct Tensor {
   const uint8_t* bytes() const { return static_cast<const uint8_t*>(data); }
 };
 
+// What an op resolves before its first run, for kernels that need more than their attributes (a
+// oneDNN primitive, the size of a scratch buffer): made once per program by the op's planner.
+struct OpPlan {
+  virtual ~OpPlan() = default;
+  uint64_t scratch_bytes = 0;  // what the kernel needs of Output::scratch on each run
+};
+
 struct Output {
   const ref::Value* value = nullptr;
   void* data = nullptr;
   const ParallelFor* parallel = nullptr;  // the caller's threads, for kernels that split their work
+  const OpPlan* plan = nullptr;           // the op's plan, when its type has a planner
+  uint8_t* scratch = nullptr;             // plan->scratch_bytes of this run's arena, 64-byte aligned
 
   const Dims& dims() const { return value->dims; }
   int64_t size() const { return value->element_count(); }
@@ -56,6 +66,14 @@ decltype(auto) visit_dtype(ref::DType dtype, F&& f) {
 }
 
 using Kernel = void (*)(const ref::Op& op, const std::vector<Tensor>& in, const Output& out);
+// Makes the plan of a validated op; throws Error(kInvalidBinary) when the op cannot run here.
+using Planner = std::unique_ptr<OpPlan> (*)(const ref::Op& op, const std::vector<const ref::Value*>& in,
+                                            const ref::Value& out);
+
+// y [m, n] = op(A) [m, k] x op(B) [k, n], all dense row-major (op: transposed when asked), split
+// over the caller's threads when large (kernels_linear.cc).
+void gemm_rowmajor(int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* y, const ParallelFor* parallel,
+                   bool trans_a = false, bool trans_b = false);
 
 // Integer arithmetic wraps around as two's complement instead of overflowing (which would be
 // undefined behaviour); floats are left as they are.
@@ -154,7 +172,8 @@ void expand(const ref::Op&, const std::vector<Tensor>&, const Output&);  // a br
 // Linear algebra and windows (kernels_linear.cc, kernels_pool.cc).
 void matmul(const ref::Op&, const std::vector<Tensor>&, const Output&);
 void gemm(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void conv(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void conv(const ref::Op&, const std::vector<Tensor>&, const Output&);  // kernels_conv.cc
+std::unique_ptr<OpPlan> plan_conv(const ref::Op&, const std::vector<const ref::Value*>&, const ref::Value&);
 void max_pool(const ref::Op&, const std::vector<Tensor>&, const Output&);
 void average_pool(const ref::Op&, const std::vector<Tensor>&, const Output&);
 void conv_transpose(const ref::Op&, const std::vector<Tensor>&, const Output&);

@@ -255,24 +255,31 @@ OutType conv(const OpCheck& c) {
   c.arity(2, 3);
   c.expect_inputs(DType::kFloat32);
   const ref::Value& x = c.in(0);
-  const ref::Value& wv = c.in(1);
   Window w = window(c, x, true);
   int64_t group = c.int_attr("group", 1, kIntMax);
-  c.expect(wv.dims.size() == x.dims.size(), "weight dims " + dims_text(wv.dims) + " do not match input rank " +
-                                                std::to_string(x.dims.size()));
-  c.expect(Dims(wv.dims.begin() + 2, wv.dims.end()) == w.kernel,
-           "attribute 'kernel_shape' " + dims_text(w.kernel) + " differs from weight dims " + dims_text(wv.dims));
-  c.expect(x.dims[1] / group == wv.dims[1] && x.dims[1] % group == 0 && wv.dims[0] % group == 0,
-           "group " + std::to_string(group) + " does not fit input " + dims_text(x.dims) + " and weight " +
-               dims_text(wv.dims));
-  if (const ref::Value* bias = c.optional_in(2)) c.expect_dims(*bias, {wv.dims[0]}, "bias");
-  Dims out = {x.dims[0], wv.dims[0]};
+  // A packed weight is 1-D in the layout oneDNN chose (the plan checks its size); its logical
+  // dims are an attribute. oneDNN convolves 1 to 3 spatial dims.
+  const bool packed = c.int_attr_or("packed", 0, 0, 1) != 0;
+  if (packed) {
+    c.expect(c.in(1).dims.size() == 1, "packed weight dims " + dims_text(c.in(1).dims) + " are not 1-D");
+    c.expect(x.dims.size() >= 3 && x.dims.size() <= 5, "a packed convolution over " +
+                                                           std::to_string(x.dims.size() - 2) + " spatial dims");
+  }
+  const Dims wd = packed ? c.ints_attr("weight_shape", x.dims.size(), 1, kMaxElements) : c.in(1).dims;
+  c.expect(wd.size() == x.dims.size(), "weight dims " + dims_text(wd) + " do not match input rank " +
+                                           std::to_string(x.dims.size()));
+  c.expect(Dims(wd.begin() + 2, wd.end()) == w.kernel,
+           "attribute 'kernel_shape' " + dims_text(w.kernel) + " differs from weight dims " + dims_text(wd));
+  c.expect(x.dims[1] / group == wd[1] && x.dims[1] % group == 0 && wd[0] % group == 0,
+           "group " + std::to_string(group) + " does not fit input " + dims_text(x.dims) + " and weight " + dims_text(wd));
+  if (const ref::Value* bias = c.optional_in(2)) c.expect_dims(*bias, {wd[0]}, "bias");
+  Dims out = {x.dims[0], wd[0]};
   for (size_t a = 0; a < w.kernel.size(); ++a) out.push_back(window_output(c, x, w, a, false));
   // The kernel's im2col scratch holds (C/group x kernel) x output-positions floats.
   int64_t scratch = 0;
-  c.expect(!__builtin_mul_overflow(product(wv.dims, 1, wv.dims.size()), product(out, 2, out.size()), &scratch) &&
+  c.expect(!__builtin_mul_overflow(product(wd, 1, wd.size()), product(out, 2, out.size()), &scratch) &&
                scratch <= kMaxElements,
-           "im2col of weight " + dims_text(wv.dims) + " over output " + dims_text(out) + " needs more than 2^48 elements");
+           "im2col of weight " + dims_text(wd) + " over output " + dims_text(out) + " needs more than 2^48 elements");
   fused_activation(c);
   return {DType::kFloat32, out};
 }
@@ -759,7 +766,7 @@ const std::vector<OpDef>& op_defs() {
       {"CumSum", cum_sum, k::cum_sum},
       {"MatMul", matmul, k::matmul},
       {"Gemm", gemm, k::gemm},
-      {"Conv", conv, k::conv},
+      {"Conv", conv, k::conv, true, k::plan_conv},
       {"MaxPool", max_pool, k::max_pool},
       {"AveragePool", average_pool, k::average_pool},
       {"BatchNormalization", batch_normalization, k::batch_normalization},

@@ -70,6 +70,7 @@ struct OpDef {
   Rule rule;
   Kernel kernel;
   bool reads_input_data = true;  // false: the output depends on the input dims only
+  Planner plan = nullptr;        // for kernels that resolve something before their first run
 };
 
 // nullptr when `type` is not a ref op.

@@ -20,6 +20,7 @@
 #include "ctxgen/log.h"
 #include "ctxgen/model.h"
 #include "ctxgen/ref_identity.h"
+#include "ctxgen/runtime.h"
 #include "ctxgen/verify.h"
 #include "float64.h"
 
@@ -130,7 +131,7 @@ void check_signature(const fs::path& model, const onnx::NodeProto& node, const c
 using Hashed = std::map<fs::path, std::string>;
 
 void check_binary(const fs::path& model, const ContextBinary& binary, std::vector<std::string>& checks) {
-  const BinaryIdentity ours{ref::kEpName, ref::kSdkVersion, ref::kHardwareArchitecture};
+  const BinaryIdentity ours{ref::kEpName, ref::kSdkVersion, runtime::hardware_architecture()};
   if (!(binary.identity() == ours))
     throw mismatch(model, binary.label() + " was made for " + binary.identity().backend + " / " +
                               binary.identity().sdk_version + " / " + binary.identity().hardware_architecture +

@@ -6,6 +6,7 @@
 #include "ctxgen/bytes.h"
 #include "ctxgen/format.h"
 #include "ctxgen/ref_identity.h"
+#include "ctxgen/runtime.h"
 #include "ctxgen/ref_program.h"
 #include "test_util.h"
 
@@ -110,15 +111,15 @@ std::vector<float> test_input() { return ramp(6, -1.0f, 0.45f); }
 
 std::string compatibility_info() {
   return "ctxgen-context-binary=" + std::to_string(kContextBinaryVersion) + ";backend=" + ref::kEpName +
-         ";sdk=" + ref::kSdkVersion + ";hardware=" + ref::kHardwareArchitecture;
+         ";sdk=" + ref::kSdkVersion + ";hardware=" + runtime::hardware_architecture();
 }
 
 void make_artifacts(const fs::path& folder) {
   using testing::write_file;
-  const BinaryIdentity ours{ref::kEpName, ref::kSdkVersion, ref::kHardwareArchitecture};
+  const BinaryIdentity ours{ref::kEpName, ref::kSdkVersion, runtime::hardware_architecture()};
   const std::string good = binary_bytes(ours);
   write_file(folder / "model_ref.bin", good);
-  write_file(folder / "other_sdk.bin", binary_bytes({ref::kEpName, "ctxgen-ref 0.9", ref::kHardwareArchitecture}));
+  write_file(folder / "other_sdk.bin", binary_bytes({ref::kEpName, "ctxgen-ref 0.9", runtime::hardware_architecture()}));
   // The format version is the u32 at byte 8 (docs/context-binary-format.md).
   std::string future = good;
   future.at(8) = 2;
@@ -133,7 +134,7 @@ void make_artifacts(const fs::path& folder) {
   using testing::quote;
   const std::string command = std::string(CTXGEN_PYTHON) + " " + quote(CTXGEN_ORT_MODEL_SCRIPT) + " " +
                               quote(folder) + " --ep-name " + quote(ref::kEpName) + " --sdk-version " +
-                              quote(ref::kSdkVersion) + " --hardware " + quote(ref::kHardwareArchitecture) +
+                              quote(ref::kSdkVersion) + " --hardware " + quote(runtime::hardware_architecture()) +
                               " --compatibility-info " + quote(compatibility_info());
   const testing::CommandResult result = testing::run_command(command);
   if (result.exit_code != 0) throw std::runtime_error("failed: " + command + "\n" + result.output);

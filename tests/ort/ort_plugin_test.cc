@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "ctxgen/ref_identity.h"
+#include "ctxgen/runtime.h"
 #include "ort_artifacts.h"
 #include "ort_harness.h"
 #include "test_util.h"
@@ -197,7 +198,7 @@ INSTANTIATE_TEST_SUITE_P(
                      {"add_node", "ep_sdk_version", "'ctxgen-ref 0.1'", std::string("'") + ref::kSdkVersion + "'"}},
         RefusedModel{"NodeForOtherHardware",
                      "node_hardware_ctx.onnx",
-                     {"add_node", "hardware_architecture", "'npu-x'", "'cpu-reference'"}},
+                     {"add_node", "hardware_architecture", "'npu-x'", "'" + runtime::hardware_architecture() + "'"}},
         RefusedModel{"InputShape", "shape_ctx.onnx", {"add_node", "input 0 'X'", "[2,4]", "[2,3]"}},
         RefusedModel{"InputType", "type_ctx.onnx", {"add_node", "input 0 'X'", "float64", "float32"}},
         RefusedModel{"OutputCount", "output_count_ctx.onnx", {"add_node", "has 2 outputs but graph 'g_add'", "has 1"}},

@@ -389,15 +389,35 @@ TEST(RefLower, BatchNormFoldsIntoConvWithExactWeights) {
   ASSERT_EQ(op_types(l->program()), std::vector<std::string>{"Conv"});
   const auto& conv = l->program().ops[0];
   EXPECT_EQ(value(l->program(), conv.outputs[0]).kind, ValueKind::kOutput);
+  // The folded weight is stored packed for oneDNN: the folded values, laid out as packing lays
+  // them out (all 27 x 2 distinct, so a misplaced one shows).
   auto w = weight_floats(*l, conv.inputs[1]);
   auto b = weight_floats(*l, conv.inputs[2]);
-  ASSERT_EQ(w.size(), cb.w.size());
+  ASSERT_EQ(conv.get_int("packed", 0), 1);
+  ASSERT_EQ(conv.get_ints("weight_shape"), (std::vector<int64_t>{2, 3, 3, 3}));
   ASSERT_EQ(b.size(), 2u);
+  std::vector<float> folded(cb.w.size());
   for (size_t m = 0; m < 2; ++m) {
     float s = cb.scale[m] / std::sqrt(cb.var[m] + cb.eps);
-    for (size_t k = 0; k < 27; ++k) EXPECT_NEAR(w[m * 27 + k], cb.w[m * 27 + k] * s, 1e-6f);
+    for (size_t k = 0; k < 27; ++k) folded[m * 27 + k] = cb.w[m * 27 + k] * s;
     EXPECT_NEAR(b[m], (cb.bias[m] - cb.mean[m]) * s + cb.beta[m], 1e-6f);
   }
+  auto want = runtime::pack_conv_weight(conv, {1, 3, 6, 6}, {2, 3, 3, 3}, {1, 2, 4, 4}, true, folded.data());
+  ASSERT_EQ(w.size(), want.size());
+  for (size_t i = 0; i < w.size(); ++i) EXPECT_NEAR(w[i], want[i], 1e-6f) << "element " << i;
+  EXPECT_EQ(value(l->program(), conv.inputs[1]).dims, (std::vector<int64_t>{static_cast<int64_t>(want.size())}));
+}
+
+// A weight computed at run time cannot be packed: that Conv reads it as it is (im2col + GEMM).
+TEST(RefLower, ConvWithAComputedWeightStaysPlain) {
+  auto l = lower(TestModel()
+                     .input("x", {1, 3, 6, 6})
+                     .input("w", {2, 3, 3, 3})
+                     .node("Conv", {"x", "w"}, {"y"})
+                     .output("y")
+                     .load());
+  const auto& conv = only_op(l->program(), "Conv");
+  EXPECT_EQ(conv.get_int("packed", 0), 0);
   EXPECT_EQ(value(l->program(), conv.inputs[1]).dims, (std::vector<int64_t>{2, 3, 3, 3}));
 }
 

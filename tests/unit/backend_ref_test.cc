@@ -10,6 +10,7 @@
 #include "backend_test_util.h"
 #include "ctxgen/error.h"
 #include "ctxgen/ref_identity.h"
+#include "ctxgen/runtime.h"
 
 namespace ctxgen {
 namespace {
@@ -38,7 +39,7 @@ TEST(BackendRegistry, BuiltinsHoldRefWithItsIdentity) {
   EXPECT_EQ(ref->name(), ref::kBackendName);
   EXPECT_EQ(ref->ep_name(), ref::kEpName);
   EXPECT_EQ(ref->sdk_version(), ref::kSdkVersion);
-  EXPECT_EQ(ref->hardware_architecture(), ref::kHardwareArchitecture);
+  EXPECT_EQ(ref->hardware_architecture(), runtime::hardware_architecture());
   EXPECT_FALSE(ref->description().empty());
   EXPECT_EQ(ref->description().find('\n'), std::string::npos);
 }

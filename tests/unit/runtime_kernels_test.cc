@@ -4,6 +4,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <random>
 #include <thread>
 
 #include "runtime_test_util.h"
@@ -203,6 +204,81 @@ TEST(RuntimeKernels, ConvGroups) {
   expect_near(run_op("Conv", {{{2, 2, 1, 1}, f32({1, 2, 3, 4})}, {{2, 2, 1, 1}, f32({1, 1, 1, -1})}, {}}, {2, 2, 1, 1},
                      conv_attrs({1, 1}, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1)),
               {3, -1, 7, -1});
+}
+
+// A packed Conv (its weight laid out for oneDNN's convolution on this CPU) computes what the
+// plain one (im2col + GEMM) does, over the shapes convolutions take: 1 to 3 spatial dims, groups
+// and depthwise, strides, uneven pads, dilations, batches, with and without bias, and every fused
+// activation (those oneDNN applies itself and those applied after it).
+TEST(RuntimeKernels, PackedConvMatchesThePlainOne) {
+  struct Case {
+    Dims x, w, kernel, strides, pads, dilations;
+    int64_t group;
+    bool bias;
+    std::vector<ref::Attr> act;
+  };
+  const std::vector<Case> cases = {
+      {{1, 3, 9, 9}, {8, 3, 3, 3}, {3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, true, {act(Activation::kRelu)}},
+      {{2, 16, 7, 6}, {24, 16, 3, 3}, {3, 3}, {2, 2}, {0, 1, 2, 1}, {1, 1}, 1, false, {}},
+      {{1, 8, 10, 10}, {16, 4, 3, 3}, {3, 3}, {1, 2}, {1, 1, 1, 1}, {2, 2}, 2, true,
+       {act(Activation::kLeakyRelu), float_attr("act_alpha", 0.1f)}},
+      {{1, 16, 8, 8}, {16, 1, 3, 3}, {3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 16, true,
+       {act(Activation::kClip), float_attr("act_alpha", -0.5f), float_attr("act_beta", 0.5f)}},
+      {{1, 32, 5, 5}, {8, 32, 1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1, true, {act(Activation::kSigmoid)}},
+      {{1, 4, 11}, {6, 4, 5}, {5}, {2}, {2, 1}, {1}, 1, true, {act(Activation::kHardSwish)}},
+      {{1, 2, 4, 5, 6}, {3, 2, 2, 3, 2}, {2, 3, 2}, {1, 2, 1}, {0, 1, 1, 1, 0, 0}, {1, 1, 2}, 1, false,
+       {act(Activation::kTanh)}},
+  };
+  std::mt19937 random(7);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  auto values = [&](const Dims& d) {
+    int64_t n = 1;
+    for (int64_t e : d) n *= e;
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& e : v) e = uniform(random);
+    return v;
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    auto attrs = conv_attrs(c.kernel, c.strides, c.pads, c.dilations, c.group, c.act);
+    // The output dims, from the rule itself.
+    const ref::Value xv{ref::DType::kFloat32, c.x}, wv{ref::DType::kFloat32, c.w};
+    ref::Op plain_op;
+    plain_op.type = "Conv";
+    plain_op.attrs = attrs;
+    const Dims y = runtime::infer_output(plain_op, {&xv, &wv}, "conv").dims;
+    const auto x = values(c.x), w = values(c.w), b = values({c.w[0]});
+    In bias = c.bias ? In{{c.w[0]}, f32(b)} : In{};
+    const auto plain = run_op("Conv", {{c.x, f32(x)}, {c.w, f32(w)}, bias}, y, attrs);
+
+    ref::Op packed_op = plain_op;
+    packed_op.attrs.push_back(int_attr("packed", 1));
+    packed_op.attrs.push_back(ints_attr("weight_shape", c.w));
+    const auto packed_w = runtime::pack_conv_weight(packed_op, c.x, c.w, y, c.bias, w.data());
+    const auto packed = run_op("Conv", {{c.x, f32(x)}, {{static_cast<int64_t>(packed_w.size())}, f32(packed_w)}, bias}, y,
+                               packed_op.attrs);
+    SCOPED_TRACE("case " + std::to_string(i));
+    expect_near(packed, plain, 1e-5f);
+  }
+}
+
+// A packed weight of another size than oneDNN lays out here is refused when the op is planned,
+// with both sizes and this CPU named, not read out of bounds.
+TEST(RuntimeKernels, PackedConvOfAnotherLayoutIsRefused) {
+  const Dims x = {1, 3, 9, 9}, w = {8, 3, 3, 3}, y = {1, 8, 9, 9};
+  auto attrs = conv_attrs({3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, {int_attr("packed", 1), ints_attr("weight_shape", w)});
+  ProgramBuilder p;
+  const int32_t in = p.input(x), weight = p.input({100}), out = p.output(y);
+  p.op("Conv", {in, weight}, out, attrs);
+  try {
+    run_bytes(p.program(), {f32(std::vector<float>(243)), f32(std::vector<float>(100))});
+    FAIL() << "a packed weight of 400 bytes ran";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidBinary);
+    const std::string what = e.what();
+    EXPECT_NE(what.find("packed weight of 400 bytes"), std::string::npos) << what;
+    EXPECT_NE(what.find(runtime::hardware_architecture()), std::string::npos) << what;
+  }
 }
 
 std::vector<ref::Attr> pool_attrs(Dims kernel, Dims strides, Dims pads, std::vector<ref::Attr> more) {

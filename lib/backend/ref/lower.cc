@@ -9,6 +9,7 @@
 
 #include "ctxgen/error.h"
 #include "ctxgen/log.h"
+#include "ctxgen/runtime.h"
 #include "memory_plan.h"
 #include "node_view.h"
 #include "normalise.h"
@@ -308,6 +309,35 @@ void pack_gemm_weights(Draft& d) {
   }
 }
 
+// A Conv with a constant weight runs through oneDNN's convolution, which wants the weight in a
+// blocked layout of its own for this CPU's feature level: laying it out here, once, is what an NPU
+// compiler does for its MAC arrays, and the runtime then convolves straight from the mapped .bin.
+// The layout belongs to the CPU level (the binary's hardware architecture names it). A convolution
+// oneDNN cannot run keeps its plain weight and runs as im2col + GEMM.
+void pack_conv_weights(Draft& d) {
+  for (auto& op : d.program.ops) {
+    if (op.type != "Conv" || !d.is_weight(op.inputs[1])) continue;
+    const int32_t w = op.inputs[1];
+    const std::vector<int64_t> x = d.value(op.inputs[0]).dims, wd = d.value(w).dims, y = d.value(op.outputs[0]).dims;
+    if (x.size() < 3 || x.size() > 5) continue;
+    ref::Op packed = op;
+    set_attr(packed, int_attr("packed", 1));
+    set_attr(packed, ints_attr("weight_shape", wd));
+    const bool bias = op.inputs.size() > 2 && op.inputs[2] >= 0;
+    std::vector<float> bytes;
+    try {
+      bytes = runtime::pack_conv_weight(packed, x, wd, y, bias, floats_of(d.weight(w)).data());
+    } catch (const Error& e) {
+      log().debug("ref: Conv '{}' keeps its plain weight ({})", d.names[static_cast<size_t>(op.outputs[0])], e.what());
+      continue;
+    }
+    log().debug("ref: packed Conv weight '{}' for {}", d.names[static_cast<size_t>(w)], runtime::hardware_architecture());
+    packed.inputs[1] = d.add_weight(d.names[static_cast<size_t>(w)] + "/packed", ref::DType::kFloat32,
+                                    {static_cast<int64_t>(bytes.size())}, blob_of(bytes));
+    op = std::move(packed);
+  }
+}
+
 // ---- finishing ---------------------------------------------------------------------------------
 
 // Keeps only values the program uses, numbered inputs first and then in order of first use, so
@@ -354,6 +384,7 @@ LoweredPartition lower_partition(const Model& model, const Partition& partition,
   fold_batch_norms(draft);
   fuse_activations(draft);
   pack_gemm_weights(draft);
+  pack_conv_weights(draft);
   Draft done = compact(draft);
 
   LoweredPartition lowered;

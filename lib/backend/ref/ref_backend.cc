@@ -4,6 +4,7 @@
 #include "ctxgen/backend.h"
 #include "ctxgen/error.h"
 #include "ctxgen/ref_identity.h"
+#include "ctxgen/runtime.h"
 #include "lower.h"
 #include "node_view.h"
 #include "normalise.h"
@@ -16,7 +17,7 @@ class RefBackend final : public Backend {
   std::string name() const override { return ref::kBackendName; }
   std::string ep_name() const override { return ref::kEpName; }
   std::string sdk_version() const override { return ref::kSdkVersion; }
-  std::string hardware_architecture() const override { return ref::kHardwareArchitecture; }
+  std::string hardware_architecture() const override { return runtime::hardware_architecture(); }
   std::string description() const override {
     return "CPU reference NPU: float32 ops on static shapes, BatchNorm folding, activation fusion, "
            "static memory plan (docs/ops.md)";

@@ -35,6 +35,7 @@ void execute(const ref::Program& program, const WeightLookup& weights,
              std::vector<uint8_t>& arena, const ParallelFor& parallel = {});
 
 struct OpDef;  // an op's rule and kernel (lib/runtime/ops.h)
+struct Plans;  // what a program's ops resolved before their first run (lib/runtime/execute.cc)
 
 // One graph of a context binary, ready to run. Weights are used in place from the binary, which
 // the executable keeps alive. One instance may run from several threads at once, each call with
@@ -57,9 +58,22 @@ class Executable {
   const GraphRecord* graph_ = nullptr;
   ref::Program program_;
   std::vector<const OpDef*> defs_;  // each op's kernel, resolved once
+  std::shared_ptr<const Plans> plans_;  // each op's plan, made once
   mutable std::mutex arenas_mutex_;
   mutable std::vector<std::vector<uint8_t>> arenas_;  // one per run that was in flight at once
 };
+
+// The CPU this runtime runs on, as far as weight layouts are concerned: the feature level its
+// kernel library (oneDNN) lays packed weights out for, and the library's version ("x86_64 avx2,
+// oneDNN 2.6.3"). The `ref` backend's binaries carry it as their hardware architecture: weights
+// packed for one level are refused on another.
+std::string hardware_architecture();
+
+// A Conv weight [M, C/group, k...] (row-major float32) laid out as the convolution `op` (with
+// attributes packed = 1 and weight_shape) runs it on this CPU, for input dims `x` and output dims
+// `y`: what the `ref` compiler stores in place of the weight.
+std::vector<float> pack_conv_weight(const ref::Op& op, const std::vector<int64_t>& x, const std::vector<int64_t>& w,
+                                    const std::vector<int64_t>& y, bool bias, const float* weight);
 
 // False for ops whose output depends on their inputs' dims only (Shape, Size).
 bool reads_input_data(const std::string& op_type);

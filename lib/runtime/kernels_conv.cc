@@ -1,0 +1,302 @@
+// Conv. A weight ctxgen packed at compile time (attribute packed = 1) runs through oneDNN's
+// convolution for this CPU's feature level, in the blocked layout oneDNN chose for it; any other
+// weight (one computed at run time) runs as im2col + GEMM.
+
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ctxgen/error.h"
+#include "kernels.h"
+#include "onednn.h"
+
+namespace ctxgen::runtime {
+namespace {
+
+using Tag = dnnl::memory::format_tag;
+using Desc = dnnl::memory::desc;
+
+constexpr uint64_t kAlign = 64;
+uint64_t aligned(uint64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+// im2col for images, the common case: a row of the output at a time, its inside span in one loop
+// without the per-element index arithmetic of any-rank windows.
+void im2col_2d(const float* x, const Dims& in, int64_t channels, const Dims& kernel, const Dims& out, const Dims& strides,
+               const Dims& pads, const Dims& dilations, float* col) {
+  const int64_t ih = in[0], iw = in[1], oh = out[0], ow = out[1], sh = strides[0], sw = strides[1];
+  for (int64_t c = 0; c < channels; ++c) {
+    const float* plane = x + c * ih * iw;
+    for (int64_t ky = 0; ky < kernel[0]; ++ky)
+      for (int64_t kx = 0; kx < kernel[1]; ++kx) {
+        const int64_t dy = ky * dilations[0] - pads[0], dx = kx * dilations[1] - pads[1];
+        // Output columns whose input column lands inside: ox in [first, last).
+        const int64_t first = std::clamp<int64_t>((-dx + sw - 1) / sw, 0, ow);
+        const int64_t last = std::clamp<int64_t>((iw - dx + sw - 1) / sw, first, ow);
+        for (int64_t oy = 0; oy < oh; ++oy, col += ow) {
+          const int64_t y = oy * sh + dy;
+          if (y < 0 || y >= ih) {
+            std::fill(col, col + ow, 0.0f);
+            continue;
+          }
+          const float* row = plane + y * iw;
+          std::fill(col, col + first, 0.0f);
+          for (int64_t ox = first; ox < last; ++ox) col[ox] = row[ox * sw + dx];
+          std::fill(col + last, col + ow, 0.0f);
+        }
+      }
+  }
+}
+
+// Writes the im2col matrix of one group of one image: row (c, kernel position), column (output
+// position), zero where the window reads padding.
+void im2col(const float* x, const Dims& in_spatial, int64_t channels, const Dims& kernel, const Dims& out_spatial,
+            const Dims& strides, const Dims& pads, const Dims& dilations, float* col) {
+  size_t n = in_spatial.size();
+  if (n == 2) return im2col_2d(x, in_spatial, channels, kernel, out_spatial, strides, pads, dilations, col);
+  int64_t kernel_size = product(kernel), out_size = product(out_spatial), in_size = product(in_spatial);
+  Dims in_strides = strides_of(in_spatial);
+  std::vector<int64_t> kpos(n), opos(n);
+  for (int64_t c = 0; c < channels; ++c) {
+    const float* plane = x + c * in_size;
+    for (int64_t kk = 0; kk < kernel_size; ++kk, col += out_size) {
+      for (int64_t rem = kk, a = static_cast<int64_t>(n); a-- > 0;) {
+        kpos[static_cast<size_t>(a)] = rem % kernel[static_cast<size_t>(a)];
+        rem /= kernel[static_cast<size_t>(a)];
+      }
+      std::fill(opos.begin(), opos.end(), 0);
+      for (int64_t o = 0; o < out_size; ++o) {
+        int64_t offset = 0;
+        bool inside = true;
+        for (size_t a = 0; a < n && inside; ++a) {
+          int64_t at = opos[a] * strides[a] - pads[a] + kpos[a] * dilations[a];
+          inside = at >= 0 && at < in_spatial[a];
+          offset += at * in_strides[a];
+        }
+        col[o] = inside ? plane[offset] : 0.0f;
+        for (size_t a = n; a-- > 0;) {
+          if (++opos[a] < out_spatial[a]) break;
+          opos[a] = 0;
+        }
+      }
+    }
+  }
+}
+
+bool is_pointwise(const ref::Op& op) {
+  for (const char* name : {"kernel_shape", "strides", "dilations"})
+    for (int64_t v : op.get_ints(name))
+      if (v != 1) return false;
+  for (int64_t v : op.get_ints("pads"))
+    if (v != 0) return false;
+  return true;
+}
+
+
+Tag plain(size_t rank) {
+  const Tag tags[] = {Tag::a, Tag::ab, Tag::abc, Tag::abcd, Tag::abcde, Tag::abcdef};
+  return tags[rank - 1];
+}
+
+Desc plain_desc(const Dims& dims) {
+  return Desc(dnnl::memory::dims(dims.begin(), dims.end()), dnnl::memory::data_type::f32, plain(dims.size()));
+}
+
+// The weight as oneDNN counts it: [group, M/group, C/group, k...] when grouped.
+Dims grouped(const Dims& w, int64_t group) {
+  if (group == 1) return w;
+  Dims g = {group, w[0] / group};
+  g.insert(g.end(), w.begin() + 1, w.end());
+  return g;
+}
+
+// Activations oneDNN applies exactly as ONNX defines them, inside the convolution's own pass.
+std::optional<std::pair<dnnl::algorithm, std::pair<float, float>>> post_op(const ref::Op& op) {
+  const float alpha = op.get_float("act_alpha", 0.0f), beta = op.get_float("act_beta", 0.0f);
+  switch (static_cast<ref::Activation>(op.get_int("act", 0))) {
+    case ref::Activation::kRelu: return {{dnnl::algorithm::eltwise_relu, {0.0f, 0.0f}}};
+    case ref::Activation::kLeakyRelu: return {{dnnl::algorithm::eltwise_relu, {alpha, 0.0f}}};
+    case ref::Activation::kClip: return {{dnnl::algorithm::eltwise_clip, {alpha, beta}}};
+    default: return std::nullopt;
+  }
+}
+
+// The convolution of a packed Conv: its weight, source and destination in whatever layout oneDNN
+// prefers for this CPU, and a scratchpad the caller provides. The same function makes it when
+// ctxgen packs the weight and when the runtime plans the op, so both see the same layout.
+struct Setup {
+  dnnl::convolution_forward::primitive_desc pd;
+  bool act_fused = false;
+};
+
+Setup setup(const ref::Op& op, const Dims& x, const Dims& w, const Dims& y, bool bias) {
+  const size_t spatial = x.size() - 2;
+  const int64_t group = op.get_int("group", 1);
+  const Dims strides = op.get_ints("strides"), pads = op.get_ints("pads"), dilations = op.get_ints("dilations");
+  dnnl::memory::dims pad_begin(pads.begin(), pads.begin() + static_cast<long>(spatial));
+  dnnl::memory::dims pad_end(pads.begin() + static_cast<long>(spatial), pads.end());
+  dnnl::memory::dims dilate;  // oneDNN counts the gaps between taps
+  for (int64_t d : dilations) dilate.push_back(d - 1);
+  auto any = [](const Dims& d) {
+    return Desc(dnnl::memory::dims(d.begin(), d.end()), dnnl::memory::data_type::f32, Tag::any);
+  };
+  const Desc bias_desc = bias ? plain_desc({w[0]}) : Desc();
+  Setup s{{}, false};
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (auto p = post_op(op)) {
+    dnnl::post_ops ops;
+    ops.append_eltwise(1.0f, p->first, p->second.first, p->second.second);
+    attr.set_post_ops(ops);
+    s.act_fused = true;
+  }
+  const dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, any(x),
+                                             any(grouped(w, group)), bias_desc, any(y),
+                                             dnnl::memory::dims(strides.begin(), strides.end()), dilate, pad_begin, pad_end);
+  onednn::OneThread one;
+  s.pd = dnnl::convolution_forward::primitive_desc(desc, attr, onednn::engine());
+  return s;
+}
+
+struct Packed {
+  dnnl::convolution_forward primitive;
+  Desc src, dst, weight, bias, scratchpad, src_plain, dst_plain;
+  std::optional<dnnl::reorder> to_src, from_dst;  // when the primitive's layouts are not row-major
+  bool act_fused = false;
+  uint64_t src_at = 0, dst_at = 0, pad_at = 0;  // offsets in the run's scratch
+};
+
+struct ConvPlan final : OpPlan {
+  std::optional<Packed> packed;  // absent: im2col + GEMM, scratch_bytes holding the im2col matrix
+};
+
+dnnl::memory memory_at(const Desc& desc, const void* data) {
+  return dnnl::memory(desc, onednn::engine(), const_cast<void*>(data));
+}
+
+void run_packed(const Packed& p, const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
+  dnnl::stream& stream = onednn::stream();
+  onednn::OneThread one;
+  dnnl::memory x = memory_at(p.src_plain, in[0].data), y = memory_at(p.dst_plain, out.data);
+  dnnl::memory src = p.to_src ? memory_at(p.src, out.scratch + p.src_at) : x;
+  dnnl::memory dst = p.from_dst ? memory_at(p.dst, out.scratch + p.dst_at) : y;
+  if (p.to_src) p.to_src->execute(stream, x, src);
+  std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, src},
+                                                {DNNL_ARG_WEIGHTS, memory_at(p.weight, in[1].data)},
+                                                {DNNL_ARG_DST, dst},
+                                                {DNNL_ARG_SCRATCHPAD, memory_at(p.scratchpad, out.scratch + p.pad_at)}};
+  if (in.size() > 2 && in[2].present()) args.emplace(DNNL_ARG_BIAS, memory_at(p.bias, in[2].data));
+  p.primitive.execute(stream, args);
+  if (p.from_dst) p.from_dst->execute(stream, dst, y);
+  stream.wait();
+  if (!p.act_fused) apply_activation(op, out.f32(), out.size());
+}
+
+}  // namespace
+
+std::vector<float> pack_conv_weight(const ref::Op& op, const Dims& x, const Dims& w, const Dims& y, bool bias,
+                                    const float* weight) {
+  try {
+    const Setup s = setup(op, x, w, y, bias);
+    const Desc want = s.pd.weights_desc();
+    std::vector<float> packed(want.get_size() / sizeof(float));
+    const Desc from = plain_desc(grouped(w, op.get_int("group", 1)));
+    dnnl::memory src = memory_at(from, weight), dst = memory_at(want, packed.data());
+    onednn::OneThread one;
+    dnnl::reorder(src, dst).execute(onednn::stream(), src, dst);
+    onednn::stream().wait();
+    return packed;
+  } catch (const dnnl::error& e) {
+    throw Error(ErrorCode::kInternal, std::string("oneDNN cannot pack this convolution's weight: ") + e.what());
+  }
+}
+
+namespace kernels {
+
+std::unique_ptr<OpPlan> plan_conv(const ref::Op& op, const std::vector<const ref::Value*>& in, const ref::Value& out) {
+  auto plan = std::make_unique<ConvPlan>();
+  const Dims& x = in[0]->dims;
+  if (op.get_int("packed", 0) == 0) {
+    const Dims& w = in[1]->dims;
+    if (!is_pointwise(op))
+      plan->scratch_bytes = static_cast<uint64_t>(product(w, 1, w.size()) * product(out.dims, 2, out.dims.size())) * sizeof(float);
+    return plan;
+  }
+  const Dims w = op.get_ints("weight_shape");
+  const bool bias = in.size() > 2 && in[2] != nullptr;
+  Packed p;
+  try {
+    const Setup s = setup(op, x, w, out.dims, bias);
+    p.weight = s.pd.weights_desc();
+    if (p.weight.get_size() != in[1]->byte_size())
+      throw Error(ErrorCode::kInvalidBinary,
+                  "packed weight of " + std::to_string(in[1]->byte_size()) + " bytes, oneDNN's convolution on " +
+                      onednn::architecture() + " lays it out in " + std::to_string(p.weight.get_size()));
+    p.src = s.pd.src_desc();
+    p.dst = s.pd.dst_desc();
+    p.bias = s.pd.bias_desc();
+    p.scratchpad = s.pd.scratchpad_desc();
+    p.src_plain = plain_desc(x);
+    p.dst_plain = plain_desc(out.dims);
+    p.act_fused = s.act_fused;
+    onednn::OneThread one;
+    p.primitive = dnnl::convolution_forward(s.pd);
+    uint64_t at = 0;
+    if (p.src != p.src_plain) {
+      p.to_src = dnnl::reorder(dnnl::reorder::primitive_desc(onednn::engine(), p.src_plain, onednn::engine(), p.src));
+      p.src_at = at;
+      at += aligned(p.src.get_size());
+    }
+    if (p.dst != p.dst_plain) {
+      p.from_dst = dnnl::reorder(dnnl::reorder::primitive_desc(onednn::engine(), p.dst, onednn::engine(), p.dst_plain));
+      p.dst_at = at;
+      at += aligned(p.dst.get_size());
+    }
+    p.pad_at = at;
+    plan->scratch_bytes = at + aligned(p.scratchpad.get_size());
+  } catch (const dnnl::error& e) {
+    throw Error(ErrorCode::kInvalidBinary, std::string("oneDNN cannot run this packed convolution on ") +
+                                               onednn::architecture() + ": " + e.what());
+  }
+  plan->packed = std::move(p);
+  return plan;
+}
+
+void conv(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
+  const auto& plan = static_cast<const ConvPlan&>(*out.plan);
+  if (plan.packed) return run_packed(*plan.packed, op, in, out);
+  const Dims& xd = in[0].dims();
+  const Dims& wd = in[1].dims();
+  const Dims& yd = out.dims();
+  int64_t group = op.get_int("group", 1);
+  int64_t batch = xd[0], c_per_group = wd[1], m_per_group = wd[0] / group;
+  Dims in_spatial(xd.begin() + 2, xd.end()), out_spatial(yd.begin() + 2, yd.end());
+  Dims kernel(wd.begin() + 2, wd.end());
+  int64_t in_size = product(in_spatial), out_size = product(out_spatial);
+  int64_t rows = c_per_group * product(kernel);  // K of the GEMM
+  bool pointwise = is_pointwise(op);
+  auto* col = reinterpret_cast<float*>(out.scratch);
+  Dims strides = op.get_ints("strides"), pads = op.get_ints("pads"), dilations = op.get_ints("dilations");
+  const float* w = in[1].f32();
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t g = 0; g < group; ++g) {
+      const float* x = in[0].f32() + (b * xd[1] + g * c_per_group) * in_size;
+      if (!pointwise) im2col(x, in_spatial, c_per_group, kernel, out_spatial, strides, pads, dilations, col);
+      float* y = out.f32() + (b * wd[0] + g * m_per_group) * out_size;
+      gemm_rowmajor(m_per_group, out_size, rows, w + g * m_per_group * rows, pointwise ? x : col, y, out.parallel);
+    }
+  }
+  if (in.size() > 2 && in[2].present()) {
+    const float* bias = in[2].f32();
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t m = 0; m < wd[0]; ++m) {
+        float* plane = out.f32() + (b * wd[0] + m) * out_size;
+        for (int64_t i = 0; i < out_size; ++i) plane[i] += bias[m];
+      }
+  }
+  apply_activation(op, out.f32(), out.size());
+}
+
+}  // namespace kernels
+}  // namespace ctxgen::runtime

@@ -1,0 +1,33 @@
+#pragma once
+// What the kernels share of oneDNN: one CPU engine, a stream per thread, the guard that keeps
+// oneDNN on the calling thread, and the CPU feature level its packed layouts are made for.
+
+#include <string>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+namespace ctxgen::runtime::onednn {
+
+const dnnl::engine& engine();
+// oneDNN streams are not to be shared between threads running at once.
+dnnl::stream& stream();
+
+// oneDNN runs on the calling thread alone while this lives: the threads are the caller's (ONNX
+// Runtime's intra-op pool lends them through ParallelFor), not OpenMP's. Primitives are created
+// under it too, since some fix their thread decomposition when created.
+class OneThread {
+ public:
+  OneThread();
+  ~OneThread();
+  OneThread(const OneThread&) = delete;
+  OneThread& operator=(const OneThread&) = delete;
+
+ private:
+  int before_;
+};
+
+// The CPU feature level oneDNN chooses its kernels and weight layouts by, with its version:
+// "x86_64 avx2, oneDNN 2.6.3". Weights packed on one level are laid out for it alone.
+std::string architecture();
+
+}  // namespace ctxgen::runtime::onednn
