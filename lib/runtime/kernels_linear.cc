@@ -47,6 +47,16 @@ void gemm_rowmajor(int64_t m, int64_t n, int64_t k, const float* a, const float*
 namespace kernels {
 
 void matmul(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
+  // A 2-D B serves every row of A alike, whatever A's batch dims: one GEMM over all of them.
+  if (in[1].dims().size() == 2) {
+    const bool trans_b = op.get_int("transB", 0) != 0;
+    const Dims& ad = in[0].dims();
+    const Dims& bd = in[1].dims();
+    const int64_t k = trans_b ? bd[1] : bd[0], n = trans_b ? bd[0] : bd[1];
+    gemm_rowmajor(product(ad, 0, ad.size() - 1), n, k, in[0].f32(), in[1].f32(), out.f32(), out.parallel, false, trans_b);
+    apply_activation(op, out.f32(), out.size());
+    return;
+  }
   // Vectors seen as [1, K] (A) and [K, 1] (B), as the rule defines.
   const Dims ad = in[0].dims().size() == 1 ? Dims{1, in[0].dims()[0]} : in[0].dims();
   const Dims bd = in[1].dims().size() == 1 ? Dims{in[1].dims()[0], 1} : in[1].dims();

@@ -470,21 +470,40 @@ TEST(RefLower, ActivationsFuseOnlyWhenLegal) {
   EXPECT_EQ(op_types(add->program()), (std::vector<std::string>{"Add", "Relu"}));
 }
 
-TEST(RefLower, GemmConstantBIsPackedToKN) {
-  std::vector<float> b = iota_floats(3 * 4, 1.0f);  // [N=3, K=4]
-  auto l = lower(TestModel().input("a", {2, 4}).floats("b", {3, 4}, b).node("Gemm", {"a", "b"}, {"y"})
-                     .attr("transB", int64_t{1}).output("y").load());
-  const auto& op = only_op(l->program(), "Gemm");
-  EXPECT_EQ(op.get_int("transB", -1), 0);
-  EXPECT_EQ(value(l->program(), op.inputs[1]).dims, (std::vector<int64_t>{4, 3}));
-  auto packed = weight_floats(*l, op.inputs[1]);
-  for (size_t n = 0; n < 3; ++n)
-    for (size_t k = 0; k < 4; ++k) EXPECT_EQ(packed[k * 3 + n], b[n * 4 + k]);
-  EXPECT_EQ(op.inputs[2], -1);
-  // A B computed at run time keeps transB.
-  auto r = lower(TestModel().input("a", {2, 4}).input("b", {3, 4}).node("Gemm", {"a", "b"}, {"y"})
-                     .attr("transB", int64_t{1}).output("y").load());
-  EXPECT_EQ(only_op(r->program(), "Gemm").get_int("transB", -1), 1);
+// A constant B is stored [N, K] (transB = 1) for MatMul and Gemm alike; a Gemm B already stored
+// so is left as it is, one read by two ops is packed once, and a B computed at run time keeps its
+// layout.
+TEST(RefLower, ConstantMatMulAndGemmWeightsArePackedToNK) {
+  std::vector<float> b = iota_floats(4 * 3, 1.0f);  // [K=4, N=3]
+  auto l = lower(TestModel()
+                     .input("a", {2, 5, 4})
+                     .input("a2", {2, 4})
+                     .floats("b", {4, 3}, b)
+                     .node("MatMul", {"a", "b"}, {"y"})
+                     .node("Gemm", {"a2", "b"}, {"z"})
+                     .output("y")
+                     .output("z")
+                     .load());
+  ASSERT_EQ(op_types(l->program()), (std::vector<std::string>{"MatMul", "Gemm"}));
+  const auto& matmul = l->program().ops[0];
+  const auto& gemm = l->program().ops[1];
+  EXPECT_EQ(matmul.get_int("transB", -1), 1);
+  EXPECT_EQ(gemm.get_int("transB", -1), 1);
+  EXPECT_EQ(matmul.inputs[1], gemm.inputs[1]);
+  EXPECT_EQ(value(l->program(), matmul.inputs[1]).dims, (std::vector<int64_t>{3, 4}));
+  auto packed = weight_floats(*l, matmul.inputs[1]);
+  for (size_t k = 0; k < 4; ++k)
+    for (size_t n = 0; n < 3; ++n) EXPECT_EQ(packed[n * 4 + k], b[k * 3 + n]);
+
+  std::vector<float> bt = iota_floats(3 * 4, 1.0f);  // [N=3, K=4]
+  auto kept = lower(TestModel().input("a", {2, 4}).floats("b", {3, 4}, bt).node("Gemm", {"a", "b"}, {"y"})
+                        .attr("transB", int64_t{1}).output("y").load());
+  const auto& op = only_op(kept->program(), "Gemm");
+  EXPECT_EQ(op.get_int("transB", -1), 1);
+  EXPECT_EQ(weight_floats(*kept, op.inputs[1]), bt);
+
+  auto r = lower(TestModel().input("a", {2, 4}).input("b", {4, 3}).node("MatMul", {"a", "b"}, {"y"}).output("y").load());
+  EXPECT_EQ(only_op(r->program(), "MatMul").get_int("transB", 0), 0);
 }
 
 // A 1-D operand is a row (A) or a column (B) with the same bytes, so numpy's vector products need

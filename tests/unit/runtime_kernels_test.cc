@@ -141,8 +141,18 @@ TEST(RuntimeKernels, GemmsCutOverThreadsMatchTheProduct) {
       expect_near(got, want, 1e-3f);
     }
   }
+  // MatMul with B stored [N, K] (transB, as the compiler packs a constant B), A's rows cut in
+  // batches of 3 and 11 rows: one GEMM over all of them.
+  for (const runtime::ParallelFor& parallel : {runtime::ParallelFor{}, two_threads}) {
+    ProgramBuilder p;
+    const int32_t x = p.input({3, 11, k}), w = p.input({n, k}), y = p.output({3, 11, n});
+    p.op("MatMul", {x, w}, y, {int_attr("transB", 1)});
+    const auto got = values_of<float>(run_bytes(p.program(), {f32(a), f32(bt)}, {}, parallel)[0]);
+    expect_near(got, want, 1e-3f);
+  }
   // K = 0: an empty sum.
   expect_near(run_op("MatMul", {{{2, 0}, {}}, {{0, 3}, {}}}, {2, 3}), {0, 0, 0, 0, 0, 0});
+  expect_near(run_op("MatMul", {{{2, 0}, {}}, {{3, 0}, {}}}, {2, 3}, {int_attr("transB", 1)}), {0, 0, 0, 0, 0, 0});
 }
 
 std::vector<ref::Attr> resize_attrs(int64_t mode, std::vector<float> scales, Dims sizes) {

@@ -284,28 +284,33 @@ void fuse_activations(Draft& d) {
   drop_ops(d, removed);
 }
 
-// Gemm with a constant B and transB = 1 reads B column-wise; packing it to [K, N] once at compile
-// time gives the kernel contiguous rows, as an NPU compiler lays out weights for its MAC arrays.
-void pack_gemm_weights(Draft& d) {
-  std::map<int32_t, int32_t> packed;  // original weight -> packed weight, shared by all readers
+// A constant B of MatMul (2-D) or Gemm is stored [N, K] (transB = 1): each block of output
+// columns then reads one contiguous run of the weight, which oneDNN's GEMM streams up to 1.8 times
+// faster than the [K, N] rows of ONNX's layout (docs/benchmarks.md, "Weight layout"), most of all
+// in decoding, where every weight byte is read once per token. One packed copy per weight, shared
+// by every op reading it.
+void pack_matmul_weights(Draft& d) {
+  std::map<int32_t, int32_t> packed;  // original weight -> packed weight
   for (auto& op : d.program.ops) {
-    if (op.type != "Gemm" || op.get_int("transB", 0) != 1 || !d.is_weight(op.inputs[1])) continue;
-    int32_t b = op.inputs[1];
+    const bool gemm = op.type == "Gemm";
+    if ((!gemm && op.type != "MatMul") || !d.is_weight(op.inputs[1]) || op.get_int("transB", 0) == 1) continue;
+    const int32_t b = op.inputs[1];
+    const auto dims = d.value(b).dims;  // [K, N]
+    if (dims.size() != 2) continue;
     auto it = packed.find(b);
     if (it == packed.end()) {
-      log().debug("ref: packed Gemm weight '{}' to [K, N]", d.names[static_cast<size_t>(op.inputs[1])]);
-      auto dims = d.value(b).dims;  // [N, K]
-      auto n = static_cast<size_t>(dims[0]), k = static_cast<size_t>(dims[1]);
+      log().debug("ref: packed {} weight '{}' to [N, K]", op.type, d.names[static_cast<size_t>(b)]);
+      auto k = static_cast<size_t>(dims[0]), n = static_cast<size_t>(dims[1]);
       auto src = floats_of(d.weight(b));
       std::vector<float> dst(src.size());
-      for (size_t r = 0; r < n; ++r)
-        for (size_t c = 0; c < k; ++c) dst[c * n + r] = src[r * k + c];
-      it = packed.emplace(b, d.add_weight(d.names[static_cast<size_t>(b)] + "/packed_kn", ref::DType::kFloat32,
+      for (size_t r = 0; r < k; ++r)
+        for (size_t c = 0; c < n; ++c) dst[c * k + r] = src[r * n + c];
+      it = packed.emplace(b, d.add_weight(d.names[static_cast<size_t>(b)] + "/packed_nk", ref::DType::kFloat32,
                                           {dims[1], dims[0]}, blob_of(dst)))
                .first;
     }
     op.inputs[1] = it->second;
-    set_attr(op, int_attr("transB", 0));
+    set_attr(op, int_attr("transB", 1));
   }
 }
 
@@ -383,7 +388,7 @@ LoweredPartition lower_partition(const Model& model, const Partition& partition,
   Draft draft = Lowerer(model, partition).run();
   fold_batch_norms(draft);
   fuse_activations(draft);
-  pack_gemm_weights(draft);
+  pack_matmul_weights(draft);
   pack_conv_weights(draft);
   Draft done = compact(draft);
 

@@ -1,6 +1,6 @@
 #pragma once
 // Lowers one partition to a ref program: per-node normalisation, graph passes (BatchNormalization
-// folding, activation fusion, Gemm and Conv weight packing), weight interning and the
+// folding, activation fusion, MatMul/Gemm and Conv weight packing), weight interning and the
 // static memory plan. Exposed here so tests can inspect the program before serialisation.
 
 #include <cstdint>
