@@ -70,10 +70,27 @@ using Kernel = void (*)(const ref::Op& op, const std::vector<Tensor>& in, const 
 using Planner = std::unique_ptr<OpPlan> (*)(const ref::Op& op, const std::vector<const ref::Value*>& in,
                                             const ref::Value& out);
 
+// Runs body(begin, end) over [0, count): cut into pieces the caller's threads share when the whole
+// (count x cost element operations) pays for them, else in one call.
+inline void parallel_ranges(const ParallelFor* parallel, int64_t count, int64_t cost,
+                            const std::function<void(int64_t begin, int64_t end)>& body) {
+  constexpr int64_t kMinWork = int64_t{1} << 16, kPieces = 4;
+  if (!parallel || !*parallel || count < 2 || count * cost < kMinWork) return body(0, count);
+  const int64_t pieces = count < kPieces ? count : kPieces, size = (count + pieces - 1) / pieces;
+  (*parallel)(static_cast<size_t>(pieces), [&](size_t piece) {
+    const int64_t begin = static_cast<int64_t>(piece) * size;
+    if (begin < count) body(begin, begin + size < count ? begin + size : count);
+  });
+}
+
+// What a GEMM's caller does to columns [j0, j0 + cols) of every row of y once they are computed
+// (bias, activation), inside the same task while they are in cache.
+using Epilogue = std::function<void(int64_t j0, int64_t cols)>;
+
 // y [m, n] = op(A) [m, k] x op(B) [k, n], all dense row-major (op: transposed when asked), split
 // over the caller's threads when large (kernels_linear.cc).
 void gemm_rowmajor(int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* y, const ParallelFor* parallel,
-                   bool trans_a = false, bool trans_b = false);
+                   bool trans_a = false, bool trans_b = false, const Epilogue& after = {});
 
 // Integer arithmetic wraps around as two's complement instead of overflowing (which would be
 // undefined behaviour); floats are left as they are.
@@ -102,8 +119,15 @@ T scalar_of(const ref::Op& op, const std::string& name) {
   else return static_cast<T>(op.get_int(name, 0));
 }
 
-// Applies the fused activation (attrs act, act_alpha, act_beta) of `op` to data[0, n) in place.
-void apply_activation(const ref::Op& op, float* data, int64_t n);
+// The fused activation (attrs act, act_alpha, act_beta) of an op, read once for a whole tensor or
+// for all the pieces of one.
+struct FusedActivation {
+  ref::Activation kind = ref::Activation::kNone;
+  float alpha = 0, beta = 0;
+  void apply(float* data, int64_t n) const;  // to data[0, n) in place
+};
+FusedActivation fused_activation_of(const ref::Op& op);
+inline void apply_activation(const ref::Op& op, float* data, int64_t n) { fused_activation_of(op).apply(data, n); }
 
 // The kernels, one per op type; kernels_*.cc hold them by family.
 namespace kernels {

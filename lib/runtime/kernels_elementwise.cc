@@ -26,7 +26,9 @@ void broadcast_map(const std::vector<Tensor>& in, const Output& out, F f, std::i
   const std::tuple<const In*...> src{in[I].template as<In>()...};
   const Dims& dims = out.dims();
   if (((in[I].size() == out.size()) && ...)) {
-    for (int64_t i = 0, n = out.size(); i < n; ++i) y[i] = f(std::get<I>(src)[i]...);
+    parallel_ranges(out.parallel, out.size(), 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) y[i] = f(std::get<I>(src)[i]...);
+    });
     return;
   }
   const Dims strides[kInputs + 1] = {strides_of(dims), broadcast_strides(in[I].dims(), dims)...};
@@ -65,7 +67,9 @@ template <typename F>
 void unary(const std::vector<Tensor>& in, const Output& out, F f) {
   const float* x = in[0].f32();
   float* y = out.f32();
-  for (int64_t i = 0, n = out.size(); i < n; ++i) y[i] = f(x[i]);
+  parallel_ranges(out.parallel, out.size(), 4, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) y[i] = f(x[i]);
+  });
 }
 
 // Integer division truncates toward zero, as ONNX Runtime's does.
@@ -109,9 +113,13 @@ To convert(From x) {
 
 }  // namespace
 
-void apply_activation(const ref::Op& op, float* data, int64_t n) {
-  float alpha = op.get_float("act_alpha", 0.0f), beta = op.get_float("act_beta", 0.0f);
-  switch (static_cast<ref::Activation>(op.get_int("act", 0))) {
+FusedActivation fused_activation_of(const ref::Op& op) {
+  return {static_cast<ref::Activation>(op.get_int("act", 0)), op.get_float("act_alpha", 0.0f), op.get_float("act_beta", 0.0f)};
+}
+
+void FusedActivation::apply(float* data, int64_t n) const {
+  const float alpha = this->alpha, beta = this->beta;  // captured by value below
+  switch (kind) {
     case ref::Activation::kNone: return;
     case ref::Activation::kRelu: return in_place(data, n, [](float x) { return std::max(x, 0.0f); });
     case ref::Activation::kLeakyRelu: return in_place(data, n, [=](float x) { return leaky_relu_of(x, alpha); });

@@ -17,7 +17,7 @@ namespace ctxgen::runtime {
 // each block runs on its thread alone, so the thread count is the caller's (ONNX Runtime's
 // intra-op pool in the plugin EP), not OpenMP's.
 void gemm_rowmajor(int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* y, const ParallelFor* parallel,
-                   bool trans_a, bool trans_b) {
+                   bool trans_a, bool trans_b, const Epilogue& after) {
   constexpr int64_t kMinParallelWork = int64_t{1} << 18;  // multiply-adds below which threads cost more than they give
   constexpr int64_t kMaxBlocks = 4;
   int64_t width = n;
@@ -26,6 +26,7 @@ void gemm_rowmajor(int64_t m, int64_t n, int64_t k, const float* a, const float*
   const int64_t blocks = (n + width - 1) / width;
   if (k == 0) {  // an empty sum, whatever a library makes of K = 0
     std::fill(y, y + m * n, 0.0f);
+    if (after) after(0, n);
     return;
   }
   const auto block = [&](size_t index) {
@@ -37,6 +38,7 @@ void gemm_rowmajor(int64_t m, int64_t n, int64_t k, const float* a, const float*
       throw Error(ErrorCode::kRuntime, "oneDNN's sgemm failed (status " + std::to_string(static_cast<int>(status)) +
                                            ") on " + std::to_string(m) + " x " + std::to_string(k) + " x " +
                                            std::to_string(cols));
+    if (after) after(j0, cols);
   };
   if (blocks == 1)
     block(0);
@@ -47,14 +49,18 @@ void gemm_rowmajor(int64_t m, int64_t n, int64_t k, const float* a, const float*
 namespace kernels {
 
 void matmul(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
+  float* y = out.f32();
   // A 2-D B serves every row of A alike, whatever A's batch dims: one GEMM over all of them.
   if (in[1].dims().size() == 2) {
     const bool trans_b = op.get_int("transB", 0) != 0;
     const Dims& ad = in[0].dims();
     const Dims& bd = in[1].dims();
-    const int64_t k = trans_b ? bd[1] : bd[0], n = trans_b ? bd[0] : bd[1];
-    gemm_rowmajor(product(ad, 0, ad.size() - 1), n, k, in[0].f32(), in[1].f32(), out.f32(), out.parallel, false, trans_b);
-    apply_activation(op, out.f32(), out.size());
+    const int64_t k = trans_b ? bd[1] : bd[0], n = trans_b ? bd[0] : bd[1], m = product(ad, 0, ad.size() - 1);
+    const FusedActivation act = fused_activation_of(op);
+    gemm_rowmajor(m, n, k, in[0].f32(), in[1].f32(), y, out.parallel, false, trans_b, [&](int64_t j0, int64_t cols) {
+      if (act.kind != ref::Activation::kNone)
+        for (int64_t i = 0; i < m; ++i) act.apply(y + i * n + j0, cols);
+    });
     return;
   }
   // Vectors seen as [1, K] (A) and [K, 1] (B), as the rule defines.
@@ -65,21 +71,21 @@ void matmul(const ref::Op& op, const std::vector<Tensor>& in, const Output& out)
   Dims batch = *broadcast({ad.begin(), ad.end() - 2}, {bd.begin(), bd.end() - 2});
   Dims a_batch(ad.begin(), ad.end() - 2), b_batch(bd.begin(), bd.end() - 2);
   Dims sa = broadcast_strides(a_batch, batch), sb = broadcast_strides(b_batch, batch);
-  int64_t batches = product(batch);
-  std::vector<int64_t> idx(batch.size(), 0);
-  for (int64_t t = 0; t < batches; ++t) {
-    int64_t oa = 0, ob = 0;
-    for (size_t d = 0; d < batch.size(); ++d) {
-      oa += idx[d] * sa[d];
-      ob += idx[d] * sb[d];
+  const FusedActivation act = fused_activation_of(op);
+  // Many small products (attention heads): the threads share out whole matrices.
+  parallel_ranges(out.parallel, product(batch), m * n * k, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      int64_t oa = 0, ob = 0;
+      for (size_t d = batch.size(), rest = static_cast<size_t>(t); d-- > 0;) {
+        const auto at = static_cast<int64_t>(rest % static_cast<size_t>(batch[d]));
+        rest /= static_cast<size_t>(batch[d]);
+        oa += at * sa[d];
+        ob += at * sb[d];
+      }
+      gemm_rowmajor(m, n, k, in[0].f32() + oa * m * k, in[1].f32() + ob * k * n, y + t * m * n, nullptr);
+      act.apply(y + t * m * n, m * n);
     }
-    gemm_rowmajor(m, n, k, in[0].f32() + oa * m * k, in[1].f32() + ob * k * n, out.f32() + t * m * n, out.parallel);
-    for (size_t d = batch.size(); d-- > 0;) {
-      if (++idx[d] < batch[d]) break;
-      idx[d] = 0;
-    }
-  }
-  apply_activation(op, out.f32(), out.size());
+  });
 }
 
 void gemm(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
@@ -87,19 +93,22 @@ void gemm(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
   bool trans_a = op.get_int("transA", 0) != 0, trans_b = op.get_int("transB", 0) != 0;
   int64_t m = out.dims()[0], n = out.dims()[1], k = trans_a ? ad[0] : ad[1];
   float* y = out.f32();
-  gemm_rowmajor(m, n, k, in[0].f32(), in[1].f32(), y, out.parallel, trans_a, trans_b);
-  float alpha = op.get_float("alpha", 1.0f), beta = op.get_float("beta", 1.0f);
-  if (in.size() > 2 && in[2].present()) {
-    // C keeps its own dims (scalar, [N], [1, N], [M, 1], [M, N] ...); broadcast it to [M, N].
-    const Dims mn = {m, n};
-    Dims sc = broadcast_strides(in[2].dims(), mn);
-    const float* c = in[2].f32();
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) y[i * n + j] = alpha * y[i * n + j] + beta * c[i * sc[0] + j * sc[1]];
-  } else if (alpha != 1.0f) {
-    for (int64_t i = 0; i < m * n; ++i) y[i] *= alpha;
-  }
-  apply_activation(op, y, m * n);
+  const float alpha = op.get_float("alpha", 1.0f), beta = op.get_float("beta", 1.0f);
+  const bool has_c = in.size() > 2 && in[2].present();
+  // C keeps its own dims (scalar, [N], [1, N], [M, 1], [M, N] ...); broadcast it to [M, N].
+  const Dims sc = has_c ? broadcast_strides(in[2].dims(), {m, n}) : Dims{0, 0};
+  const float* c = has_c ? in[2].f32() : nullptr;
+  const FusedActivation act = fused_activation_of(op);
+  gemm_rowmajor(m, n, k, in[0].f32(), in[1].f32(), y, out.parallel, trans_a, trans_b, [&](int64_t j0, int64_t cols) {
+    for (int64_t i = 0; i < m; ++i) {
+      float* row = y + i * n;
+      if (has_c)
+        for (int64_t j = j0; j < j0 + cols; ++j) row[j] = alpha * row[j] + beta * c[i * sc[0] + j * sc[1]];
+      else if (alpha != 1.0f)
+        for (int64_t j = j0; j < j0 + cols; ++j) row[j] *= alpha;
+      act.apply(row + j0, cols);
+    }
+  });
 }
 
 }  // namespace kernels

@@ -100,11 +100,13 @@ Columns columns_of(const ref::Op& op, const Dims& d) {
 }
 
 void softmax_of(const ref::Op& op, const std::vector<Tensor>& in, const Output& out, bool log) {
-  auto [outer, n, inner] = columns_of(op, in[0].dims());
-  std::vector<float> peak;
-  std::vector<double> sum;
-  for (int64_t o = 0; o < outer; ++o)
-    softmax_columns(in[0].f32() + o * n * inner, out.f32() + o * n * inner, n, inner, log, peak, sum);
+  const Columns c = columns_of(op, in[0].dims());
+  parallel_ranges(out.parallel, c.outer, 8 * c.n * c.inner, [&](int64_t begin, int64_t end) {
+    std::vector<float> peak;
+    std::vector<double> sum;
+    for (int64_t o = begin; o < end; ++o)
+      softmax_columns(in[0].f32() + o * c.n * c.inner, out.f32() + o * c.n * c.inner, c.n, c.inner, log, peak, sum);
+  });
 }
 
 }  // namespace
@@ -137,21 +139,23 @@ void layer_normalization(const ref::Op& op, const std::vector<Tensor>& in, const
   int64_t which = op.get_int("output", 0);
   const float* scale = in[1].f32();
   const float* bias = in.size() > 2 && in[2].present() ? in[2].f32() : nullptr;
-  for (int64_t o = 0; o < outer; ++o) {
-    const float* x = in[0].f32() + o * inner;
-    double sum = 0, sq = 0;
-    for (int64_t i = 0; i < inner; ++i) sum += x[i];
-    double mean = sum / static_cast<double>(inner);
-    for (int64_t i = 0; i < inner; ++i) sq += (x[i] - mean) * (x[i] - mean);
-    double inv = 1.0 / std::sqrt(sq / static_cast<double>(inner) + eps);
-    if (which != 0) {
-      out.f32()[o] = static_cast<float>(which == 1 ? mean : inv);
-      continue;
+  parallel_ranges(out.parallel, outer, 4 * inner, [&](int64_t begin, int64_t end) {
+    for (int64_t o = begin; o < end; ++o) {
+      const float* x = in[0].f32() + o * inner;
+      double sum = 0, sq = 0;
+      for (int64_t i = 0; i < inner; ++i) sum += x[i];
+      double mean = sum / static_cast<double>(inner);
+      for (int64_t i = 0; i < inner; ++i) sq += (x[i] - mean) * (x[i] - mean);
+      double inv = 1.0 / std::sqrt(sq / static_cast<double>(inner) + eps);
+      if (which != 0) {
+        out.f32()[o] = static_cast<float>(which == 1 ? mean : inv);
+        continue;
+      }
+      float* y = out.f32() + o * inner;
+      for (int64_t i = 0; i < inner; ++i)
+        y[i] = static_cast<float>((x[i] - mean) * inv) * scale[i] + (bias ? bias[i] : 0.0f);
     }
-    float* y = out.f32() + o * inner;
-    for (int64_t i = 0; i < inner; ++i)
-      y[i] = static_cast<float>((x[i] - mean) * inv) * scale[i] + (bias ? bias[i] : 0.0f);
-  }
+  });
 }
 
 // One 1 per softmax column, at its first largest element (flattened at axis before opset 13).

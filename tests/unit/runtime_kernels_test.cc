@@ -102,14 +102,16 @@ TEST(RuntimeKernels, GemmTransposesScalesAndBroadcastsC) {
 
 // GEMMs large enough to be cut into column blocks, run with the tasks on two threads (as ONNX
 // Runtime's pool would) and on one: both against a plain double-precision product.
+// Runs the tasks on two threads, as ONNX Runtime's pool would.
+const runtime::ParallelFor two_threads = [](size_t tasks, const std::function<void(size_t)>& body) {
+  std::thread other([&] {
+    for (size_t t = 1; t < tasks; t += 2) body(t);
+  });
+  for (size_t t = 0; t < tasks; t += 2) body(t);
+  other.join();
+};
+
 TEST(RuntimeKernels, GemmsCutOverThreadsMatchTheProduct) {
-  const runtime::ParallelFor two_threads = [](size_t tasks, const std::function<void(size_t)>& body) {
-    std::thread other([&] {
-      for (size_t t = 1; t < tasks; t += 2) body(t);
-    });
-    for (size_t t = 0; t < tasks; t += 2) body(t);
-    other.join();
-  };
   const int64_t m = 33, k = 129, n = 517;  // m n k > 2^18, n not a multiple of any block width
   std::vector<float> a(static_cast<size_t>(m * k)), b(static_cast<size_t>(k * n));
   for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(static_cast<int>(i * 7 % 13) - 6) / 8;
@@ -153,6 +155,52 @@ TEST(RuntimeKernels, GemmsCutOverThreadsMatchTheProduct) {
   // K = 0: an empty sum.
   expect_near(run_op("MatMul", {{{2, 0}, {}}, {{0, 3}, {}}}, {2, 3}), {0, 0, 0, 0, 0, 0});
   expect_near(run_op("MatMul", {{{2, 0}, {}}, {{3, 0}, {}}}, {2, 3}, {int_attr("transB", 1)}), {0, 0, 0, 0, 0, 0});
+}
+
+// Kernels that share their work out over the caller's threads (elementwise, unary, LayerNorm,
+// Softmax, batched MatMul with a fused activation, Gemm with C and an activation) write what they
+// write on one thread, with pieces that do not divide the work evenly.
+TEST(RuntimeKernels, KernelsSplitOverThreadsWriteWhatOneThreadWrites) {
+  std::mt19937 random(3);
+  std::uniform_real_distribution<float> uniform(-2.0f, 2.0f);
+  auto values = [&](size_t n) {
+    std::vector<float> v(n);
+    for (float& e : v) e = uniform(random);
+    return v;
+  };
+  struct Case {
+    std::string type;
+    std::vector<In> inputs;
+    Dims out;
+    std::vector<ref::Attr> attrs;
+  };
+  const Dims big = {7, 131, 97};  // 88949 elements, 7 rows of 12707
+  const std::vector<Case> cases = {
+      {"Add", {{big, f32(values(88949))}, {big, f32(values(88949))}}, big, {}},
+      {"Sigmoid", {{big, f32(values(88949))}}, big, {}},
+      {"LayerNormalization", {{{131, 679}, f32(values(88949))}, {{679}, f32(values(679))}, {{679}, f32(values(679))}},
+       {131, 679}, {int_attr("axis", 1), float_attr("epsilon", 1e-5f), int_attr("output", 0)}},
+      {"Softmax", {{big, f32(values(88949))}}, big, {int_attr("axis", 2), int_attr("coerce_2d", 0)}},
+      {"MatMul", {{{5, 33, 40}, f32(values(5 * 33 * 40))}, {{5, 40, 29}, f32(values(5 * 40 * 29))}}, {5, 33, 29},
+       {act(Activation::kRelu)}},
+      {"Gemm", {{{64, 96}, f32(values(64 * 96))}, {{96, 101}, f32(values(96 * 101))}, {{101}, f32(values(101))}}, {64, 101},
+       {int_attr("transA", 0), int_attr("transB", 0), float_attr("alpha", 0.5f), float_attr("beta", 2.0f),
+        act(Activation::kTanh)}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.type);
+    ProgramBuilder p;
+    std::vector<int32_t> ids;
+    std::vector<Bytes> inputs;
+    for (const In& i : c.inputs) {
+      ids.push_back(p.input(i.dims, i.dtype));
+      inputs.push_back(i.data);
+    }
+    p.op(c.type, ids, p.output(c.out), c.attrs);
+    const auto one = values_of<float>(run_bytes(p.program(), inputs)[0]);
+    const auto two = values_of<float>(run_bytes(p.program(), inputs, {}, two_threads)[0]);
+    expect_near(two, one, 1e-6f);
+  }
 }
 
 std::vector<ref::Attr> resize_attrs(int64_t mode, std::vector<float> scales, Dims sizes) {
