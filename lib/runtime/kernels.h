@@ -202,6 +202,7 @@ void max_pool(const ref::Op&, const std::vector<Tensor>&, const Output&);
 void average_pool(const ref::Op&, const std::vector<Tensor>&, const Output&);
 void conv_transpose(const ref::Op&, const std::vector<Tensor>&, const Output&);
 void resize(const ref::Op&, const std::vector<Tensor>&, const Output&);
+std::unique_ptr<OpPlan> plan_resize(const ref::Op&, const std::vector<const ref::Value*>&, const ref::Value&);
 
 // Normalisation and reductions (kernels_norm.cc).
 void softmax(const ref::Op&, const std::vector<Tensor>&, const Output&);

@@ -79,12 +79,51 @@ void for_each_tap(const Window& w, const std::vector<int64_t>& start, const Dims
   }
 }
 
+// Images without dilation, the common case: each window clipped to the input once, then read row
+// by row, no index vector per output; planes shared out over the caller's threads.
+// reduce(plane, ys, ye, xs, xe, y0, x0) gets the clipped window [ys, ye) x [xs, xe) and its
+// unclipped start (y0, x0).
+bool is_plain_2d(const Window& w) { return w.in.size() == 2 && w.dilations[0] == 1 && w.dilations[1] == 1; }
+
+template <typename Reduce>
+void for_each_window_2d(const Window& w, const Tensor& x, const Output& y, Reduce&& reduce) {
+  const int64_t ih = w.in[0], iw = w.in[1], oh = w.out[0], ow = w.out[1];
+  const int64_t kh = w.kernel[0], kw = w.kernel[1], sh = w.strides[0], sw = w.strides[1];
+  parallel_ranges(y.parallel, x.dims()[0] * x.dims()[1], oh * ow * kh * kw, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      const float* plane = x.f32() + p * ih * iw;
+      float* dst = y.f32() + p * oh * ow;
+      for (int64_t oy = 0; oy < oh; ++oy) {
+        const int64_t y0 = oy * sh - w.pads[0], ys = std::max<int64_t>(y0, 0), ye = std::min(y0 + kh, ih);
+        for (int64_t ox = 0; ox < ow; ++ox) {
+          const int64_t x0 = ox * sw - w.pads[1], xs = std::max<int64_t>(x0, 0), xe = std::min(x0 + kw, iw);
+          *dst++ = reduce(plane, ys, ye, xs, xe, y0, x0);
+        }
+      }
+    }
+  });
+}
+
 }  // namespace
 
 namespace kernels {
 
 void max_pool(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
   Window w = window_of(op, in[0], out, true);
+  if (is_plain_2d(w)) {
+    const int64_t iw = w.in[1];
+    return for_each_window_2d(w, in[0], out, [iw](const float* plane, int64_t ys, int64_t ye, int64_t xs, int64_t xe, int64_t,
+                                                  int64_t) {
+      if (ys >= ye || xs >= xe) return 0.0f;  // a ceil_mode window lying wholly in the padding
+      float best = -std::numeric_limits<float>::infinity();
+      for (int64_t r = ys; r < ye; ++r)
+        for (int64_t c = xs; c < xe; ++c) {
+          const float v = plane[r * iw + c];
+          if (!std::isnan(best) && !(v <= best)) best = v;  // a NaN input propagates
+        }
+      return best;
+    });
+  }
   Dims in_strides = strides_of(w.in);
   for_each_window(w, in[0], out, [&](const float* plane, const std::vector<int64_t>& start) {
     float best = -std::numeric_limits<float>::infinity();
@@ -103,6 +142,19 @@ void average_pool(const ref::Op& op, const std::vector<Tensor>& in, const Output
   Dims in_strides = strides_of(w.in);
   bool include_pad = op.get_int("count_include_pad", 0) != 0;
   size_t n = w.in.size();
+  if (is_plain_2d(w)) {
+    return for_each_window_2d(w, in[0], out, [&](const float* plane, int64_t ys, int64_t ye, int64_t xs, int64_t xe,
+                                                 int64_t y0, int64_t x0) {
+      float sum = 0.0f;
+      for (int64_t r = ys; r < ye; ++r)
+        for (int64_t c = xs; c < xe; ++c) sum += plane[r * w.in[1] + c];
+      int64_t count = std::max<int64_t>(ye - ys, 0) * std::max<int64_t>(xe - xs, 0);
+      if (include_pad)  // up to the padded edge, not beyond it
+        count = std::max<int64_t>(std::min(y0 + w.kernel[0], w.in[0] + w.pads[2]) - std::max(y0, -w.pads[0]), 0) *
+                std::max<int64_t>(std::min(x0 + w.kernel[1], w.in[1] + w.pads[3]) - std::max(x0, -w.pads[1]), 0);
+      return count > 0 ? sum / static_cast<float>(count) : 0.0f;
+    });
+  }
   for_each_window(w, in[0], out, [&](const float* plane, const std::vector<int64_t>& start) {
     float sum = 0.0f;
     int64_t count = 0;

@@ -74,72 +74,113 @@ Taps axis_taps(const ref::Op& op, float scale, int64_t out_len, int64_t in_len) 
   return t;
 }
 
+// The taps of every axis and the axes that blend, worked out once per program.
+struct ResizePlan final : OpPlan {
+  std::vector<Taps> taps;
+  std::vector<size_t> blended;  // axes where an output reads two positions, but the last
+  bool last_blended = false;
+};
+
 }  // namespace
 
 namespace kernels {
 
-void resize(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
+std::unique_ptr<OpPlan> plan_resize(const ref::Op& op, const std::vector<const ref::Value*>& in, const ref::Value& out) {
+  const Dims& xd = in[0]->dims;
+  auto plan = std::make_unique<ResizePlan>();
+  const auto* scales = op.attr("scales");
+  for (size_t a = 0; a < xd.size(); ++a) {
+    plan->taps.push_back(axis_taps(op, scales->floats[a], out.dims[a], xd[a]));
+    const auto& w_hi = plan->taps[a].w_hi;
+    if (std::any_of(w_hi.begin(), w_hi.end(), [](float w) { return w != 0.0f; })) plan->blended.push_back(a);
+  }
+  plan->last_blended = !xd.empty() && !plan->blended.empty() && plan->blended.back() == xd.size() - 1;
+  if (plan->last_blended) plan->blended.pop_back();
+  return plan;
+}
+
+void resize(const ref::Op&, const std::vector<Tensor>& in, const Output& out) {
+  const auto& plan = static_cast<const ResizePlan&>(*out.plan);
   const Dims& xd = in[0].dims();
   const Dims& yd = out.dims();
-  size_t rank = xd.size();
-  const auto* scales = op.attr("scales");
-  std::vector<Taps> taps;
-  std::vector<size_t> blended;  // axes where an output reads two positions
-  for (size_t a = 0; a < rank; ++a) {
-    taps.push_back(axis_taps(op, scales->floats[a], yd[a], xd[a]));
-    if (std::any_of(taps[a].w_hi.begin(), taps[a].w_hi.end(), [](float w) { return w != 0.0f; })) blended.push_back(a);
-  }
-  // Row by row of the last axis: the corners of the other blended axes are found once per row.
-  // Sums and products keep the order of a corner-by-corner sum over all blended axes (the last
-  // axis is the highest corner bit), so the result does not depend on this split.
-  Dims xs = strides_of(xd);
+  const size_t rank = xd.size();
   const float* x = in[0].f32();
   float* y = out.f32();
   if (rank == 0) {  // a scalar: nothing to interpolate
     y[0] = x[0];
     return;
   }
+  // Row by row of the last axis: the corners of the other blended axes are found once per row.
+  // Sums and products keep the order of a corner-by-corner sum over all blended axes (the last
+  // axis is the highest corner bit), so the result does not depend on this split.
+  const Dims xs = strides_of(xd);
   const size_t last = rank - 1;
-  const bool last_blended = !blended.empty() && blended.back() == last;
-  if (last_blended) blended.pop_back();
+  const std::vector<Taps>& taps = plan.taps;
+  const std::vector<size_t>& blended = plan.blended;
+  const bool last_blended = plan.last_blended;
   const Taps& inner = taps[last];
   const size_t corners = size_t{1} << blended.size();
-  std::vector<float> corner_weight(corners);
-  std::vector<int64_t> corner_offset(corners);
-  std::vector<int64_t> at(last, 0);
   const int64_t width = yd[last];
-  for (int64_t row = 0, rows = out.size() / width; row < rows; ++row) {
-    int64_t base = 0;
-    for (size_t a = 0; a < last; ++a) base += taps[a].lo[static_cast<size_t>(at[a])] * xs[a];
-    for (size_t corner = 0; corner < corners; ++corner) {
-      float weight = 1.0f;
-      int64_t offset = base;
-      for (size_t k = 0; k < blended.size(); ++k) {
-        size_t a = blended[k];
-        auto j = static_cast<size_t>(at[a]);
-        bool hi = (corner >> k) & 1;
-        weight *= hi ? taps[a].w_hi[j] : taps[a].w_lo[j];
-        if (hi) offset += (taps[a].hi[j] - taps[a].lo[j]) * xs[a];
+  parallel_ranges(out.parallel, out.size() / width, width * static_cast<int64_t>(2 * corners),
+                  [&](int64_t begin, int64_t end) {
+    std::vector<float> corner_weight(corners);
+    std::vector<int64_t> corner_offset(corners);
+    std::vector<int64_t> at(last, 0);
+    for (size_t a = last, rest = static_cast<size_t>(begin); a-- > 0;) {
+      at[a] = static_cast<int64_t>(rest % static_cast<size_t>(yd[a]));
+      rest /= static_cast<size_t>(yd[a]);
+    }
+    for (int64_t row = begin; row < end; ++row) {
+      int64_t base = 0;
+      for (size_t a = 0; a < last; ++a) base += taps[a].lo[static_cast<size_t>(at[a])] * xs[a];
+      for (size_t corner = 0; corner < corners; ++corner) {
+        float weight = 1.0f;
+        int64_t offset = base;
+        for (size_t k = 0; k < blended.size(); ++k) {
+          size_t a = blended[k];
+          auto j = static_cast<size_t>(at[a]);
+          bool hi = (corner >> k) & 1;
+          weight *= hi ? taps[a].w_hi[j] : taps[a].w_lo[j];
+          if (hi) offset += (taps[a].hi[j] - taps[a].lo[j]) * xs[a];
+        }
+        corner_weight[corner] = weight;
+        corner_offset[corner] = offset;
       }
-      corner_weight[corner] = weight;
-      corner_offset[corner] = offset;
+      float* dst = y + row * width;
+      const int64_t step = xs[last];
+      // The common cases, in the same order of sums and products as the general loop below:
+      // one corner read along the row (nearest, or linear along other axes only), and bilinear.
+      if (corners == 1 && !last_blended) {
+        const float w0 = corner_weight[0];
+        const float* src = x + corner_offset[0];
+        for (int64_t i = 0; i < width; ++i) dst[i] = w0 * src[inner.lo[static_cast<size_t>(i)] * step];
+      } else if (corners == 2 && last_blended) {
+        const float w0 = corner_weight[0], w1 = corner_weight[1];
+        const float *r0 = x + corner_offset[0], *r1 = x + corner_offset[1];
+        for (int64_t i = 0; i < width; ++i) {
+          const auto j = static_cast<size_t>(i);
+          const int64_t lo = inner.lo[j] * step, hi = inner.hi[j] * step;
+          const float wl = inner.w_lo[j], wh = inner.w_hi[j];
+          dst[i] = (((w0 * wl) * r0[lo] + (w1 * wl) * r1[lo]) + (w0 * wh) * r0[hi]) + (w1 * wh) * r1[hi];
+        }
+      } else {
+        for (int64_t i = 0; i < width; ++i) {
+          const auto j = static_cast<size_t>(i);
+          float sum = 0.0f;
+          for (size_t c = 0; c < corners; ++c)
+            sum += (last_blended ? corner_weight[c] * inner.w_lo[j] : corner_weight[c]) * x[corner_offset[c] + inner.lo[j] * xs[last]];
+          if (last_blended)
+            for (size_t c = 0; c < corners; ++c)
+              sum += (corner_weight[c] * inner.w_hi[j]) * x[corner_offset[c] + inner.hi[j] * xs[last]];
+          dst[i] = sum;
+        }
+      }
+      for (size_t a = last; a-- > 0;) {
+        if (++at[a] < yd[a]) break;
+        at[a] = 0;
+      }
     }
-    float* dst = y + row * width;
-    for (int64_t i = 0; i < width; ++i) {
-      const auto j = static_cast<size_t>(i);
-      float sum = 0.0f;
-      for (size_t c = 0; c < corners; ++c)
-        sum += (last_blended ? corner_weight[c] * inner.w_lo[j] : corner_weight[c]) * x[corner_offset[c] + inner.lo[j] * xs[last]];
-      if (last_blended)
-        for (size_t c = 0; c < corners; ++c)
-          sum += (corner_weight[c] * inner.w_hi[j]) * x[corner_offset[c] + inner.hi[j] * xs[last]];
-      dst[i] = sum;
-    }
-    for (size_t a = last; a-- > 0;) {
-      if (++at[a] < yd[a]) break;
-      at[a] = 0;
-    }
-  }
+  });
 }
 
 // Scatter form: every input element adds x * w[ic, m, k] to the output position it reaches.

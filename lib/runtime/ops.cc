@@ -787,7 +787,7 @@ const std::vector<OpDef>& op_defs() {
       {"Slice", slice, k::slice},
       {"Gather", gather, k::gather},
       {"Pad", pad, k::pad},
-      {"Resize", resize, k::resize},
+      {"Resize", resize, k::resize, true, k::plan_resize},
       {"ConvTranspose", conv_transpose, k::conv_transpose},
       {"GroupNormalization", group_normalization, k::group_normalization},
       {"ArgMax", arg_extreme, k::arg_max},

@@ -389,6 +389,51 @@ TEST(RuntimeKernels, AveragePoolCountIncludePadAndCeilMode) {
               {0.5f, 2.5f, 4.5f});
 }
 
+// Images without dilation take a path of their own; it gives what the any-rank windows give for
+// the same pooling seen with a depth of 1 (pads on every side, strides, ceil_mode, both counts,
+// NaN), on one thread and on two.
+TEST(RuntimeKernels, PoolingOfImagesMatchesTheAnyRankWindows) {
+  std::mt19937 random(5);
+  std::uniform_real_distribution<float> uniform(-3.0f, 3.0f);
+  std::vector<float> x(2 * 3 * 9 * 11);
+  for (float& e : x) e = uniform(random);
+  x[40] = std::numeric_limits<float>::quiet_NaN();
+  struct Case {
+    Dims kernel, strides, pads;
+    int64_t ceil;
+  };
+  for (const Case& c : {Case{{2, 2}, {2, 2}, {0, 0, 0, 0}, 0}, Case{{3, 2}, {2, 3}, {1, 0, 2, 1}, 1},
+                        Case{{4, 4}, {4, 4}, {0, 0, 0, 0}, 1}, Case{{3, 3}, {1, 1}, {1, 0, 2, 1}, 0}}) {
+    for (const char* type : {"MaxPool", "AveragePool"}) {
+      for (int64_t include : {0, 1}) {
+        std::vector<ref::Attr> more = {int_attr("ceil_mode", c.ceil)};
+        if (std::string(type) == "MaxPool") more.push_back(ints_attr("dilations", {1, 1}));
+        else more.push_back(int_attr("count_include_pad", include));
+        auto attrs2 = pool_attrs(c.kernel, c.strides, c.pads, more);
+        const ref::Value image{ref::DType::kFloat32, {2, 3, 9, 11}};
+        const Dims y = runtime::infer_output(ref::Op{type, attrs2, {}, {}}, {&image}, "pool").dims;
+        std::vector<ref::Attr> more3 = {int_attr("ceil_mode", c.ceil)};
+        if (std::string(type) == "MaxPool") more3.push_back(ints_attr("dilations", {1, 1, 1}));
+        else more3.push_back(int_attr("count_include_pad", include));
+        auto attrs3 = pool_attrs({1, c.kernel[0], c.kernel[1]}, {1, c.strides[0], c.strides[1]},
+                                 {0, c.pads[0], c.pads[1], 0, c.pads[2], c.pads[3]}, more3);
+        SCOPED_TRACE(std::string(type) + " kernel " + std::to_string(c.kernel[0]) + " include " + std::to_string(include));
+        const auto any_rank = run_op(type, {{{2, 3, 1, 9, 11}, f32(x)}}, {y[0], y[1], 1, y[2], y[3]}, attrs3);
+        ProgramBuilder p;
+        p.op(type, {p.input({2, 3, 9, 11})}, p.output(y), attrs2);
+        for (const runtime::ParallelFor& parallel : {runtime::ParallelFor{}, two_threads}) {
+          const auto images = values_of<float>(run_bytes(p.program(), {f32(x)}, {}, parallel)[0]);
+          ASSERT_EQ(images.size(), any_rank.size());
+          for (size_t i = 0; i < images.size(); ++i)
+            if (std::isnan(any_rank[i])) EXPECT_TRUE(std::isnan(images[i])) << "element " << i;
+            else EXPECT_EQ(images[i], any_rank[i]) << "element " << i;
+        }
+        if (std::string(type) == "MaxPool") break;  // no count to choose
+      }
+    }
+  }
+}
+
 TEST(RuntimeKernels, BatchNormalization) {
   // c0: (x - 1) / sqrt(4) * 1 + 0; c1: (x - 0) / sqrt(1) * 2 + 1.
   expect_near(run_op("BatchNormalization",
