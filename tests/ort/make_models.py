@@ -124,6 +124,7 @@ class Writer:
 
         # Made by or for someone else, or not matching the graph.
         self.single("identity_ctx.onnx", cache="other_sdk.bin")
+        self.single("other_cpu_ctx.onnx", cache="other_cpu.bin")
         self.single("version_ctx.onnx", cache="future_version.bin")
         self.single("node_version_ctx.onnx", ep_sdk_version="ctxgen-ref 0.1")
         self.single("node_hardware_ctx.onnx", hardware_architecture="npu-x")

@@ -120,6 +120,7 @@ void make_artifacts(const fs::path& folder) {
   const std::string good = binary_bytes(ours);
   write_file(folder / "model_ref.bin", good);
   write_file(folder / "other_sdk.bin", binary_bytes({ref::kEpName, "ctxgen-ref 0.9", runtime::hardware_architecture()}));
+  write_file(folder / "other_cpu.bin", binary_bytes({ref::kEpName, ref::kSdkVersion, kOtherCpu}));
   // The format version is the u32 at byte 8 (docs/context-binary-format.md).
   std::string future = good;
   future.at(8) = 2;
