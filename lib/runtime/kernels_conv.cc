@@ -123,25 +123,25 @@ std::optional<std::pair<dnnl::algorithm, std::pair<float, float>>> post_op(const
 }
 
 // The convolution of a packed Conv: its weight, source and destination in whatever layout oneDNN
-// prefers for this CPU, and a scratchpad the caller provides. The same function makes it when
-// ctxgen packs the weight and when the runtime plans the op, so both see the same layout.
+// prefers for this CPU (or in the layouts given), and a scratchpad the caller provides. The same
+// function makes it when ctxgen packs the weight and when the runtime plans the op, so both see
+// the same layout.
 struct Setup {
   dnnl::convolution_forward::primitive_desc pd;
   bool act_fused = false;
 };
 
-Setup setup(const ref::Op& op, const Dims& x, const Dims& w, const Dims& y, bool bias) {
-  const size_t spatial = x.size() - 2;
-  const int64_t group = op.get_int("group", 1);
+Desc any_desc(const Dims& d) {
+  return Desc(dnnl::memory::dims(d.begin(), d.end()), dnnl::memory::data_type::f32, Tag::any);
+}
+
+Setup setup(const ref::Op& op, const Desc& src, const Desc& weight, const Desc& bias, const Desc& dst) {
+  const size_t spatial = static_cast<size_t>(src.dims().size()) - 2;
   const Dims strides = op.get_ints("strides"), pads = op.get_ints("pads"), dilations = op.get_ints("dilations");
   dnnl::memory::dims pad_begin(pads.begin(), pads.begin() + static_cast<long>(spatial));
   dnnl::memory::dims pad_end(pads.begin() + static_cast<long>(spatial), pads.end());
   dnnl::memory::dims dilate;  // oneDNN counts the gaps between taps
   for (int64_t d : dilations) dilate.push_back(d - 1);
-  auto any = [](const Dims& d) {
-    return Desc(dnnl::memory::dims(d.begin(), d.end()), dnnl::memory::data_type::f32, Tag::any);
-  };
-  const Desc bias_desc = bias ? plain_desc({w[0]}) : Desc();
   Setup s{{}, false};
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -151,20 +151,34 @@ Setup setup(const ref::Op& op, const Dims& x, const Dims& w, const Dims& y, bool
     attr.set_post_ops(ops);
     s.act_fused = true;
   }
-  const dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, any(x),
-                                             any(grouped(w, group)), bias_desc, any(y),
-                                             dnnl::memory::dims(strides.begin(), strides.end()), dilate, pad_begin, pad_end);
+  const dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src,
+                                             weight, bias, dst, dnnl::memory::dims(strides.begin(), strides.end()), dilate,
+                                             pad_begin, pad_end);
   onednn::OneThread one;
   s.pd = dnnl::convolution_forward::primitive_desc(desc, attr, onednn::engine());
   return s;
 }
 
-struct Packed {
+Setup setup(const ref::Op& op, const Dims& x, const Dims& w, const Dims& y, bool bias) {
+  return setup(op, any_desc(x), any_desc(grouped(w, op.get_int("group", 1))), bias ? plain_desc({w[0]}) : Desc(),
+               any_desc(y));
+}
+
+// One convolution over output channels [first, first + count) (all of them when not split); its
+// weight, bias and destination are that slice of the whole's, at these element offsets.
+struct Piece {
   dnnl::convolution_forward primitive;
-  Desc src, dst, weight, bias, scratchpad, src_plain, dst_plain;
+  Desc weight, bias, dst, scratchpad;
+  uint64_t weight_at = 0, bias_at = 0, dst_at = 0;  // elements
+  uint64_t pad_at = 0;                              // bytes in the run's scratch
+};
+
+struct Packed {
+  Desc src, dst, src_plain, dst_plain;
   std::optional<dnnl::reorder> to_src, from_dst;  // when the primitive's layouts are not row-major
   bool act_fused = false;
-  uint64_t src_at = 0, dst_at = 0, pad_at = 0;  // offsets in the run's scratch
+  uint64_t src_at = 0, dst_at = 0;  // bytes in the run's scratch
+  std::vector<Piece> pieces;        // run side by side on the caller's threads
 };
 
 struct ConvPlan final : OpPlan {
@@ -175,21 +189,97 @@ dnnl::memory memory_at(const Desc& desc, const void* data) {
   return dnnl::memory(desc, onednn::engine(), const_cast<void*>(data));
 }
 
+// The elements one step of `dim`'s outermost index covers, and that index's block, when `dim` is
+// the outermost dimension of a dense blocked layout with no padding along it: then any run of
+// whole blocks along `dim` is a contiguous slice laid out like the whole.
+std::optional<std::pair<int64_t, int64_t>> outermost(const Desc& desc, int dim) {
+  const dnnl_memory_desc_t& d = desc.data;
+  if (d.format_kind != dnnl_blocked || d.dims[dim] != d.padded_dims[dim]) return std::nullopt;
+  int64_t block = 1;
+  for (int i = 0; i < d.format_desc.blocking.inner_nblks; ++i)
+    if (d.format_desc.blocking.inner_idxs[i] == dim) block *= d.format_desc.blocking.inner_blks[i];
+  const int64_t stride = d.format_desc.blocking.strides[dim];
+  if (d.dims[dim] % block != 0 || stride * (d.dims[dim] / block) * 4 != static_cast<int64_t>(desc.get_size()))
+    return std::nullopt;
+  return std::make_pair(stride, block);
+}
+
+// The slice of `whole` holding `count` (whole blocks) along `dim`, its outermost dimension but for
+// a batch of one before it, whose stride is then the slice's size, as oneDNN expects of a dense
+// tensor (a batch of one is never stepped over, so that stride only names the layout).
+Desc cut(const Desc& whole, int dim, int64_t count, int64_t stride, int64_t block) {
+  dnnl_memory_desc_t d = whole.data;
+  d.dims[dim] = d.padded_dims[dim] = count;
+  for (int outer = 0; outer < dim; ++outer) d.format_desc.blocking.strides[outer] = stride * (count / block);
+  return Desc(d);
+}
+
+// A large convolution of one image over one group is cut along its output channels into pieces
+// the caller's threads run side by side, when oneDNN lays the weight and the destination out with
+// channels outermost, so each piece reads and writes contiguous slices; else it stays whole.
+constexpr int64_t kMinSplitWork = int64_t{1} << 20;  // multiply-adds
+constexpr int64_t kMaxPieces = 4;  // a power of two
+
+std::vector<Piece> cut_into_pieces(const ref::Op& op, const Setup& whole, const Dims& w, const Dims& y, bool bias) {
+  const Desc weight = whole.pd.weights_desc(), dst = whole.pd.dst_desc();
+  Piece all{dnnl::convolution_forward(whole.pd), weight, whole.pd.bias_desc(), dst, whole.pd.scratchpad_desc()};
+  const auto ow = outermost(weight, 0);
+  const auto od = outermost(dst, 1);
+  if (y[0] != 1 || op.get_int("group", 1) != 1 || product(w) * product(y, 2, y.size()) < kMinSplitWork || !ow || !od)
+    return {all};
+  const int64_t block = std::max(ow->second, od->second);
+  if (block % ow->second != 0 || block % od->second != 0) return {all};
+  int64_t count_of_pieces = kMaxPieces;
+  while (count_of_pieces > 1 && y[1] % (count_of_pieces * block) != 0) count_of_pieces /= 2;
+  if (count_of_pieces == 1) return {all};
+  const int64_t count = y[1] / count_of_pieces;
+  std::vector<Piece> pieces;
+  try {
+    for (int64_t i = 0; i < count_of_pieces; ++i) {
+      const Setup s = setup(op, whole.pd.src_desc(), cut(weight, 0, count, ow->first, ow->second),
+                            bias ? plain_desc({count}) : Desc(), cut(dst, 1, count, od->first, od->second));
+      if (std::string(s.pd.impl_info_str()) != whole.pd.impl_info_str()) return {all};
+      onednn::OneThread one;
+      pieces.push_back({dnnl::convolution_forward(s.pd), s.pd.weights_desc(), s.pd.bias_desc(), s.pd.dst_desc(),
+                        s.pd.scratchpad_desc(), static_cast<uint64_t>(i * count / ow->second * ow->first),
+                        static_cast<uint64_t>(i * count), static_cast<uint64_t>(i * count / od->second * od->first)});
+    }
+  } catch (const dnnl::error&) {
+    return {all};
+  }
+  return pieces;
+}
+
 void run_packed(const Packed& p, const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
-  dnnl::stream& stream = onednn::stream();
   onednn::OneThread one;
   dnnl::memory x = memory_at(p.src_plain, in[0].data), y = memory_at(p.dst_plain, out.data);
   dnnl::memory src = p.to_src ? memory_at(p.src, out.scratch + p.src_at) : x;
-  dnnl::memory dst = p.from_dst ? memory_at(p.dst, out.scratch + p.dst_at) : y;
-  if (p.to_src) p.to_src->execute(stream, x, src);
-  std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, src},
-                                                {DNNL_ARG_WEIGHTS, memory_at(p.weight, in[1].data)},
-                                                {DNNL_ARG_DST, dst},
-                                                {DNNL_ARG_SCRATCHPAD, memory_at(p.scratchpad, out.scratch + p.pad_at)}};
-  if (in.size() > 2 && in[2].present()) args.emplace(DNNL_ARG_BIAS, memory_at(p.bias, in[2].data));
-  p.primitive.execute(stream, args);
-  if (p.from_dst) p.from_dst->execute(stream, dst, y);
-  stream.wait();
+  auto* dst = static_cast<float*>(p.from_dst ? static_cast<void*>(out.scratch + p.dst_at) : out.data);
+  if (p.to_src) {
+    p.to_src->execute(onednn::stream(), x, src);
+    onednn::stream().wait();
+  }
+  const bool has_bias = in.size() > 2 && in[2].present();
+  const auto piece = [&](size_t i) {
+    const Piece& c = p.pieces[i];
+    onednn::OneThread own;
+    std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, src},
+                                                  {DNNL_ARG_WEIGHTS, memory_at(c.weight, in[1].f32() + c.weight_at)},
+                                                  {DNNL_ARG_DST, memory_at(c.dst, dst + c.dst_at)},
+                                                  {DNNL_ARG_SCRATCHPAD, memory_at(c.scratchpad, out.scratch + c.pad_at)}};
+    if (has_bias) args.emplace(DNNL_ARG_BIAS, memory_at(c.bias, in[2].f32() + c.bias_at));
+    c.primitive.execute(onednn::stream(), args);
+    onednn::stream().wait();
+  };
+  if (p.pieces.size() > 1 && out.parallel && *out.parallel)
+    (*out.parallel)(p.pieces.size(), piece);
+  else
+    for (size_t i = 0; i < p.pieces.size(); ++i) piece(i);
+  if (p.from_dst) {
+    dnnl::memory blocked = memory_at(p.dst, dst);
+    p.from_dst->execute(onednn::stream(), blocked, y);
+    onednn::stream().wait();
+  }
   if (!p.act_fused) apply_activation(op, out.f32(), out.size());
 }
 
@@ -228,20 +318,17 @@ std::unique_ptr<OpPlan> plan_conv(const ref::Op& op, const std::vector<const ref
   Packed p;
   try {
     const Setup s = setup(op, x, w, out.dims, bias);
-    p.weight = s.pd.weights_desc();
-    if (p.weight.get_size() != in[1]->byte_size())
+    const uint64_t weight_bytes = s.pd.weights_desc().get_size();
+    if (weight_bytes != in[1]->byte_size())
       throw Error(ErrorCode::kInvalidBinary,
                   "packed weight of " + std::to_string(in[1]->byte_size()) + " bytes, oneDNN's convolution on " +
-                      onednn::architecture() + " lays it out in " + std::to_string(p.weight.get_size()));
+                      onednn::architecture() + " lays it out in " + std::to_string(weight_bytes));
     p.src = s.pd.src_desc();
     p.dst = s.pd.dst_desc();
-    p.bias = s.pd.bias_desc();
-    p.scratchpad = s.pd.scratchpad_desc();
     p.src_plain = plain_desc(x);
     p.dst_plain = plain_desc(out.dims);
     p.act_fused = s.act_fused;
     onednn::OneThread one;
-    p.primitive = dnnl::convolution_forward(s.pd);
     uint64_t at = 0;
     if (p.src != p.src_plain) {
       p.to_src = dnnl::reorder(dnnl::reorder::primitive_desc(onednn::engine(), p.src_plain, onednn::engine(), p.src));
@@ -253,8 +340,12 @@ std::unique_ptr<OpPlan> plan_conv(const ref::Op& op, const std::vector<const ref
       p.dst_at = at;
       at += aligned(p.dst.get_size());
     }
-    p.pad_at = at;
-    plan->scratch_bytes = at + aligned(p.scratchpad.get_size());
+    p.pieces = cut_into_pieces(op, s, w, out.dims, bias);
+    for (Piece& piece : p.pieces) {  // each piece's scratchpad its own: they run at once
+      piece.pad_at = at;
+      at += aligned(piece.scratchpad.get_size());
+    }
+    plan->scratch_bytes = at;
   } catch (const dnnl::error& e) {
     throw Error(ErrorCode::kInvalidBinary, std::string("oneDNN cannot run this packed convolution on ") +
                                                onednn::architecture() + ": " + e.what());
