@@ -107,6 +107,11 @@ int main(int argc, char** argv) {
     omp_set_num_threads(threads);
     dnnl_sgemm('N', 'N', s.m, s.n, s.k, 1.0f, o.a.data(), s.k, o.b.data(), s.n, 0.0f, o.c.data(), s.n);
   }, true);
+  // B stored [N, K], as ctxgen packs a constant weight (docs/benchmarks.md, "Weight layout").
+  add("onednn_nk", [](const Shape& s, Operands& o, int threads) {
+    omp_set_num_threads(threads);
+    dnnl_sgemm('N', 'T', s.m, s.n, s.k, 1.0f, o.a.data(), s.k, o.b.data(), s.k, 0.0f, o.c.data(), s.n);
+  }, true);
 #endif
 #ifdef CTXGEN_BENCH_EIGEN
   add("eigen", [](const Shape& s, Operands& o, int threads) {

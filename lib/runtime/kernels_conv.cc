@@ -164,21 +164,22 @@ Setup setup(const ref::Op& op, const Dims& x, const Dims& w, const Dims& y, bool
                any_desc(y));
 }
 
-// One convolution over output channels [first, first + count) (all of them when not split); its
-// weight, bias and destination are that slice of the whole's, at these element offsets.
-struct Piece {
+// The convolution of output channels [i * count, (i + 1) * count) for each piece i (one piece: all
+// of them). Piece i reads the slice of the whole's weight and bias at i times the steps (elements)
+// and writes the destination's at i times dst_step.
+struct Part {
   dnnl::convolution_forward primitive;
   Desc weight, bias, dst, scratchpad;
-  uint64_t weight_at = 0, bias_at = 0, dst_at = 0;  // elements
-  uint64_t pad_at = 0;                              // bytes in the run's scratch
+  int64_t pieces = 1;
+  uint64_t weight_step = 0, bias_step = 0, dst_step = 0;
 };
 
 struct Packed {
   Desc src, dst, src_plain, dst_plain;
   std::optional<dnnl::reorder> to_src, from_dst;  // when the primitive's layouts are not row-major
   bool act_fused = false;
-  uint64_t src_at = 0, dst_at = 0;  // bytes in the run's scratch
-  std::vector<Piece> pieces;        // run side by side on the caller's threads
+  Part part;
+  uint64_t src_at = 0, dst_at = 0, pad_at = 0, pad_step = 0;  // bytes in the run's scratch
 };
 
 struct ConvPlan final : OpPlan {
@@ -220,34 +221,30 @@ Desc cut(const Desc& whole, int dim, int64_t count, int64_t stride, int64_t bloc
 constexpr int64_t kMinSplitWork = int64_t{1} << 20;  // multiply-adds
 constexpr int64_t kMaxPieces = 4;  // a power of two
 
-std::vector<Piece> cut_into_pieces(const ref::Op& op, const Setup& whole, const Dims& w, const Dims& y, bool bias) {
+Part cut_into_pieces(const ref::Op& op, const Setup& whole, const Dims& w, const Dims& y, bool bias) {
   const Desc weight = whole.pd.weights_desc(), dst = whole.pd.dst_desc();
-  Piece all{dnnl::convolution_forward(whole.pd), weight, whole.pd.bias_desc(), dst, whole.pd.scratchpad_desc()};
+  Part all{dnnl::convolution_forward(whole.pd), weight, whole.pd.bias_desc(), dst, whole.pd.scratchpad_desc()};
   const auto ow = outermost(weight, 0);
   const auto od = outermost(dst, 1);
   if (y[0] != 1 || op.get_int("group", 1) != 1 || product(w) * product(y, 2, y.size()) < kMinSplitWork || !ow || !od)
-    return {all};
+    return all;
   const int64_t block = std::max(ow->second, od->second);
-  if (block % ow->second != 0 || block % od->second != 0) return {all};
-  int64_t count_of_pieces = kMaxPieces;
-  while (count_of_pieces > 1 && y[1] % (count_of_pieces * block) != 0) count_of_pieces /= 2;
-  if (count_of_pieces == 1) return {all};
-  const int64_t count = y[1] / count_of_pieces;
-  std::vector<Piece> pieces;
+  if (block % ow->second != 0 || block % od->second != 0) return all;
+  int64_t pieces = kMaxPieces;
+  while (pieces > 1 && y[1] % (pieces * block) != 0) pieces /= 2;
+  if (pieces == 1) return all;
+  const int64_t count = y[1] / pieces;
   try {
-    for (int64_t i = 0; i < count_of_pieces; ++i) {
-      const Setup s = setup(op, whole.pd.src_desc(), cut(weight, 0, count, ow->first, ow->second),
-                            bias ? plain_desc({count}) : Desc(), cut(dst, 1, count, od->first, od->second));
-      if (std::string(s.pd.impl_info_str()) != whole.pd.impl_info_str()) return {all};
-      onednn::OneThread one;
-      pieces.push_back({dnnl::convolution_forward(s.pd), s.pd.weights_desc(), s.pd.bias_desc(), s.pd.dst_desc(),
-                        s.pd.scratchpad_desc(), static_cast<uint64_t>(i * count / ow->second * ow->first),
-                        static_cast<uint64_t>(i * count), static_cast<uint64_t>(i * count / od->second * od->first)});
-    }
+    const Setup s = setup(op, whole.pd.src_desc(), cut(weight, 0, count, ow->first, ow->second),
+                          bias ? plain_desc({count}) : Desc(), cut(dst, 1, count, od->first, od->second));
+    if (std::string(s.pd.impl_info_str()) != whole.pd.impl_info_str()) return all;
+    onednn::OneThread one;
+    return {dnnl::convolution_forward(s.pd), s.pd.weights_desc(), s.pd.bias_desc(), s.pd.dst_desc(), s.pd.scratchpad_desc(),
+            pieces, static_cast<uint64_t>(count / ow->second * ow->first), static_cast<uint64_t>(count),
+            static_cast<uint64_t>(count / od->second * od->first)};
   } catch (const dnnl::error&) {
-    return {all};
+    return all;
   }
-  return pieces;
 }
 
 void run_packed(const Packed& p, const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
@@ -260,21 +257,23 @@ void run_packed(const Packed& p, const ref::Op& op, const std::vector<Tensor>& i
     onednn::stream().wait();
   }
   const bool has_bias = in.size() > 2 && in[2].present();
+  const Part& c = p.part;
   const auto piece = [&](size_t i) {
-    const Piece& c = p.pieces[i];
     onednn::OneThread own;
-    std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, src},
-                                                  {DNNL_ARG_WEIGHTS, memory_at(c.weight, in[1].f32() + c.weight_at)},
-                                                  {DNNL_ARG_DST, memory_at(c.dst, dst + c.dst_at)},
-                                                  {DNNL_ARG_SCRATCHPAD, memory_at(c.scratchpad, out.scratch + c.pad_at)}};
-    if (has_bias) args.emplace(DNNL_ARG_BIAS, memory_at(c.bias, in[2].f32() + c.bias_at));
+    std::unordered_map<int, dnnl::memory> args = {
+        {DNNL_ARG_SRC, src},
+        {DNNL_ARG_WEIGHTS, memory_at(c.weight, in[1].f32() + i * c.weight_step)},
+        {DNNL_ARG_DST, memory_at(c.dst, dst + i * c.dst_step)},
+        {DNNL_ARG_SCRATCHPAD, memory_at(c.scratchpad, out.scratch + p.pad_at + i * p.pad_step)}};
+    if (has_bias) args.emplace(DNNL_ARG_BIAS, memory_at(c.bias, in[2].f32() + i * c.bias_step));
     c.primitive.execute(onednn::stream(), args);
     onednn::stream().wait();
   };
-  if (p.pieces.size() > 1 && out.parallel && *out.parallel)
-    (*out.parallel)(p.pieces.size(), piece);
+  const auto pieces = static_cast<size_t>(c.pieces);
+  if (pieces > 1 && out.parallel && *out.parallel)
+    (*out.parallel)(pieces, piece);
   else
-    for (size_t i = 0; i < p.pieces.size(); ++i) piece(i);
+    for (size_t i = 0; i < pieces; ++i) piece(i);
   if (p.from_dst) {
     dnnl::memory blocked = memory_at(p.dst, dst);
     p.from_dst->execute(onednn::stream(), blocked, y);
@@ -340,12 +339,10 @@ std::unique_ptr<OpPlan> plan_conv(const ref::Op& op, const std::vector<const ref
       p.dst_at = at;
       at += aligned(p.dst.get_size());
     }
-    p.pieces = cut_into_pieces(op, s, w, out.dims, bias);
-    for (Piece& piece : p.pieces) {  // each piece's scratchpad its own: they run at once
-      piece.pad_at = at;
-      at += aligned(piece.scratchpad.get_size());
-    }
-    plan->scratch_bytes = at;
+    p.part = cut_into_pieces(op, s, w, out.dims, bias);
+    p.pad_at = at;  // each piece a scratchpad of its own: they run at once
+    p.pad_step = aligned(p.part.scratchpad.get_size());
+    plan->scratch_bytes = at + static_cast<uint64_t>(p.part.pieces) * p.pad_step;
   } catch (const dnnl::error& e) {
     throw Error(ErrorCode::kInvalidBinary, std::string("oneDNN cannot run this packed convolution on ") +
                                                onednn::architecture() + ": " + e.what());
