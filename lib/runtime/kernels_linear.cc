@@ -63,9 +63,11 @@ void matmul(const ref::Op& op, const std::vector<Tensor>& in, const Output& out)
     });
     return;
   }
-  // Vectors seen as [1, K] (A) and [K, 1] (B), as the rule defines.
+  // Vectors seen as [1, K] (A) and [K, 1] (B), as the rule defines; B's logical dims with transB.
+  const bool trans_b = op.get_int("transB", 0) != 0;
   const Dims ad = in[0].dims().size() == 1 ? Dims{1, in[0].dims()[0]} : in[0].dims();
-  const Dims bd = in[1].dims().size() == 1 ? Dims{in[1].dims()[0], 1} : in[1].dims();
+  Dims bd = in[1].dims().size() == 1 ? Dims{in[1].dims()[0], 1} : in[1].dims();
+  if (trans_b) std::swap(bd[bd.size() - 2], bd.back());
   int64_t m = ad[ad.size() - 2], n = bd.back(), k = ad.back();
   // Batch offsets through broadcast strides over the batch dims, in units of whole matrices.
   Dims batch = *broadcast({ad.begin(), ad.end() - 2}, {bd.begin(), bd.end() - 2});
@@ -82,7 +84,7 @@ void matmul(const ref::Op& op, const std::vector<Tensor>& in, const Output& out)
         oa += at * sa[d];
         ob += at * sb[d];
       }
-      gemm_rowmajor(m, n, k, in[0].f32() + oa * m * k, in[1].f32() + ob * k * n, y + t * m * n, nullptr);
+      gemm_rowmajor(m, n, k, in[0].f32() + oa * m * k, in[1].f32() + ob * k * n, y + t * m * n, nullptr, false, trans_b);
       act.apply(y + t * m * n, m * n);
     }
   });

@@ -188,10 +188,12 @@ OutType matmul(const OpCheck& c) {
   const Dims& a = c.in(0).dims;
   const Dims& b = c.in(1).dims;
   c.expect(!a.empty() && !b.empty(), "inputs have dims " + dims_text(a) + " and " + dims_text(b) + ", expected rank >= 1 each");
-  // transB: a 2-D B stored [N, K], as the compiler packs a constant one.
+  // transB: B stored with its last two dims swapped ([..., N, K]), as the compiler packs a constant
+  // B or folds a Transpose into it.
   const bool trans_b = c.int_attr_or("transB", 0, 0, 1) != 0;
-  c.expect(!trans_b || b.size() == 2, "transB with B of dims " + dims_text(b) + ", which is not 2-D");
-  Dims a2 = a.size() == 1 ? Dims{1, a[0]} : a, b2 = b.size() == 1 ? Dims{b[0], 1} : trans_b ? Dims{b[1], b[0]} : b;
+  c.expect(!trans_b || b.size() >= 2, "transB with B of dims " + dims_text(b) + ", which has no two dims to swap");
+  Dims a2 = a.size() == 1 ? Dims{1, a[0]} : a, b2 = b.size() == 1 ? Dims{b[0], 1} : b;
+  if (trans_b) std::swap(b2[b2.size() - 2], b2.back());
   c.expect(a2.back() == b2[b2.size() - 2], "inner dims differ: " + dims_text(a) + " x " + dims_text(b));
   auto out = broadcast({a2.begin(), a2.end() - 2}, {b2.begin(), b2.end() - 2});
   c.expect(out.has_value(), "batch dims of " + dims_text(a) + " and " + dims_text(b) + " do not broadcast");

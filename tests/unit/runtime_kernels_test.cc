@@ -152,6 +152,10 @@ TEST(RuntimeKernels, GemmsCutOverThreadsMatchTheProduct) {
     const auto got = values_of<float>(run_bytes(p.program(), {f32(a), f32(bt)}, {}, parallel)[0]);
     expect_near(got, want, 1e-3f);
   }
+  // Batched, B stored with its last two dims swapped: attention's Q x K^T with K as it is.
+  expect_near(run_op("MatMul", {{{2, 1, 3}, f32({1, 2, 3, 4, 5, 6})}, {{2, 2, 3}, f32({1, 0, 0, 0, 1, 1, 1, 1, 1, 2, 0, 0})}},
+                     {2, 1, 2}, {int_attr("transB", 1)}),
+              {1, 5, 15, 8});
   // K = 0: an empty sum.
   expect_near(run_op("MatMul", {{{2, 0}, {}}, {{0, 3}, {}}}, {2, 3}), {0, 0, 0, 0, 0, 0});
   expect_near(run_op("MatMul", {{{2, 0}, {}}, {{3, 0}, {}}}, {2, 3}, {int_attr("transB", 1)}), {0, 0, 0, 0, 0, 0});

@@ -284,6 +284,35 @@ void fuse_activations(Draft& d) {
   drop_ops(d, removed);
 }
 
+// A Transpose swapping the last two dims of a MatMul's B, and read by nothing else, is the
+// MatMul's transB: exported attention computes Q x K^T so, and the GEMM reads K as it is instead
+// of a transposed copy.
+void fold_transposes_into_matmuls(Draft& d) {
+  auto producer = producers(d);
+  auto reads = readers(d);
+  auto& ops = d.program.ops;
+  std::vector<bool> removed(ops.size(), false);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    ref::Op& matmul = ops[i];
+    if (matmul.type != "MatMul" || matmul.get_int("transB", 0) != 0) continue;
+    const int32_t b = matmul.inputs[1];
+    const int32_t p = producer[static_cast<size_t>(b)];
+    if (p < 0 || ops[static_cast<size_t>(p)].type != "Transpose" || !only_read_by(d, reads, b, i)) continue;
+    const auto perm = ops[static_cast<size_t>(p)].get_ints("perm");
+    const size_t rank = perm.size();
+    bool swaps_last_two = rank >= 2 && perm[rank - 2] == static_cast<int64_t>(rank - 1) &&
+                          perm[rank - 1] == static_cast<int64_t>(rank - 2);
+    for (size_t a = 0; a + 2 < rank && swaps_last_two; ++a) swaps_last_two = perm[a] == static_cast<int64_t>(a);
+    if (!swaps_last_two) continue;
+    log().debug("ref: folded Transpose '{}' into MatMul '{}' as transB", d.names[static_cast<size_t>(b)],
+                d.names[static_cast<size_t>(matmul.outputs[0])]);
+    matmul.inputs[1] = ops[static_cast<size_t>(p)].inputs[0];
+    set_attr(matmul, int_attr("transB", 1));
+    removed[static_cast<size_t>(p)] = true;
+  }
+  drop_ops(d, removed);
+}
+
 // A constant B of MatMul (2-D) or Gemm is stored [N, K] (transB = 1): each block of output
 // columns then reads one contiguous run of the weight, which oneDNN's GEMM streams up to 1.8 times
 // faster than the [K, N] rows of ONNX's layout (docs/benchmarks.md, "Weight layout"), most of all
@@ -388,6 +417,7 @@ LoweredPartition lower_partition(const Model& model, const Partition& partition,
   Draft draft = Lowerer(model, partition).run();
   fold_batch_norms(draft);
   fuse_activations(draft);
+  fold_transposes_into_matmuls(draft);
   pack_matmul_weights(draft);
   pack_conv_weights(draft);
   Draft done = compact(draft);
