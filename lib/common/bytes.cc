@@ -77,7 +77,28 @@ Hash128 xxh3_128(const uint8_t* data, size_t size) {
 
 Blob Blob::owned(std::vector<uint8_t> bytes) {
   auto buffer = std::make_shared<std::vector<uint8_t>>(std::move(bytes));
-  return Blob{buffer->data(), buffer->size(), buffer, nullptr, 0};
+  return Blob{buffer->data(), buffer->size(), buffer, nullptr, 0, {}, {}, {}};
+}
+
+Blob Blob::made(size_t size, Blob source, std::string transform, std::function<std::vector<uint8_t>()> make) {
+  Blob blob;
+  blob.size = size;
+  blob.make = std::move(make);
+  blob.source = std::make_shared<const Blob>(std::move(source));
+  blob.transform = std::move(transform);
+  return blob;
+}
+
+PinnedBytes Blob::pin() const {
+  if (!make) return {data, size, {}};
+  PinnedBytes pinned;
+  pinned.made = make();
+  if (pinned.made.size() != size)
+    throw Error(ErrorCode::kInternal, "a transform made " + std::to_string(pinned.made.size()) + " bytes of a " +
+                                          std::to_string(size) + "-byte weight");
+  pinned.data = pinned.made.data();
+  pinned.size = size;
+  return pinned;
 }
 
 void Blob::release() const {

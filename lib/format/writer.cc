@@ -54,7 +54,7 @@ void validate_inputs(const BinaryIdentity& identity, const std::vector<CompiledG
     }
   }
   for (size_t id = 0; id < weights.size(); ++id) {
-    if (weights[id].blob.data == nullptr && weights[id].blob.size > 0)
+    if (weights[id].blob.data == nullptr && !weights[id].blob.make && weights[id].blob.size > 0)
       internal("weight " + std::to_string(id) + " has " + std::to_string(weights[id].blob.size) + " bytes but no data");
   }
 }
@@ -229,7 +229,7 @@ WrittenBinary write_context_binary(const BinaryIdentity& identity, const std::ve
   for (size_t id = 0; id < weights.size(); ++id) {
     const Blob& blob = weights[id].blob;
     out.align_to(layout.weight_offsets[id], "weight " + std::to_string(id));
-    out.write(blob.data, blob.size);
+    out.write(blob.pin().data, blob.size);
     // A multi-GB model must not stay resident just because it was written once.
     blob.release();
   }

@@ -344,7 +344,7 @@ OutputSummary write_external_weights(const ExternalWeightsFile& external, const 
   for (uint32_t id = 0; id < external.store().size(); ++id) {
     const Blob& blob = external.store().entry(id).blob;
     sink(zeros, external.offsets()[id] - at);
-    sink(blob.data, blob.size);
+    sink(blob.pin().data, blob.size);
     blob.release();
     at = external.offsets()[id] + blob.size;
   }

@@ -7,14 +7,41 @@ namespace ctxgen {
 WeightStore::WeightStore(Hasher hasher) : hasher_(std::move(hasher)) {}
 
 uint32_t WeightStore::intern(Blob blob) {
-  Hash128 hash = hasher_(blob.data, blob.size);
+  Hash128 source_hash;
+  if (blob.source) {
+    {
+      const PinnedBytes source = blob.source->pin();
+      source_hash = hasher_(source.data, source.size);
+      auto [begin, end] = by_source_.equal_range(source_hash);
+      for (auto it = begin; it != end; ++it) {
+        const auto& [id, known] = it->second;
+        if (entries_[id].blob.transform != blob.transform || known->size != source.size ||
+            (source.size > 0 && std::memcmp(known->pin().data, source.data, source.size) != 0))
+          continue;
+        known->release();
+        blob.source->release();
+        ++stats_.tensors_seen;
+        stats_.bytes_seen += blob.size;
+        return id;
+      }
+    }
+    blob.source->release();
+  }
+  const uint32_t id = intern_bytes(std::move(blob));
+  if (entries_[id].blob.source) by_source_.emplace(source_hash, std::make_pair(id, entries_[id].blob.source));
+  return id;
+}
+
+uint32_t WeightStore::intern_bytes(Blob blob) {
+  const PinnedBytes bytes = blob.pin();
+  Hash128 hash = hasher_(bytes.data, bytes.size);
   ++stats_.tensors_seen;
   stats_.bytes_seen += blob.size;
   auto [begin, end] = by_hash_.equal_range(hash);
   for (auto it = begin; it != end; ++it) {
     const Blob& known = entries_[it->second].blob;
     // The hash only narrows the search: equal size and equal bytes decide.
-    bool same = known.size == blob.size && (blob.size == 0 || std::memcmp(known.data, blob.data, blob.size) == 0);
+    bool same = known.size == blob.size && (blob.size == 0 || std::memcmp(known.pin().data, bytes.data, blob.size) == 0);
     known.release();  // the compare paged it in; the writer will read it again when its turn comes
     if (same) {
       blob.release();

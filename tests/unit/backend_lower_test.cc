@@ -58,7 +58,7 @@ const ref::Value& value(const ref::Program& p, int32_t id) { return p.values.at(
 std::vector<float> weight_floats(const Lowered& l, int32_t id) {
   const ref::Value& v = value(l.program(), id);
   EXPECT_EQ(v.kind, ValueKind::kWeight);
-  const Blob& b = l.store.entry(static_cast<uint32_t>(v.index)).blob;
+  const PinnedBytes b = l.store.entry(static_cast<uint32_t>(v.index)).blob.pin();
   std::vector<float> out(b.size / 4);
   std::memcpy(out.data(), b.data, b.size);
   return out;
@@ -75,7 +75,9 @@ std::vector<std::vector<uint8_t>> run_lowered(const Lowered& l, const std::vecto
   std::vector<void*> out;
   for (auto& o : outs) out.push_back(o.data());
   std::vector<uint8_t> arena;
-  runtime::execute(p, [&](uint32_t id) { return l.store.entry(id).blob.data; }, in, out, arena);
+  std::vector<PinnedBytes> weights;  // packed weights are made on demand
+  for (uint32_t id = 0; id < l.store.size(); ++id) weights.push_back(l.store.entry(id).blob.pin());
+  runtime::execute(p, [&](uint32_t id) { return weights.at(id).data; }, in, out, arena);
   return outs;
 }
 
@@ -504,6 +506,17 @@ TEST(RefLower, ConstantMatMulAndGemmWeightsArePackedToNK) {
 
   auto r = lower(TestModel().input("a", {2, 4}).input("b", {4, 3}).node("MatMul", {"a", "b"}, {"y"}).output("y").load());
   EXPECT_EQ(only_op(r->program(), "MatMul").get_int("transB", 0), 0);
+
+  // A weight of over 4 MiB is transposed on two threads, with a column count no tile divides.
+  std::vector<float> big = iota_floats(1024 * 1031, 0.5f);
+  auto large = lower(TestModel().input("a", {1, 1024}).floats("b", {1024, 1031}, big).node("MatMul", {"a", "b"}, {"y"})
+                         .output("y").load());
+  auto nk = weight_floats(*large, only_op(large->program(), "MatMul").inputs[1]);
+  ASSERT_EQ(nk.size(), big.size());
+  size_t wrong = 0;
+  for (size_t k = 0; k < 1024; ++k)
+    for (size_t n = 0; n < 1031; ++n) wrong += nk[n * 1024 + k] != big[k * 1031 + n];
+  EXPECT_EQ(wrong, 0u);
 }
 
 // A Transpose of the last two dims feeding only a MatMul's B becomes its transB (2-D and batched);

@@ -250,7 +250,7 @@ TEST(FormatWriter, WritesFileBackedBlobs) {
   TempDir dir;
   auto source = dir.write("weights.raw", pattern(10000, 3));
   auto mapped = MappedFile::open(source);
-  Blob view{mapped->data() + 100, 5000, nullptr, mapped, 100};
+  Blob view{mapped->data() + 100, 5000, nullptr, mapped, 100, {}, {}, {}};
   Sample s;
   s.weights = {WeightPayload{xxh3_128(view.data, view.size), view}};
   auto bin = read_from_memory(write_to_memory(kIdentity, s.graphs, s.weights));

@@ -15,7 +15,7 @@ TEST(WeightStore, IdenticalBytesAreStoredOnceWhateverTheirSource) {
   uint32_t first = store.intern(bytes(a));
   // A view of other memory with equal bytes (another model, another name) is the same weight.
   auto other = std::make_shared<std::vector<uint8_t>>(a);
-  uint32_t second = store.intern(Blob{other->data(), other->size(), other, nullptr, 0});
+  uint32_t second = store.intern(Blob{other->data(), other->size(), other, nullptr, 0, {}, {}, {}});
   uint32_t different = store.intern(bytes({1, 2, 3, 5}));
   EXPECT_EQ(first, second);
   EXPECT_NE(first, different);
@@ -39,6 +39,39 @@ TEST(WeightStore, AHashCollisionNeverMergesDifferentBytes) {
   EXPECT_EQ(a, a2);
   EXPECT_EQ(store.size(), 3u);
   EXPECT_EQ(std::memcmp(store.entry(b).blob.data, "\x04\x03\x02\x01", 4), 0);
+}
+
+// Bytes a transform makes (a packed weight) are made only when the store has not seen that
+// transform of equal source bytes: a group of N models packs each shared weight once. Another
+// transform of the same source, or the same transform of other bytes, is made and stored apart;
+// made bytes equal to a stored weight's are that weight.
+TEST(WeightStore, MadeBytesAreMadeOncePerTransformOfEqualSources) {
+  WeightStore store([](const uint8_t* data, size_t size) { return Hash128{size > 0 ? data[0] : 0u, 7}; });
+  int made = 0;
+  auto reversed = [&made](const std::vector<uint8_t>& source, const std::string& transform) {
+    Blob from = bytes(source);
+    return Blob::made(source.size(), from, transform, [from, &made] {
+      ++made;
+      const PinnedBytes in = from.pin();
+      return std::vector<uint8_t>(std::make_reverse_iterator(in.data + in.size), std::make_reverse_iterator(in.data));
+    });
+  };
+  uint32_t a = store.intern(reversed({1, 2, 3, 4}, "reverse"));
+  uint32_t a2 = store.intern(reversed({1, 2, 3, 4}, "reverse"));  // another model's copy
+  EXPECT_EQ(a, a2);
+  EXPECT_EQ(made, 1);
+  // Made, and equal by content to the first: that one is made again to compare them.
+  uint32_t other_transform = store.intern(reversed({1, 2, 3, 4}, "reverse twice"));
+  EXPECT_EQ(made, 3);
+  EXPECT_EQ(other_transform, a);
+  uint32_t colliding = store.intern(reversed({1, 9, 9, 9}, "reverse"));  // a source of the same hash
+  EXPECT_NE(colliding, a);
+  EXPECT_EQ(made, 4);
+  uint32_t plain = store.intern(bytes({4, 3, 2, 1}));
+  EXPECT_EQ(plain, a);
+  EXPECT_EQ(std::memcmp(store.entry(a).blob.pin().data, "\x04\x03\x02\x01", 4), 0);
+  EXPECT_EQ(store.stats().tensors_seen, 5u);
+  EXPECT_EQ(store.stats().tensors_unique, 2u);
 }
 
 TEST(WeightStore, EmptyTensorsDeduplicate) {

@@ -44,16 +44,35 @@ struct Hash128 {
 using Hasher = std::function<Hash128(const uint8_t* data, size_t size)>;
 Hash128 xxh3_128(const uint8_t* data, size_t size);
 
+// A blob's bytes, readable while this lives: its own, or what its `make` made.
+struct PinnedBytes {
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+  std::vector<uint8_t> made;
+};
+
 // Bytes that are either a view into something kept alive by `owner` (a mapped input, a parsed
-// protobuf string) or an owned buffer produced by a transform.
+// protobuf string), an owned buffer produced by a transform, or made on demand.
 struct Blob {
   const uint8_t* data = nullptr;
   size_t size = 0;
   std::shared_ptr<const void> owner;
   std::shared_ptr<const MappedFile> file;  // set when `data` points into a mapped file
   size_t file_offset = 0;
+  // Set instead of `data` for bytes a transform makes from other bytes (a weight packed for a
+  // backend): made each time they are hashed, compared or written and dropped right after, so a
+  // model's transformed weights are never all in memory at once, however large the model.
+  std::function<std::vector<uint8_t>()> make;
+  // What `make` makes its bytes from, and how (a name for the transform): the same transform of
+  // the same bytes makes the same bytes, so a store need not make them again to know them.
+  std::shared_ptr<const Blob> source;
+  std::string transform;
 
   static Blob owned(std::vector<uint8_t> bytes);
+  // `make` reads `source` and returns `size` bytes.
+  static Blob made(size_t size, Blob source, std::string transform, std::function<std::vector<uint8_t>()> make);
+  // The bytes, to read now. Throws Error(kInternal) when `make` makes another size than `size`.
+  PinnedBytes pin() const;
   // Releases the pages behind a file-backed view after use (no-op otherwise).
   void release() const;
 };

@@ -31,7 +31,7 @@ struct TensorData {
   std::shared_ptr<const MappedFile> file;  // set when the bytes come from external data
   size_t file_offset = 0;
 
-  Blob blob() const { return Blob{data, size, owner, file, file_offset}; }
+  Blob blob() const { return Blob{data, size, owner, file, file_offset, {}, {}, {}}; }
 
   int64_t element_count() const;
 };

@@ -32,19 +32,24 @@ class WeightStore {
 
   explicit WeightStore(Hasher hasher = xxh3_128);
 
-  // Returns the id of the entry holding these bytes, adding one if none matches.
+  // Returns the id of the entry holding these bytes, adding one if none matches. Bytes made by a
+  // transform (Blob::made) that this store has already seen applied to equal source bytes are
+  // matched without making them again.
   uint32_t intern(Blob blob);
   const Entry& entry(uint32_t id) const { return entries_.at(id); }
   size_t size() const { return entries_.size(); }
   const WeightStoreStats& stats() const { return stats_; }
 
  private:
+  uint32_t intern_bytes(Blob blob);  // by content alone
   struct HashKey {
     size_t operator()(const Hash128& h) const { return static_cast<size_t>(h.low); }
   };
   Hasher hasher_;
   std::vector<Entry> entries_;
   std::unordered_multimap<Hash128, uint32_t, HashKey> by_hash_;
+  // Made entries by the hash of their source, and the source blob each was made from.
+  std::unordered_multimap<Hash128, std::pair<uint32_t, std::shared_ptr<const Blob>>, HashKey> by_source_;
   WeightStoreStats stats_;
 };
 
