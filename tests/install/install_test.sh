@@ -70,6 +70,9 @@ mkdir -p "$work/readme/testdata" && cd "$work/readme"
 awk '/^```cpp/ {inside = 1; next} /^```/ {if (inside) exit} inside' "$source/README.md" >app.cc
 readme_prefix=/tmp/ctxgen  # the prefix README.md installs to
 grep -qF "$readme_prefix/lib/libctxgen_ort_ep.so" app.cc || fail "README.md's program does not load the plugin from $readme_prefix"
+# This prefix stands for README's in the program as in its command line: nothing else may have
+# installed to /tmp/ctxgen (the docs test does, in whatever order ctest runs them).
+sed -i "s|$readme_prefix/|$prefix/|g" app.cc
 command_line="$(sed -n 's/^    \(c++ .* app.cc .*\)$/\1/p' "$source/README.md")"
 [ -n "$command_line" ] || fail "README.md shows no command line for app.cc"
 eval "${command_line//$readme_prefix/$prefix}" | tee app.txt
