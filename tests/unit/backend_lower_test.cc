@@ -522,51 +522,28 @@ TEST(RefLower, ConstantMatMulAndGemmWeightsArePackedToNK) {
 // A Transpose of the last two dims feeding only a MatMul's B becomes its transB (2-D and batched);
 // one that moves other dims, or is read elsewhere too, stays.
 TEST(RefLower, TransposeOfTheLastTwoDimsFoldsIntoMatMul) {
-  auto two = lower(TestModel()
-                       .input("q", {5, 8})
-                       .input("k", {6, 8})
-                       .node("Transpose", {"k"}, {"kt"})
-                       .attr("perm", std::vector<int64_t>{1, 0})
-                       .node("MatMul", {"q", "kt"}, {"s"})
-                       .output("s")
-                       .load());
+  // s = q x Transpose(k, perm), with kt also a partition output when `kt_seen`.
+  auto attention = [](std::vector<int64_t> q, std::vector<int64_t> k, std::vector<int64_t> perm, bool kt_seen) {
+    TestModel t;
+    t.input("q", q).input("k", k).node("Transpose", {"k"}, {"kt"}).attr("perm", perm).node("MatMul", {"q", "kt"}, {"s"})
+        .output("s");
+    if (kt_seen) t.output("kt");
+    return lower(t.load());
+  };
+  auto two = attention({5, 8}, {6, 8}, {1, 0}, false);
   ASSERT_EQ(op_types(two->program()), std::vector<std::string>{"MatMul"});
   EXPECT_EQ(two->program().ops[0].get_int("transB", 0), 1);
   const ref::Value& b = value(two->program(), two->program().ops[0].inputs[1]);  // k itself
   EXPECT_EQ(b.kind, ValueKind::kInput);
   EXPECT_EQ(b.dims, (std::vector<int64_t>{6, 8}));
 
-  auto heads = lower(TestModel()
-                         .input("q", {1, 2, 5, 8})
-                         .input("k", {1, 2, 6, 8})
-                         .node("Transpose", {"k"}, {"kt"})
-                         .attr("perm", std::vector<int64_t>{0, 1, 3, 2})
-                         .node("MatMul", {"q", "kt"}, {"s"})
-                         .output("s")
-                         .load());
+  auto heads = attention({1, 2, 5, 8}, {1, 2, 6, 8}, {0, 1, 3, 2}, false);
   ASSERT_EQ(op_types(heads->program()), std::vector<std::string>{"MatMul"});
   EXPECT_EQ(heads->program().ops[0].get_int("transB", 0), 1);
 
-  auto other_dims = lower(TestModel()
-                              .input("q", {2, 5, 8})
-                              .input("k", {8, 2, 6})
-                              .node("Transpose", {"k"}, {"kt"})
-                              .attr("perm", std::vector<int64_t>{1, 0, 2})
-                              .node("MatMul", {"q", "kt"}, {"s"})
-                              .output("s")
-                              .load());
-  EXPECT_EQ(op_types(other_dims->program()), (std::vector<std::string>{"Transpose", "MatMul"}));
-
-  auto seen_elsewhere = lower(TestModel()
-                                  .input("q", {5, 8})
-                                  .input("k", {6, 8})
-                                  .node("Transpose", {"k"}, {"kt"})
-                                  .attr("perm", std::vector<int64_t>{1, 0})
-                                  .node("MatMul", {"q", "kt"}, {"s"})
-                                  .output("s")
-                                  .output("kt")
-                                  .load());
-  EXPECT_EQ(op_types(seen_elsewhere->program()), (std::vector<std::string>{"Transpose", "MatMul"}));
+  const std::vector<std::string> kept = {"Transpose", "MatMul"};
+  EXPECT_EQ(op_types(attention({2, 5, 8}, {8, 2, 6}, {1, 0, 2}, false)->program()), kept);  // other dims
+  EXPECT_EQ(op_types(attention({5, 8}, {6, 8}, {1, 0}, true)->program()), kept);            // read elsewhere
 }
 
 // A 1-D operand is a row (A) or a column (B) with the same bytes, so numpy's vector products need
