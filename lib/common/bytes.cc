@@ -80,7 +80,7 @@ Blob Blob::owned(std::vector<uint8_t> bytes) {
   return Blob{buffer->data(), buffer->size(), buffer, nullptr, 0, {}, {}, {}};
 }
 
-Blob Blob::made(size_t size, Blob source, std::string transform, std::function<std::vector<uint8_t>()> make) {
+Blob Blob::made(size_t size, Blob source, std::string transform, std::function<MadeBytes()> make) {
   Blob blob;
   blob.size = size;
   blob.make = std::move(make);

@@ -26,7 +26,7 @@ void check_u32(uint64_t value, const std::string& what) {
 
 // Everything the reader would reject is a caller bug here, caught before a byte is written.
 void validate_inputs(const BinaryIdentity& identity, const std::vector<CompiledGraph>& graphs,
-                     const std::vector<WeightPayload>& weights) {
+                     const std::vector<WeightPayload>& weights, bool can_patch) {
   check_u32(graphs.size(), "graph count");
   check_u32(weights.size(), "weight count");
   check_u32(identity.backend.size(), "backend name length");
@@ -56,6 +56,8 @@ void validate_inputs(const BinaryIdentity& identity, const std::vector<CompiledG
   for (size_t id = 0; id < weights.size(); ++id) {
     if (weights[id].blob.data == nullptr && !weights[id].blob.make && weights[id].blob.size > 0)
       internal("weight " + std::to_string(id) + " has " + std::to_string(weights[id].blob.size) + " bytes but no data");
+    if (!weights[id].hash && !can_patch)
+      internal("weight " + std::to_string(id) + " has no hash and the sink cannot be patched to add it");
   }
 }
 
@@ -167,8 +169,9 @@ std::vector<uint8_t> encode_metadata(const BinaryIdentity& identity, const std::
   }
   expect_size(enc.size() - graph_table_offset, layout.graph_table_size, "graph table");
   for (size_t id = 0; id < weights.size(); ++id) {
-    enc.u64(weights[id].hash.low);
-    enc.u64(weights[id].hash.high);
+    const Hash128 hash = weights[id].hash.value_or(Hash128{});  // a placeholder until patched
+    enc.u64(hash.low);
+    enc.u64(hash.high);
     enc.u64(layout.weight_offsets[id]);
     enc.u64(weights[id].blob.size);
   }
@@ -215,10 +218,11 @@ class SequentialWriter {
 }  // namespace
 
 WrittenBinary write_context_binary(const BinaryIdentity& identity, const std::vector<CompiledGraph>& graphs,
-                              const std::vector<WeightPayload>& weights, const ByteSink& sink) {
-  validate_inputs(identity, graphs, weights);
+                                   const std::vector<WeightPayload>& weights, const ByteSink& sink,
+                                   const BytePatcher& patch) {
+  validate_inputs(identity, graphs, weights, static_cast<bool>(patch));
   const Layout layout = plan_layout(identity, graphs, weights);
-  const std::vector<uint8_t> metadata = encode_metadata(identity, graphs, weights, layout);
+  std::vector<uint8_t> metadata = encode_metadata(identity, graphs, weights, layout);
 
   SequentialWriter out(sink);
   out.write(metadata.data(), metadata.size());
@@ -226,14 +230,24 @@ WrittenBinary write_context_binary(const BinaryIdentity& identity, const std::ve
     out.align_to(layout.program_offsets[i], "graph '" + graphs[i].name + "' program");
     out.write(graphs[i].program.data(), graphs[i].program.size());
   }
+  std::vector<WeightPayload> hashed;  // `weights` with the hashes made here, when any was missing
   for (size_t id = 0; id < weights.size(); ++id) {
     const Blob& blob = weights[id].blob;
     out.align_to(layout.weight_offsets[id], "weight " + std::to_string(id));
-    out.write(blob.pin().data, blob.size);
+    const PinnedBytes bytes = blob.pin();
+    out.write(bytes.data, blob.size);
+    if (!weights[id].hash) {
+      if (hashed.empty()) hashed = weights;
+      hashed[id].hash = xxh3_128(bytes.data, blob.size);
+    }
     // A multi-GB model must not stay resident just because it was written once.
     blob.release();
   }
   out.expect_at(layout.file_size, "end of file");
+  if (!hashed.empty()) {
+    metadata = encode_metadata(identity, graphs, hashed, layout);
+    patch(0, metadata.data(), metadata.size());
+  }
   log().debug("wrote context binary: {} graphs, {} weights, {} bytes ({} of metadata)", graphs.size(), weights.size(),
               layout.file_size, layout.metadata_size);
   return {out.written(), xxh3_128(metadata.data(), metadata.size())};

@@ -5,8 +5,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 #include "ctxgen/error.h"
 
@@ -32,7 +34,7 @@ bool is_temporary(const std::string& name) {
 }  // namespace
 
 OutputFile::OutputFile(const fs::path& temp_path) : temp_(temp_path) {
-  fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  fd_ = ::open(temp_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) throw io_error(temp_.parent_path(), std::string("cannot create output: ") + std::strerror(errno));
   state_ = XXH3_createState();
   XXH3_128bits_reset(state_);
@@ -53,9 +55,44 @@ void OutputFile::write(const uint8_t* data, size_t size) {
     data += n;
     size -= static_cast<size_t>(n);
   }
+  // The disk writes what is written so far while the next weights are made, instead of all of it
+  // at the final fsync; the kernel would otherwise wait for gigabytes of dirty pages first.
+  constexpr uint64_t kWriteback = uint64_t{64} << 20;
+  if (size_ - flushed_ >= kWriteback) {
+    ::sync_file_range(fd_, static_cast<off_t>(flushed_), static_cast<off_t>(size_ - flushed_), SYNC_FILE_RANGE_WRITE);
+    flushed_ = size_;
+  }
+}
+
+void OutputFile::patch(uint64_t offset, const uint8_t* data, size_t size) {
+  if (offset + size > size_) throw io_error(temp_, "patch past the end of what was written");
+  patched_ = true;
+  while (size > 0) {
+    ssize_t n = ::pwrite(fd_, data, size, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw io_error(temp_, std::string("write failed: ") + std::strerror(errno));
+    data += n;
+    offset += static_cast<uint64_t>(n);
+    size -= static_cast<size_t>(n);
+  }
+}
+
+// The hash of what the file holds after patches, read back from the page cache while the disk is
+// still writing it out.
+void OutputFile::rehash() {
+  XXH3_128bits_reset(state_);
+  std::vector<uint8_t> buffer(size_t{16} << 20);
+  for (uint64_t at = 0; at < size_;) {
+    ssize_t n = ::pread(fd_, buffer.data(), std::min<uint64_t>(buffer.size(), size_ - at), static_cast<off_t>(at));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw io_error(temp_, std::string("cannot read back: ") + (n < 0 ? std::strerror(errno) : "file shrank"));
+    XXH3_128bits_update(state_, buffer.data(), static_cast<size_t>(n));
+    at += static_cast<uint64_t>(n);
+  }
 }
 
 OutputSummary OutputFile::finish(const fs::path& final_path) {
+  if (patched_) rehash();
   if (::fsync(fd_) != 0) throw io_error(temp_, std::string("fsync failed: ") + std::strerror(errno));
   if (::close(fd_) != 0) {
     fd_ = -1;

@@ -25,13 +25,21 @@ class OutputFile {
   ByteSink sink() {
     return [this](const uint8_t* data, size_t size) { write(data, size); };
   }
+  // Overwrites bytes written before; the file's hash is then made again from the file at finish.
+  void patch(uint64_t offset, const uint8_t* data, size_t size);
+  BytePatcher patcher() {
+    return [this](uint64_t offset, const uint8_t* data, size_t size) { patch(offset, data, size); };
+  }
   // Flushes to disk and closes; returns size and hash.
   OutputSummary finish(const std::filesystem::path& final_path);
 
  private:
+  void rehash();
   std::filesystem::path temp_;
   int fd_ = -1;
   uint64_t size_ = 0;
+  uint64_t flushed_ = 0;  // bytes whose writeback has been started
+  bool patched_ = false;
   XXH3_state_t* state_ = nullptr;
 };
 

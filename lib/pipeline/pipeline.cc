@@ -458,16 +458,20 @@ void run_pipeline(const std::vector<fs::path>& inputs, const CompileOptions& opt
     std::vector<CompiledGraph> all_graphs;
     for (const auto& job : jobs) all_graphs.insert(all_graphs.end(), job.graphs.begin(), job.graphs.end());
     if (options.embed && !all_graphs.empty()) {
-      written = write_context_binary(identity, all_graphs, payloads, [&](const uint8_t* data, size_t size) {
-        embedded.append(reinterpret_cast<const char*>(data), size);
-      });
+      written = write_context_binary(
+          identity, all_graphs, payloads,
+          [&](const uint8_t* data, size_t size) { embedded.append(reinterpret_cast<const char*>(data), size); },
+          [&](uint64_t offset, const uint8_t* data, size_t size) {
+            embedded.replace(offset, size, reinterpret_cast<const char*>(data), size);
+          });
     } else if (!all_graphs.empty()) {
       uint64_t total = 0;
       for (const auto& p : payloads) total += p.blob.size;
       for (const auto& g : all_graphs) total += g.program.size();
       OutputFile& file = outputs.open(plan.binary);
       written = write_context_binary(identity, all_graphs, payloads,
-                                     reporting(file.sink(), options, "write_context_binary", plan.binary, total));
+                                     reporting(file.sink(), options, "write_context_binary", plan.binary, total),
+                                     file.patcher());
       outputs.finished(file.finish(plan.binary));
       report_written(options, "write_context_binary", outputs.written().back());
     }

@@ -284,12 +284,11 @@ void run_packed(const Packed& p, const ref::Op& op, const std::vector<Tensor>& i
 
 }  // namespace
 
-std::vector<float> pack_conv_weight(const ref::Op& op, const Dims& x, const Dims& w, const Dims& y, bool bias,
-                                    const float* weight) {
+MadeBytes pack_conv_weight(const ref::Op& op, const Dims& x, const Dims& w, const Dims& y, bool bias, const float* weight) {
   try {
     const Setup s = setup(op, x, w, y, bias);
     const Desc want = s.pd.weights_desc();
-    std::vector<float> packed(want.get_size() / sizeof(float));
+    MadeBytes packed(want.get_size());
     const Desc from = plain_desc(grouped(w, op.get_int("group", 1)));
     dnnl::memory src = memory_at(from, weight), dst = memory_at(want, packed.data());
     onednn::OneThread one;
@@ -298,6 +297,14 @@ std::vector<float> pack_conv_weight(const ref::Op& op, const Dims& x, const Dims
     return packed;
   } catch (const dnnl::error& e) {
     throw Error(ErrorCode::kInternal, std::string("oneDNN cannot pack this convolution's weight: ") + e.what());
+  }
+}
+
+uint64_t packed_conv_weight_bytes(const ref::Op& op, const Dims& x, const Dims& w, const Dims& y, bool bias) {
+  try {
+    return setup(op, x, w, y, bias).pd.weights_desc().get_size();
+  } catch (const dnnl::error& e) {
+    throw Error(ErrorCode::kInternal, std::string("oneDNN cannot run this convolution: ") + e.what());
   }
 }
 

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
+#include <thread>
 #include <vector>
 
-#include <oneapi/dnnl/dnnl.h>
+#include <oneapi/dnnl/dnnl.hpp>
 
 #include "ctxgen/error.h"
 #include "kernels.h"
@@ -44,6 +46,55 @@ void gemm_rowmajor(int64_t m, int64_t n, int64_t k, const float* a, const float*
     block(0);
   else
     (*parallel)(static_cast<size_t>(blocks), block);
+}
+
+// oneDNN's reorder transposes at about three times the speed of a tiled loop (16 MB on two
+// threads: 5 vs 15 ms), and packing is most of what compiling a large model costs. A large matrix
+// is cut into two column halves, each on a thread of its own: OpenMP's idle workers would spin
+// between weights, taking the core the kernel's writeback of the output needs.
+MadeBytes transpose_matrix(const uint8_t* from, size_t rows, size_t cols) {
+  constexpr size_t kThreadedBytes = size_t{1} << 22;
+  MadeBytes to(rows * cols * sizeof(float));
+  if (to.empty()) return to;
+  const auto r = static_cast<int64_t>(rows);
+  // Columns [c0, c1) of `from` into rows [c0, c1) of `to`.
+  const auto columns = [&](int64_t c0, int64_t c1) {
+    const dnnl::memory::dims dims{r, c1 - c0};
+    const dnnl::memory::desc src_desc(dims, dnnl::memory::data_type::f32, dnnl::memory::dims{static_cast<int64_t>(cols), 1});
+    const dnnl::memory::desc dst_desc(dims, dnnl::memory::data_type::f32, dnnl::memory::dims{1, r});
+    onednn::OneThread one;
+    dnnl::memory src(src_desc, onednn::engine(), const_cast<uint8_t*>(from) + c0 * sizeof(float));
+    dnnl::memory dst(dst_desc, onednn::engine(), to.data() + c0 * r * sizeof(float));
+    dnnl::reorder(src, dst).execute(onednn::stream(), src, dst);
+    onednn::stream().wait();
+  };
+  const auto c = static_cast<int64_t>(cols);
+  try {
+    if (to.size() < kThreadedBytes || cols < 2) {
+      columns(0, c);
+    } else {
+      std::exception_ptr failed;
+      std::thread other([&] {
+        try {
+          columns(c / 2, c);
+        } catch (...) {
+          failed = std::current_exception();
+        }
+      });
+      try {
+        columns(0, c / 2);
+      } catch (...) {
+        other.join();
+        throw;
+      }
+      other.join();
+      if (failed) std::rethrow_exception(failed);
+    }
+  } catch (const dnnl::error& e) {
+    throw Error(ErrorCode::kInternal, std::string("oneDNN cannot transpose a ") + std::to_string(rows) + " x " +
+                                          std::to_string(cols) + " matrix: " + e.what());
+  }
+  return to;
 }
 
 namespace kernels {

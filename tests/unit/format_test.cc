@@ -177,8 +177,8 @@ TEST(FormatLayout, FileSizeMatchesTheSpecFormula) {
   EXPECT_EQ(get_le(bytes, graphs[0].program_size, 8), s.graphs[0].program.size());
   EXPECT_EQ(get_le(bytes, graphs[0].program_checksum, 8),
             XXH3_64bits(s.graphs[0].program.data(), s.graphs[0].program.size()));
-  EXPECT_EQ(get_le(bytes, weight_field(bytes, 2, 0), 8), s.weights[2].hash.low);
-  EXPECT_EQ(get_le(bytes, weight_field(bytes, 2, 8), 8), s.weights[2].hash.high);
+  EXPECT_EQ(get_le(bytes, weight_field(bytes, 2, 0), 8), s.weights[2].hash->low);
+  EXPECT_EQ(get_le(bytes, weight_field(bytes, 2, 8), 8), s.weights[2].hash->high);
 }
 
 // docs/context-binary-format.md §12, byte for byte. If this fails, the format changed: bump
@@ -278,6 +278,35 @@ TEST(FormatWriter, RejectsInconsistentInputsBeforeWriting) {
                {"weight 1 has 100 bytes but no data"});
 }
 
+// Weights without a hash (packed weights no one hashed) are hashed as they are written and the
+// weight table is patched: the same file, byte for byte, as with the hashes given, and its
+// content id is that file's. Without a patcher the writer refuses before writing.
+TEST(FormatWriter, HashesWeightsItIsGivenNoHashForAndPatchesTheTable) {
+  Sample s = sample();
+  const auto want = write_to_memory(kIdentity, s.graphs, s.weights);
+  Sample unhashed = s;
+  for (size_t id : {0, 2, 3}) unhashed.weights[id].hash.reset();
+  std::vector<uint8_t> got;
+  size_t patches = 0;
+  const WrittenBinary written = write_context_binary(
+      kIdentity, unhashed.graphs, unhashed.weights,
+      [&](const uint8_t* data, size_t size) { got.insert(got.end(), data, data + size); },
+      [&](uint64_t offset, const uint8_t* data, size_t size) {
+        ++patches;
+        ASSERT_LE(offset + size, got.size());
+        std::copy(data, data + size, got.begin() + static_cast<ptrdiff_t>(offset));
+      });
+  EXPECT_EQ(patches, 1u);
+  EXPECT_EQ(got, want);
+  auto bin = read_from_memory(got);
+  EXPECT_EQ(written.content_id, bin->content_id());
+  EXPECT_NO_THROW(bin->verify_payloads());
+
+  auto no_write = [](const uint8_t*, size_t) { ADD_FAILURE() << "the sink must not be called"; };
+  expect_error([&] { write_context_binary(kIdentity, unhashed.graphs, unhashed.weights, no_write); },
+               ErrorCode::kInternal, {"weight 0 has no hash", "cannot be patched"});
+}
+
 TEST(FormatWriter, PropagatesSinkErrors) {
   Sample s = sample();
   expect_error(
@@ -314,7 +343,7 @@ TEST(FormatReader, VerifyPayloadsDetectsAFlippedWeightByte) {
   auto path = dir.write("flipped_ref.bin", bytes);
   auto bin = ContextBinary::open(path);  // weights are not hashed on open, by design
   std::string message = expect_error([&] { bin->verify_payloads(); }, ErrorCode::kInvalidBinary,
-                                     {path.string(), "weight 2", "damaged", s.weights[2].hash.hex()});
+                                     {path.string(), "weight 2", "damaged", s.weights[2].hash->hex()});
   EXPECT_EQ(message.find("weight 0"), std::string::npos);
 }
 

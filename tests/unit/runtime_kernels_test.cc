@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <random>
@@ -83,6 +84,27 @@ std::vector<ref::Attr> gemm_attrs(int64_t ta, int64_t tb, float alpha, float bet
                               float_attr("beta", beta)};
   a.insert(a.end(), more.begin(), more.end());
   return a;
+}
+
+// The MatMul weight transpose the compiler stores, from a source at an odd address (embedded
+// weights sit anywhere in the model file), over shapes no block size divides.
+TEST(RuntimeKernels, TransposeMatrixFromAnyAddress) {
+  for (auto [rows, cols] : {std::pair<size_t, size_t>{1, 1}, {3, 5}, {17, 1}, {1, 33}, {257, 129}, {1024, 1031}}) {
+    std::vector<uint8_t> storage(rows * cols * sizeof(float) + 1);
+    uint8_t* from = storage.data() + 1;
+    for (size_t i = 0; i < rows * cols; ++i) {
+      const float v = static_cast<float>(i) * 0.5f;
+      std::memcpy(from + i * sizeof(float), &v, sizeof v);
+    }
+    const auto to = runtime::transpose_matrix(from, rows, cols);
+    ASSERT_EQ(to.size(), rows * cols * sizeof(float));
+    size_t wrong = 0;
+    for (size_t r = 0; r < rows; ++r)
+      for (size_t c = 0; c < cols; ++c)
+        wrong += std::memcmp(to.data() + (c * rows + r) * sizeof(float), from + (r * cols + c) * sizeof(float), sizeof(float)) != 0;
+    EXPECT_EQ(wrong, 0u) << rows << " x " << cols;
+  }
+  EXPECT_TRUE(runtime::transpose_matrix(nullptr, 0, 7).empty());
 }
 
 TEST(RuntimeKernels, GemmTransposesScalesAndBroadcastsC) {
@@ -321,9 +343,10 @@ TEST(RuntimeKernels, PackedConvMatchesThePlainOne) {
     packed_op.attrs.push_back(ints_attr("weight_shape", c.w));
     const auto packed_w = runtime::pack_conv_weight(packed_op, c.x, c.w, y, c.bias, w.data());
     SCOPED_TRACE("case " + std::to_string(i));
+    EXPECT_EQ(runtime::packed_conv_weight_bytes(packed_op, c.x, c.w, y, c.bias), packed_w.size());
     ProgramBuilder p;
-    std::vector<int32_t> ids = {p.input(c.x), p.input({static_cast<int64_t>(packed_w.size())})};
-    std::vector<Bytes> inputs = {f32(x), f32(packed_w)};
+    std::vector<int32_t> ids = {p.input(c.x), p.input({static_cast<int64_t>(packed_w.size() / sizeof(float))})};
+    std::vector<Bytes> inputs = {f32(x), Bytes(packed_w.begin(), packed_w.end())};
     if (c.bias) {
       ids.push_back(p.input({c.w[0]}));
       inputs.push_back(f32(b));

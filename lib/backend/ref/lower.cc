@@ -5,7 +5,6 @@
 #include <cstring>
 #include <map>
 #include <optional>
-#include <thread>
 #include <unordered_map>
 
 #include "ctxgen/error.h"
@@ -26,33 +25,6 @@ std::vector<float> floats_of(const Blob& blob) {
   std::vector<float> values(blob.size / sizeof(float));
   if (!values.empty()) std::memcpy(values.data(), blob.pin().data, values.size() * sizeof(float));  // data() may be null
   return values;
-}
-
-// The float32 matrix [rows, cols] in `from` (any alignment) as [cols, rows], tile by tile so both
-// sides stay in cache.
-// A large one on two threads: packing is most of what compiling a large model costs.
-std::vector<uint8_t> transposed(const uint8_t* from, size_t rows, size_t cols) {
-  constexpr size_t kTile = 16, kFloat = sizeof(float);  // the fastest of 8 to 64 measured
-  constexpr size_t kThreadedBytes = size_t{1} << 22;
-  std::vector<uint8_t> to(rows * cols * kFloat);
-  const auto columns = [&](size_t begin, size_t end) {
-    for (size_t c0 = begin; c0 < end; c0 += kTile)
-      for (size_t r0 = 0; r0 < rows; r0 += kTile)
-        for (size_t c = c0; c < std::min(end, c0 + kTile); ++c) {
-          uint8_t* row = to.data() + c * rows * kFloat;
-          for (size_t r = r0; r < std::min(rows, r0 + kTile); ++r)
-            std::memcpy(row + r * kFloat, from + (r * cols + c) * kFloat, kFloat);
-        }
-  };
-  if (to.size() < kThreadedBytes) {
-    columns(0, cols);
-    return to;
-  }
-  const size_t half = (cols / 2 + kTile - 1) / kTile * kTile;
-  std::thread other(columns, half, cols);
-  columns(0, half);
-  other.join();
-  return to;
 }
 
 // Everything a transform of a weight depends on besides its bytes, as text: equal text and equal
@@ -374,7 +346,7 @@ void pack_matmul_weights(Draft& d) {
       const auto k = static_cast<size_t>(dims[0]), n = static_cast<size_t>(dims[1]);
       // Made when stored and again when written, never held: a model's weights may be gigabytes.
       Blob nk = Blob::made(source.size, source, "transpose " + std::to_string(k) + "x" + std::to_string(n), [source, k, n] {
-        auto bytes = transposed(source.pin().data, k, n);
+        auto bytes = runtime::transpose_matrix(source.pin().data, k, n);
         source.release();
         return bytes;
       });
@@ -403,22 +375,19 @@ void pack_conv_weights(Draft& d) {
     set_attr(packed, ints_attr("weight_shape", wd));
     const bool bias = op.inputs.size() > 2 && op.inputs[2] >= 0;
     const Blob source = d.weight(w);
-    // Packed once here to learn its size (and that oneDNN can run it), then made again when stored
-    // and written, like the MatMul weights.
-    const auto pack = [packed, x, wd, y, bias, source] {
-      const auto floats = runtime::pack_conv_weight(packed, x, wd, y, bias, floats_of(source).data());
-      std::vector<uint8_t> bytes(floats.size() * sizeof(float));
-      std::memcpy(bytes.data(), floats.data(), bytes.size());
-      source.release();
-      return bytes;
-    };
     size_t size = 0;
     try {
-      size = pack().size();
+      size = runtime::packed_conv_weight_bytes(packed, x, wd, y, bias);
     } catch (const Error& e) {
       log().debug("ref: Conv '{}' keeps its plain weight ({})", d.names[static_cast<size_t>(op.outputs[0])], e.what());
       continue;
     }
+    // Made when stored and written, like the MatMul weights.
+    const auto pack = [packed, x, wd, y, bias, source] {
+      auto bytes = runtime::pack_conv_weight(packed, x, wd, y, bias, floats_of(source).data());
+      source.release();
+      return bytes;
+    };
     log().debug("ref: packed Conv weight '{}' for {}", d.names[static_cast<size_t>(w)], runtime::hardware_architecture());
     packed.inputs[1] = d.add_weight(d.names[static_cast<size_t>(w)] + "/packed", ref::DType::kFloat32,
                                     {static_cast<int64_t>(size / sizeof(float))},

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ctxgen {
@@ -44,11 +45,29 @@ struct Hash128 {
 using Hasher = std::function<Hash128(const uint8_t* data, size_t size)>;
 Hash128 xxh3_128(const uint8_t* data, size_t size);
 
+// Allocates without zeroing: a transform writes every byte it makes, and zeroing a weight of
+// many megabytes first costs a third of transposing it.
+template <class T>
+struct UninitializedAllocator : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = UninitializedAllocator<U>;
+  };
+  template <class U, class... Args>
+  void construct(U* at, Args&&... args) {
+    if constexpr (sizeof...(Args) == 0)
+      ::new (static_cast<void*>(at)) U;
+    else
+      ::new (static_cast<void*>(at)) U(std::forward<Args>(args)...);
+  }
+};
+using MadeBytes = std::vector<uint8_t, UninitializedAllocator<uint8_t>>;
+
 // A blob's bytes, readable while this lives: its own, or what its `make` made.
 struct PinnedBytes {
   const uint8_t* data = nullptr;
   size_t size = 0;
-  std::vector<uint8_t> made;
+  MadeBytes made;
 };
 
 // Bytes that are either a view into something kept alive by `owner` (a mapped input, a parsed
@@ -62,7 +81,7 @@ struct Blob {
   // Set instead of `data` for bytes a transform makes from other bytes (a weight packed for a
   // backend): made each time they are hashed, compared or written and dropped right after, so a
   // model's transformed weights are never all in memory at once, however large the model.
-  std::function<std::vector<uint8_t>()> make;
+  std::function<MadeBytes()> make;
   // What `make` makes its bytes from, and how (a name for the transform): the same transform of
   // the same bytes makes the same bytes, so a store need not make them again to know them.
   std::shared_ptr<const Blob> source;
@@ -70,7 +89,7 @@ struct Blob {
 
   static Blob owned(std::vector<uint8_t> bytes);
   // `make` reads `source` and returns `size` bytes.
-  static Blob made(size_t size, Blob source, std::string transform, std::function<std::vector<uint8_t>()> make);
+  static Blob made(size_t size, Blob source, std::string transform, std::function<MadeBytes()> make);
   // The bytes, to read now. Throws Error(kInternal) when `make` makes another size than `size`.
   PinnedBytes pin() const;
   // Releases the pages behind a file-backed view after use (no-op otherwise).

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,13 +29,18 @@ struct BinaryIdentity {
 };
 
 struct WeightPayload {
-  Hash128 hash;  // XXH3-128 of the bytes
+  // XXH3-128 of the bytes. Absent for bytes made on demand that no one has hashed yet: the writer
+  // hashes them as it writes them, so a packed weight is made once instead of twice.
+  std::optional<Hash128> hash;
   Blob blob;
 };
 
 // Receives the binary in order; the file sink writes to a descriptor, the memory sink to a
 // string (embed mode).
 using ByteSink = std::function<void(const uint8_t* data, size_t size)>;
+// Overwrites `size` bytes at `offset` of what a sink has received: the writer's way to fill in
+// the weight table once it has hashed the payloads it lacked hashes for.
+using BytePatcher = std::function<void(uint64_t offset, const uint8_t* data, size_t size)>;
 
 // Model metadata key of a compiled model: the content_id().hex() of the context binary it was
 // compiled with. The plugin EP, verify and inspect refuse a model beside a binary with another id.
@@ -50,10 +56,12 @@ struct WrittenBinary {
   Hash128 content_id;  // ContextBinary::content_id() of what was written
 };
 
-// Writes the binary through `sink`. Weight ids in the graphs index `weights`. Throws Error(kIo)
-// when the sink fails.
+// Writes the binary through `sink`. Weight ids in the graphs index `weights`. Weights without a
+// hash need `patch`: their table entries are rewritten once written. Throws Error(kIo) when the
+// sink fails.
 WrittenBinary write_context_binary(const BinaryIdentity& identity, const std::vector<CompiledGraph>& graphs,
-                              const std::vector<WeightPayload>& weights, const ByteSink& sink);
+                                   const std::vector<WeightPayload>& weights, const ByteSink& sink,
+                                   const BytePatcher& patch = {});
 
 struct GraphRecord {
   std::string name;

@@ -71,9 +71,17 @@ std::string hardware_architecture();
 
 // A Conv weight [M, C/group, k...] (row-major float32) laid out as the convolution `op` (with
 // attributes packed = 1 and weight_shape) runs it on this CPU, for input dims `x` and output dims
-// `y`: what the `ref` compiler stores in place of the weight.
-std::vector<float> pack_conv_weight(const ref::Op& op, const std::vector<int64_t>& x, const std::vector<int64_t>& w,
-                                    const std::vector<int64_t>& y, bool bias, const float* weight);
+// `y`: what the `ref` compiler stores in place of the weight. Throws Error(kInternal) when oneDNN
+// cannot run that convolution.
+MadeBytes pack_conv_weight(const ref::Op& op, const std::vector<int64_t>& x, const std::vector<int64_t>& w,
+                           const std::vector<int64_t>& y, bool bias, const float* weight);
+// The size in bytes of what pack_conv_weight makes, learnt without packing.
+uint64_t packed_conv_weight_bytes(const ref::Op& op, const std::vector<int64_t>& x, const std::vector<int64_t>& w,
+                                  const std::vector<int64_t>& y, bool bias);
+
+// The float32 matrix [rows, cols] at `from` (any alignment) as [cols, rows]: a MatMul weight as
+// the `ref` compiler stores it. Runs on all of oneDNN's threads.
+MadeBytes transpose_matrix(const uint8_t* from, size_t rows, size_t cols);
 
 // False for ops whose output depends on their inputs' dims only (Shape, Size).
 bool reads_input_data(const std::string& op_type);

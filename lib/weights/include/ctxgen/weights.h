@@ -8,8 +8,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "ctxgen/bytes.h"
@@ -26,15 +28,21 @@ struct WeightStoreStats {
 class WeightStore {
  public:
   struct Entry {
-    Hash128 hash;
+    // Absent for made bytes no one has needed to hash yet: the context binary's writer hashes
+    // them as it writes them.
+    std::optional<Hash128> hash;
     Blob blob;
   };
 
   explicit WeightStore(Hasher hasher = xxh3_128);
 
-  // Returns the id of the entry holding these bytes, adding one if none matches. Bytes made by a
-  // transform (Blob::made) that this store has already seen applied to equal source bytes are
-  // matched without making them again.
+  // Returns the id of the entry holding these bytes, adding one if none matches.
+  // Bytes made by a transform (Blob::made) match:
+  //   - made bytes of the same transform of equal source bytes, without making either;
+  //   - plain bytes that equal them, whichever came first: they are made and hashed when a plain
+  //     entry of their size exists. Otherwise they are stored unhashed and not made here at all,
+  //     so a packed weight is made once, when written. Made bytes of other sources are not
+  //     compared by content: ctxgen's transforms are one-to-one layout changes.
   uint32_t intern(Blob blob);
   const Entry& entry(uint32_t id) const { return entries_.at(id); }
   size_t size() const { return entries_.size(); }
@@ -42,6 +50,8 @@ class WeightStore {
 
  private:
   uint32_t intern_bytes(Blob blob);  // by content alone
+  void hash_unhashed(size_t size);
+  void count_new(size_t size);  // made entries of that size, before a plain one is compared
   struct HashKey {
     size_t operator()(const Hash128& h) const { return static_cast<size_t>(h.low); }
   };
@@ -50,6 +60,8 @@ class WeightStore {
   std::unordered_multimap<Hash128, uint32_t, HashKey> by_hash_;
   // Made entries by the hash of their source, and the source blob each was made from.
   std::unordered_multimap<Hash128, std::pair<uint32_t, std::shared_ptr<const Blob>>, HashKey> by_source_;
+  std::unordered_multimap<size_t, uint32_t> unhashed_by_size_;
+  std::unordered_set<size_t> plain_sizes_;
   WeightStoreStats stats_;
 };
 
