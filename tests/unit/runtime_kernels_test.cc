@@ -312,9 +312,9 @@ TEST(RuntimeKernels, PackedConvMatchesThePlainOne) {
       {{1, 4, 11}, {6, 4, 5}, {5}, {2}, {2, 1}, {1}, 1, true, {act(Activation::kHardSwish)}},
       {{1, 2, 4, 5, 6}, {3, 2, 2, 3, 2}, {2, 3, 2}, {1, 2, 1}, {0, 1, 1, 1, 0, 0}, {1, 1, 2}, 1, false,
        {act(Activation::kTanh)}},
-      // Large enough to be cut into pieces along its output channels, with and without bias.
+      // Large enough to be cut into 2 and 4 pieces along its output channels, with and without bias.
       {{1, 32, 20, 20}, {64, 32, 3, 3}, {3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, true, {act(Activation::kRelu)}},
-      {{1, 24, 18, 18}, {32, 24, 3, 3}, {3, 3}, {2, 2}, {1, 0, 1, 0}, {1, 1}, 1, false, {act(Activation::kSigmoid)}},
+      {{1, 24, 18, 18}, {128, 24, 3, 3}, {3, 3}, {2, 2}, {1, 0, 1, 0}, {1, 1}, 1, false, {act(Activation::kSigmoid)}},
   };
   std::mt19937 random(7);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
