@@ -440,7 +440,9 @@ TEST(RuntimeKernels, PoolingOfImagesMatchesTheAnyRankWindows) {
     int64_t ceil;
   };
   for (const Case& c : {Case{{2, 2}, {2, 2}, {0, 0, 0, 0}, 0}, Case{{3, 2}, {2, 3}, {1, 0, 2, 1}, 1},
-                        Case{{4, 4}, {4, 4}, {0, 0, 0, 0}, 1}, Case{{3, 3}, {1, 1}, {1, 0, 2, 1}, 0}}) {
+                        Case{{4, 4}, {4, 4}, {0, 0, 0, 0}, 1}, Case{{3, 3}, {1, 1}, {1, 0, 2, 1}, 0},
+                        // clipped columns on both sides; a last column wholly in the padding
+                        Case{{3, 3}, {2, 2}, {1, 2, 1, 1}, 0}, Case{{2, 2}, {2, 2}, {0, 0, 1, 3}, 0}}) {
     for (const char* type : {"MaxPool", "AveragePool"}) {
       for (int64_t include : {0, 1}) {
         std::vector<ref::Attr> more = {int_attr("ceil_mode", c.ceil)};
