@@ -130,6 +130,11 @@ onnx::ModelProto build_epcontext_model(const Model& model, const PartitionPlan& 
   // Replaced, so a copied key never carries a stale id.
   set_metadata(out, kContentIdMetadataKey, settings.content_id);
   set_metadata(out, kExternalWeightsIdMetadataKey, "");
+  // ONNX Runtime judges this before a session on the model is created; a model with no EPContext
+  // node does not need the EP, so it records none.
+  set_metadata(out, kCompatibilityMetadataPrefix + settings.source,
+               graphs.empty() ? ""
+                              : compatibility_info({settings.source, settings.sdk_version, settings.hardware_architecture}));
   *out.mutable_functions() = model.proto->functions();
   *out.mutable_opset_import() = model.proto->opset_import();
   bool has_ms = std::any_of(out.opset_import().begin(), out.opset_import().end(),

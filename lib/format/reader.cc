@@ -387,6 +387,11 @@ void ContextBinary::verify_payloads() const {
   }
 }
 
+std::string compatibility_info(const BinaryIdentity& identity) {
+  return "ctxgen-context-binary=" + std::to_string(kContextBinaryVersion) + ";backend=" + identity.backend +
+         ";sdk=" + identity.sdk_version + ";hardware=" + identity.hardware_architecture;
+}
+
 void check_content_id(const ContextBinary& binary, const std::string& recorded, const std::string& model) {
   const std::string found = binary.content_id().hex();
   if (recorded != found) {

@@ -77,9 +77,7 @@ BinaryIdentity expected_identity() {
 }
 
 const std::string& compatibility_info() {
-  static const std::string info = "ctxgen-context-binary=" + std::to_string(kContextBinaryVersion) +
-                                  ";backend=" + ref::kEpName + ";sdk=" + ref::kSdkVersion +
-                                  ";hardware=" + runtime::hardware_architecture();
+  static const std::string info = ctxgen::compatibility_info(expected_identity());
   return info;
 }
 

@@ -110,8 +110,7 @@ std::string binary_bytes(const BinaryIdentity& identity) {
 std::vector<float> test_input() { return ramp(6, -1.0f, 0.45f); }
 
 std::string compatibility_info() {
-  return "ctxgen-context-binary=" + std::to_string(kContextBinaryVersion) + ";backend=" + ref::kEpName +
-         ";sdk=" + ref::kSdkVersion + ";hardware=" + runtime::hardware_architecture();
+  return ctxgen::compatibility_info({ref::kEpName, ref::kSdkVersion, runtime::hardware_architecture()});
 }
 
 void make_artifacts(const fs::path& folder) {

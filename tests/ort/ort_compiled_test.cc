@@ -8,6 +8,8 @@
 #include <cmath>
 #include <memory>
 
+#include "ctxgen/format.h"
+#include "ctxgen/ref_identity.h"
 #include "ort_harness.h"
 #include "test_util.h"
 
@@ -122,6 +124,20 @@ TEST_F(CompiledModelTest, ABinaryFromAnotherCompilationIsRefusedNamingBothIds) {
     EXPECT_NE(message.find("base_ref.bin has id "), std::string::npos) << message;
     EXPECT_NE(message.find("different compilations"), std::string::npos) << message;
   }
+}
+
+// What the CLI writes answers ONNX Runtime's compatibility question before any session exists,
+// as a model compiled through ORT's compile API does.
+TEST_F(CompiledModelTest, CompiledModelsRecordCompatibilityInfoOrtJudgesOptimal) {
+  const fs::path cnn = copy_model("cnn.onnx", dir_.path());
+  ASSERT_NO_FATAL_FAILURE(ctxgen("compile " + quote(cnn)));
+  Ort::AllocatorWithDefaultOptions allocator;
+  const auto recorded =
+      Ort::GetCompatibilityInfoFromModelAllocated((dir_ / "cnn_ctx.onnx").c_str(), ref::kEpName, allocator);
+  ASSERT_NE(recorded.get(), nullptr);
+  EXPECT_EQ(std::string(recorded.get()), compatibility_info(ContextBinary::open(dir_ / "cnn_ref.bin")->identity()));
+  EXPECT_EQ(Ort::GetModelCompatibilityForEpDevices({Plugin::device()}, recorded.get()),
+            OrtCompiledModelCompatibility_EP_SUPPORTED_OPTIMAL);
 }
 
 // A FIFO where the context binary should be is refused at once; opening it blocking would wait

@@ -42,6 +42,13 @@ using ByteSink = std::function<void(const uint8_t* data, size_t size)>;
 // the weight table once it has hashed the payloads it lacked hashes for.
 using BytePatcher = std::function<void(uint64_t offset, const uint8_t* data, size_t size)>;
 
+// What a compiled model records under ep_compatibility_info.<EP name> (the key ONNX Runtime's
+// compile API writes and GetModelCompatibilityForEpDevices judges): the format version and the
+// identity a loader needs, e.g.
+// "ctxgen-context-binary=1;backend=CtxgenRef;sdk=ctxgen-ref 3.0;hardware=x86_64 avx2, oneDNN 2.6.3".
+std::string compatibility_info(const BinaryIdentity& identity);
+inline const std::string kCompatibilityMetadataPrefix = "ep_compatibility_info.";
+
 // Model metadata key of a compiled model: the content_id().hex() of the context binary it was
 // compiled with. The plugin EP, verify and inspect refuse a model beside a binary with another id.
 inline constexpr const char* kContentIdMetadataKey = "ctxgen.context_binary_id";
