@@ -146,6 +146,14 @@ Attr ints_attr(const std::string& name, std::vector<int64_t> values) {
   return a;
 }
 
+Attr floats_attr(const std::string& name, std::vector<float> values) {
+  Attr a;
+  a.name = name;
+  a.kind = Attr::Kind::kFloats;
+  a.floats = std::move(values);
+  return a;
+}
+
 const Attr* Op::attr(const std::string& name) const {
   for (const auto& a : attrs)
     if (a.name == name) return &a;

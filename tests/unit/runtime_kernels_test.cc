@@ -230,11 +230,8 @@ TEST(RuntimeKernels, KernelsSplitOverThreadsWriteWhatOneThreadWrites) {
 }
 
 std::vector<ref::Attr> resize_attrs(int64_t mode, std::vector<float> scales, Dims sizes) {
-  ref::Attr s;
-  s.name = "scales";
-  s.kind = ref::Attr::Kind::kFloats;
-  s.floats = std::move(scales);
-  return {int_attr("mode", mode), int_attr("coord", 0), int_attr("nearest_mode", 0), s, ints_attr("sizes", std::move(sizes))};
+  return {int_attr("mode", mode), int_attr("coord", 0), int_attr("nearest_mode", 0),
+          ref::floats_attr("scales", std::move(scales)), ints_attr("sizes", std::move(sizes))};
 }
 
 // Half-pixel coordinates, worked by hand: input i of an axis doubled sits at output 2i + 0.5.

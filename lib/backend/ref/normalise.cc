@@ -722,13 +722,9 @@ NormalisedNode resize(const NodeView& v) {
       sizes.push_back(static_cast<int64_t>(scales[a] * static_cast<float>(x[a])));
     }
   }
-  ref::Attr scale_attr;
-  scale_attr.name = "scales";
-  scale_attr.kind = ref::Attr::Kind::kFloats;
-  scale_attr.floats = scales;
   return make(v, "Resize", {v.input(0)},
               {int_attr("mode", mode == "linear" ? 1 : 0), int_attr("coord", coord), int_attr("nearest_mode", nearest),
-               scale_attr, ints_attr("sizes", sizes)});
+               ref::floats_attr("scales", scales), ints_attr("sizes", sizes)});
 }
 
 // ConvTranspose with explicit pads (auto_pad SAME_* and output_shape stay on CPU).

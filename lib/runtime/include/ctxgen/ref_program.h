@@ -78,6 +78,7 @@ struct Attr {
 Attr int_attr(const std::string& name, int64_t value);
 Attr float_attr(const std::string& name, float value);
 Attr ints_attr(const std::string& name, std::vector<int64_t> values);
+Attr floats_attr(const std::string& name, std::vector<float> values);
 
 struct Op {
   std::string type;  // ONNX op type, normalised as described above
