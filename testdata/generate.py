@@ -219,6 +219,21 @@ def share_groups(outdir):
     save(mlp("cpu2", 1, base, cpu_scale=scale), outdir, "share/fallback/cpu2.onnx")
 
 
+def tied():
+    """A tied embedding as exporters write it: the table for Gather, and its transpose as a separate
+    initializer for the output projection. Packing the projection's weight to [N, K] makes it the
+    table's bytes again, so the context binary holds the table once."""
+    table = rng(400).standard_normal((32, 16)).astype(np.float32)
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["h"]),
+             helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("MatMul", ["r", "table_t"], ["logits"])]
+    g = helper.make_graph(nodes, "tied", [helper.make_tensor_value_info("ids", TensorProto.INT64, [6])],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [6, 32])],
+                          [numpy_helper.from_array(table, "table"),
+                           numpy_helper.from_array(np.ascontiguousarray(table.T), "table_t")])
+    return model(g)
+
+
 def vad():
     """A voice-activity detector shaped like Silero VAD: its whole compute sits in the branches of an
     If on the sample rate input, so nothing compiles until --fix-value sr=16000 (or 8000) makes the
@@ -377,6 +392,7 @@ def main():
     share_groups(outdir)
     modern(outdir)
     save(vad(), outdir, "vad.onnx")
+    save(tied(), outdir, "tied.onnx")
     bad(outdir)
     # A stride of 0 made onnx 1.12's shape inference divide by zero (SIGFPE) before ctxgen saw it.
     pool = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[0, 0])

@@ -156,6 +156,22 @@ TEST(Compile, AllowEmptyWritesAModelWithNothingCompiled) {
   for (const auto& kv : ctx.metadata_props()) EXPECT_NE(kv.key(), "ep_compatibility_info.CtxgenRef");
 }
 
+// An exported tied embedding stores the table and its transpose; the MatMul's weight packed to
+// [N, K] is the table's bytes again, so the binary holds them once.
+TEST(Compile, ATiedEmbeddingIsStoredOnce) {
+  TempDir dir;
+  auto r = ctxgen("compile " + quote(copy_model("tied.onnx", dir.path())) + " --report " + quote(dir / "r.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto report = nlohmann::json::parse(read_file(dir / "r.json"));
+  const auto& w = report["context_binary_weights"];
+  EXPECT_EQ(w["tensors"], 2);
+  EXPECT_EQ(w["unique_tensors"], 1);
+  EXPECT_EQ(w["unique_bytes"], 32 * 16 * 4);
+  auto bin = nlohmann::json::parse(ctxgen("inspect --json " + quote(dir / "tied_ref.bin")).output);
+  EXPECT_EQ(bin["weights"]["count"], 1);
+  EXPECT_EQ(bin["weights"]["bytes"], 32 * 16 * 4);
+}
+
 TEST(Compile, DotsInFolderAndFileNames) {
   TempDir dir;
   fs::path model = copy_model("dir.v1/model.v2.onnx", dir / "dir.v1");

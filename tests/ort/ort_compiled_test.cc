@@ -86,7 +86,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Compiled{"Subgraph", "subgraph.onnx", ""},
                       Compiled{"ExternalData", "external.onnx", ""},
                       Compiled{"FixedDim", "dynamic.onnx", "--fix-dim batch=3"},
-                      Compiled{"DotsInNames", "dir.v1/model.v2.onnx", "--node-name-prefix p_"}),
+                      Compiled{"DotsInNames", "dir.v1/model.v2.onnx", "--node-name-prefix p_"},
+                      Compiled{"TiedEmbedding", "tied.onnx", ""}),
     [](const auto& info) { return info.param.test_name; });
 
 TEST_F(CompiledModelTest, SharedModelsRunOnOneMappingOfTheirBinary) {
