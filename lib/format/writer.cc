@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <set>
 
 #include "ctxgen/error.h"
@@ -127,8 +128,11 @@ void expect_size(uint64_t actual, uint64_t planned, const char* what) {
              std::to_string(planned));
 }
 
+// `hashes` are the weights' own, or those the writer made; a missing one is written as zeros, to be
+// patched.
 std::vector<uint8_t> encode_metadata(const BinaryIdentity& identity, const std::vector<CompiledGraph>& graphs,
-                                     const std::vector<WeightPayload>& weights, const Layout& layout) {
+                                     const std::vector<WeightPayload>& weights,
+                                     const std::vector<std::optional<Hash128>>& hashes, const Layout& layout) {
   std::vector<uint8_t> out;
   out.reserve(layout.metadata_size);
   out.resize(format::kHeaderSize);
@@ -169,7 +173,7 @@ std::vector<uint8_t> encode_metadata(const BinaryIdentity& identity, const std::
   }
   expect_size(enc.size() - graph_table_offset, layout.graph_table_size, "graph table");
   for (size_t id = 0; id < weights.size(); ++id) {
-    const Hash128 hash = weights[id].hash.value_or(Hash128{});  // a placeholder until patched
+    const Hash128 hash = hashes[id].value_or(Hash128{});
     enc.u64(hash.low);
     enc.u64(hash.high);
     enc.u64(layout.weight_offsets[id]);
@@ -222,7 +226,9 @@ WrittenBinary write_context_binary(const BinaryIdentity& identity, const std::ve
                                    const BytePatcher& patch) {
   validate_inputs(identity, graphs, weights, static_cast<bool>(patch));
   const Layout layout = plan_layout(identity, graphs, weights);
-  std::vector<uint8_t> metadata = encode_metadata(identity, graphs, weights, layout);
+  std::vector<std::optional<Hash128>> hashes;
+  for (const auto& weight : weights) hashes.push_back(weight.hash);
+  std::vector<uint8_t> metadata = encode_metadata(identity, graphs, weights, hashes, layout);
 
   SequentialWriter out(sink);
   out.write(metadata.data(), metadata.size());
@@ -230,22 +236,18 @@ WrittenBinary write_context_binary(const BinaryIdentity& identity, const std::ve
     out.align_to(layout.program_offsets[i], "graph '" + graphs[i].name + "' program");
     out.write(graphs[i].program.data(), graphs[i].program.size());
   }
-  std::vector<WeightPayload> hashed;  // `weights` with the hashes made here, when any was missing
   for (size_t id = 0; id < weights.size(); ++id) {
     const Blob& blob = weights[id].blob;
     out.align_to(layout.weight_offsets[id], "weight " + std::to_string(id));
     const PinnedBytes bytes = blob.pin();
     out.write(bytes.data, blob.size);
-    if (!weights[id].hash) {
-      if (hashed.empty()) hashed = weights;
-      hashed[id].hash = xxh3_128(bytes.data, blob.size);
-    }
+    if (!hashes[id]) hashes[id] = xxh3_128(bytes.data, blob.size);
     // A multi-GB model must not stay resident just because it was written once.
     blob.release();
   }
   out.expect_at(layout.file_size, "end of file");
-  if (!hashed.empty()) {
-    metadata = encode_metadata(identity, graphs, hashed, layout);
+  if (std::any_of(weights.begin(), weights.end(), [](const WeightPayload& w) { return !w.hash; })) {
+    metadata = encode_metadata(identity, graphs, weights, hashes, layout);
     patch(0, metadata.data(), metadata.size());
   }
   log().debug("wrote context binary: {} graphs, {} weights, {} bytes ({} of metadata)", graphs.size(), weights.size(),

@@ -292,7 +292,7 @@ void run_packed(const Packed& p, const ref::Op& op, const std::vector<Tensor>& i
 
 }  // namespace
 
-MadeBytes pack_conv_weight(const ref::Op& op, const Dims& x, const Dims& w, const Dims& y, bool bias, const float* weight) {
+MadeBytes pack_conv_weight(const ref::Op& op, const Dims& x, const Dims& w, const Dims& y, bool bias, const uint8_t* weight) {
   try {
     const Setup s = setup(op, x, w, y, bias);
     const Desc want = s.pd.weights_desc();

@@ -338,7 +338,8 @@ TEST(RuntimeKernels, PackedConvMatchesThePlainOne) {
     ref::Op packed_op = plain_op;
     packed_op.attrs.push_back(int_attr("packed", 1));
     packed_op.attrs.push_back(ints_attr("weight_shape", c.w));
-    const auto packed_w = runtime::pack_conv_weight(packed_op, c.x, c.w, y, c.bias, w.data());
+    const auto packed_w = runtime::pack_conv_weight(packed_op, c.x, c.w, y, c.bias,
+                                                    reinterpret_cast<const uint8_t*>(w.data()));
     SCOPED_TRACE("case " + std::to_string(i));
     EXPECT_EQ(runtime::packed_conv_weight_bytes(packed_op, c.x, c.w, y, c.bias), packed_w.size());
     ProgramBuilder p;

@@ -384,7 +384,7 @@ void pack_conv_weights(Draft& d) {
     }
     // Made when stored and written, like the MatMul weights.
     const auto pack = [packed, x, wd, y, bias, source] {
-      auto bytes = runtime::pack_conv_weight(packed, x, wd, y, bias, floats_of(source).data());
+      auto bytes = runtime::pack_conv_weight(packed, x, wd, y, bias, source.pin().data);
       source.release();
       return bytes;
     };

@@ -69,12 +69,12 @@ class Executable {
 // packed for one level are refused on another.
 std::string hardware_architecture();
 
-// A Conv weight [M, C/group, k...] (row-major float32) laid out as the convolution `op` (with
-// attributes packed = 1 and weight_shape) runs it on this CPU, for input dims `x` and output dims
-// `y`: what the `ref` compiler stores in place of the weight. Throws Error(kInternal) when oneDNN
-// cannot run that convolution.
+// A Conv weight [M, C/group, k...] (row-major float32, at any alignment) laid out as the
+// convolution `op` (with attributes packed = 1 and weight_shape) runs it on this CPU, for input
+// dims `x` and output dims `y`: what the `ref` compiler stores in place of the weight. Throws
+// Error(kInternal) when oneDNN cannot run that convolution.
 MadeBytes pack_conv_weight(const ref::Op& op, const std::vector<int64_t>& x, const std::vector<int64_t>& w,
-                           const std::vector<int64_t>& y, bool bias, const float* weight);
+                           const std::vector<int64_t>& y, bool bias, const uint8_t* weight);
 // The size in bytes of what pack_conv_weight makes, learnt without packing.
 uint64_t packed_conv_weight_bytes(const ref::Op& op, const std::vector<int64_t>& x, const std::vector<int64_t>& w,
                                   const std::vector<int64_t>& y, bool bias);
