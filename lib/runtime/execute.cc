@@ -18,35 +18,6 @@ void expect_count(size_t given, size_t wanted, const char* what) {
                                          std::to_string(wanted));
 }
 
-// The buffer behind every value, or throws when the caller left one out.
-std::vector<void*> bind(const ref::Program& program, const WeightLookup& weights,
-                        const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
-                        std::vector<uint8_t>& arena) {
-  std::vector<void*> buffers(program.values.size(), nullptr);
-  for (size_t id = 0; id < program.values.size(); ++id) {
-    const ref::Value& v = program.values[id];
-    const void* at = nullptr;
-    switch (v.kind) {
-      case ref::ValueKind::kInput: at = inputs[v.index]; break;
-      case ref::ValueKind::kOutput: at = outputs[v.index]; break;
-      case ref::ValueKind::kWeight: at = weights(static_cast<uint32_t>(v.index)); break;
-      case ref::ValueKind::kArena: at = arena.data() + v.index; break;
-    }
-    if (!at && v.byte_size() > 0) {
-      const char* kinds[] = {"input ", "output ", "weight ", "arena value "};
-      throw Error(ErrorCode::kRuntime, "ref program: no buffer for " + std::string(kinds[static_cast<int>(v.kind)]) +
-                                           (v.kind == ref::ValueKind::kArena ? "" : std::to_string(v.index)) +
-                                           " (value " + std::to_string(id) + ")");
-    }
-    // An empty tensor may come without a buffer; kernels still pass its address to memcpy.
-    static const float kNoElements = 0;
-    if (!at) at = &kNoElements;
-    // Kernels only write outputs and arena values (validate() guarantees it), never inputs or weights.
-    buffers[id] = const_cast<void*>(at);
-  }
-  return buffers;
-}
-
 // The graph record's signature is what callers size their buffers by; it must be the program's.
 void check_signature(const std::vector<IoSignature>& sigs, const ref::Program& program, const std::vector<int32_t>& ids,
                      const std::string& what) {
@@ -63,73 +34,124 @@ void check_signature(const std::vector<IoSignature>& sigs, const ref::Program& p
   }
 }
 
-// Each op's definition, found by name once per program instead of on every run.
-std::vector<const OpDef*> defs_of(const ref::Program& program) {
-  std::vector<const OpDef*> defs;
-  defs.reserve(program.ops.size());
-  for (const ref::Op& op : program.ops) defs.push_back(find_op(op.type));
-  return defs;
-}
-
 constexpr uint64_t kScratchAlignment = 64;
 
 }  // namespace
 
-// Ops run one after another, so they share one scratch region, after the program's arena.
+// What a program resolves before its first run: each op's definition and plan, and where its
+// inputs are in a run's tensor list. Ops run one after another, so they share one scratch region,
+// after the program's arena.
 struct Plans {
-  std::vector<std::unique_ptr<OpPlan>> ops;  // nullptr for an op whose type has no planner
-  uint64_t scratch_at = 0;                   // in the arena
-  uint64_t arena_bytes = 0;                  // with the scratch
+  struct Step {
+    const OpDef* def = nullptr;
+    std::unique_ptr<OpPlan> plan;  // nullptr for an op whose type has no planner
+    size_t first_input = 0;        // in RunState::tensors
+    size_t out = 0;                // value id
+    bool skip = false;             // nothing to write; a kernel's outer loops could still run over the other dims
+  };
+  std::vector<Step> steps;
+  std::vector<int32_t> input_ids;   // every op's input value ids, op after op (-1: absent)
+  std::vector<void*> weights;       // by value id, nullptr for values that are not weights
+  std::vector<size_t> caller_values;  // ids of the values whose buffers the caller gives
+  uint64_t scratch_at = 0;          // in the arena
+  uint64_t arena_bytes = 0;         // with the scratch
+};
+
+// A run's own memory, made by its first run and kept for the next: the arena, the buffer behind
+// every value, and every op's inputs as tensors. Only the caller's input and output addresses
+// change from one run to the next, so a run allocates nothing.
+struct RunState {
+  std::vector<uint8_t> arena;
+  std::vector<void*> buffers;   // by value id
+  std::vector<Tensor> tensors;  // Plans::input_ids, bound
+  uint8_t* scratch = nullptr;   // 64-byte aligned
 };
 
 namespace {
 
-std::shared_ptr<const Plans> plan_ops(const ref::Program& program, const std::vector<const OpDef*>& defs) {
-  auto plans = std::make_shared<Plans>();
+std::unique_ptr<const Plans> plan_ops(const ref::Program& program, const WeightLookup& weights) {
+  auto plans = std::make_unique<Plans>();
   plans->scratch_at = (program.arena_bytes + kScratchAlignment - 1) / kScratchAlignment * kScratchAlignment;
   uint64_t scratch = 0;
   std::vector<const ref::Value*> ins;
   for (size_t k = 0; k < program.ops.size(); ++k) {
     const ref::Op& op = program.ops[k];
-    if (!defs[k]->plan) {
-      plans->ops.emplace_back();
-      continue;
+    Plans::Step step;
+    step.def = find_op(op.type);
+    step.first_input = plans->input_ids.size();
+    step.out = static_cast<size_t>(op.outputs[0]);
+    step.skip = program.values[step.out].element_count() == 0;
+    plans->input_ids.insert(plans->input_ids.end(), op.inputs.begin(), op.inputs.end());
+    if (step.def->plan) {
+      ins.clear();
+      for (int32_t id : op.inputs) ins.push_back(id < 0 ? nullptr : &program.values[static_cast<size_t>(id)]);
+      try {
+        step.plan = step.def->plan(op, ins, program.values[step.out]);
+      } catch (const Error& e) {
+        throw e.within("ref program: op " + std::to_string(k) + " (" + op.type + ")");
+      }
+      scratch = std::max(scratch, step.plan->scratch_bytes);
     }
-    ins.clear();
-    for (int32_t id : op.inputs) ins.push_back(id < 0 ? nullptr : &program.values[static_cast<size_t>(id)]);
-    try {
-      plans->ops.push_back(defs[k]->plan(op, ins, program.values[static_cast<size_t>(op.outputs[0])]));
-    } catch (const Error& e) {
-      throw e.within("ref program: op " + std::to_string(k) + " (" + op.type + ")");
-    }
-    scratch = std::max(scratch, plans->ops.back()->scratch_bytes);
+    plans->steps.push_back(std::move(step));
   }
   plans->arena_bytes = plans->scratch_at + scratch;
+  plans->weights.assign(program.values.size(), nullptr);
+  for (size_t id = 0; id < program.values.size(); ++id) {
+    const ref::Value& v = program.values[id];
+    if (v.kind == ref::ValueKind::kInput || v.kind == ref::ValueKind::kOutput) plans->caller_values.push_back(id);
+    if (v.kind != ref::ValueKind::kWeight) continue;
+    const uint8_t* at = weights(static_cast<uint32_t>(v.index));
+    if (!at && v.byte_size() > 0)
+      throw Error(ErrorCode::kRuntime, "ref program: no buffer for weight " + std::to_string(v.index) + " (value " +
+                                           std::to_string(id) + ")");
+    // Kernels only write outputs and arena values (validate() guarantees it), never inputs or weights.
+    plans->weights[id] = const_cast<uint8_t*>(at);
+  }
   return plans;
 }
 
-void run_ops(const ref::Program& program, const std::vector<const OpDef*>& defs, const Plans& plans,
-             const WeightLookup& weights, const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
-             std::vector<uint8_t>& arena, const ParallelFor& parallel) {
-  expect_count(inputs.size(), program.inputs.size(), "input");
-  expect_count(outputs.size(), program.outputs.size(), "output");
+// Binds what stays put from run to run: weights and arena values.
+std::unique_ptr<RunState> make_state(const ref::Program& program, const Plans& plans) {
+  auto state = std::make_unique<RunState>();
   // Over-allocated by the alignment so the scratch starts 64-byte aligned wherever the vector's
   // storage does.
-  if (arena.size() < plans.arena_bytes + kScratchAlignment) arena.resize(plans.arena_bytes + kScratchAlignment);
-  std::vector<void*> buffers = bind(program, weights, inputs, outputs, arena);
-  const auto base = reinterpret_cast<uintptr_t>(arena.data()) + plans.scratch_at;
-  auto* scratch = arena.data() + plans.scratch_at + ((kScratchAlignment - base % kScratchAlignment) % kScratchAlignment);
-  std::vector<Tensor> ins;
-  for (size_t k = 0; k < program.ops.size(); ++k) {
+  state->arena.resize(plans.arena_bytes + kScratchAlignment);
+  const auto base = reinterpret_cast<uintptr_t>(state->arena.data()) + plans.scratch_at;
+  state->scratch = state->arena.data() + plans.scratch_at + ((kScratchAlignment - base % kScratchAlignment) % kScratchAlignment);
+  state->buffers = plans.weights;
+  for (size_t id = 0; id < program.values.size(); ++id)
+    if (program.values[id].kind == ref::ValueKind::kArena) state->buffers[id] = state->arena.data() + program.values[id].index;
+  state->tensors.resize(plans.input_ids.size());
+  return state;
+}
+
+// An empty tensor may come without a buffer; kernels still pass its address to memcpy.
+const float kNoElements = 0;
+
+void run_ops(const ref::Program& program, const Plans& plans, RunState& state, const std::vector<const void*>& inputs,
+             const std::vector<void*>& outputs, const ParallelFor& parallel) {
+  expect_count(inputs.size(), program.inputs.size(), "input");
+  expect_count(outputs.size(), program.outputs.size(), "output");
+  for (size_t id : plans.caller_values) {
+    const ref::Value& v = program.values[id];
+    const bool is_input = v.kind == ref::ValueKind::kInput;
+    const void* at = is_input ? inputs[v.index] : outputs[v.index];
+    if (!at && v.byte_size() > 0)
+      throw Error(ErrorCode::kRuntime, "ref program: no buffer for " + std::string(is_input ? "input " : "output ") +
+                                           std::to_string(v.index) + " (value " + std::to_string(id) + ")");
+    state.buffers[id] = const_cast<void*>(at ? at : &kNoElements);
+  }
+  for (size_t i = 0; i < plans.input_ids.size(); ++i) {
+    const int32_t id = plans.input_ids[i];
+    state.tensors[i] = id < 0 ? Tensor{} : Tensor{&program.values[static_cast<size_t>(id)], state.buffers[static_cast<size_t>(id)]};
+  }
+  for (size_t k = 0; k < plans.steps.size(); ++k) {
+    const Plans::Step& step = plans.steps[k];
+    if (step.skip) continue;
     const ref::Op& op = program.ops[k];
-    ins.clear();
-    for (int32_t id : op.inputs)
-      ins.push_back(id < 0 ? Tensor{} : Tensor{&program.values[static_cast<size_t>(id)], buffers[static_cast<size_t>(id)]});
-    auto out_id = static_cast<size_t>(op.outputs[0]);
-    // Nothing to write; a kernel's outer loops could still run over the other dims.
-    if (program.values[out_id].element_count() == 0) continue;
     try {
-      defs[k]->kernel(op, ins, Output{&program.values[out_id], buffers[out_id], &parallel, plans.ops[k].get(), scratch});
+      step.def->kernel(Ins(state.tensors.data() + step.first_input, op.inputs.size()),
+                       Output{&program.values[step.out], state.buffers[step.out], &parallel, step.plan.get(), state.scratch});
     } catch (const Error& e) {
       throw e.within("ref program: op " + std::to_string(k) + " (" + op.type + ")");
     }
@@ -138,10 +160,30 @@ void run_ops(const ref::Program& program, const std::vector<const OpDef*>& defs,
 
 }  // namespace
 
+PreparedProgram::PreparedProgram(ref::Program program, const WeightLookup& weights)
+    : program_(std::move(program)), plans_(plan_ops(program_, weights)) {}
+
+PreparedProgram::~PreparedProgram() = default;
+
+void PreparedProgram::run(const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
+                          const ParallelFor& parallel) const {
+  std::unique_ptr<RunState> state;
+  {
+    std::lock_guard<std::mutex> lock(states_mutex_);
+    if (!states_.empty()) {
+      state = std::move(states_.back());
+      states_.pop_back();
+    }
+  }
+  if (!state) state = make_state(program_, *plans_);
+  run_ops(program_, *plans_, *state, inputs, outputs, parallel);
+  std::lock_guard<std::mutex> lock(states_mutex_);
+  states_.push_back(std::move(state));
+}
+
 void execute(const ref::Program& program, const WeightLookup& weights, const std::vector<const void*>& inputs,
-             const std::vector<void*>& outputs, std::vector<uint8_t>& arena, const ParallelFor& parallel) {
-  const auto defs = defs_of(program);
-  run_ops(program, defs, *plan_ops(program, defs), weights, inputs, outputs, arena, parallel);
+             const std::vector<void*>& outputs, const ParallelFor& parallel) {
+  PreparedProgram(program, weights).run(inputs, outputs, parallel);
 }
 
 bool reads_input_data(const std::string& op_type) {
@@ -164,13 +206,13 @@ Executable::Executable(std::shared_ptr<const ContextBinary> binary, const std::s
     throw Error(ErrorCode::kInvalidBinary, binary_->label() + ": no graph named '" + graph_name + "'");
   std::string where = binary_->label() + ": graph '" + graph_name + "'";
   try {
-    program_ = ref::deserialize(graph_->program, graph_->program_size);
-    validate(program_, binary_->weights().size());
+    ref::Program program = ref::deserialize(graph_->program, graph_->program_size);
+    validate(program, binary_->weights().size());
     std::vector<uint32_t> listed = graph_->weight_ids;
     std::sort(listed.begin(), listed.end());
     // Weights are used in place, so each payload must hold the bytes its value reads.
-    for (size_t id = 0; id < program_.values.size(); ++id) {
-      const ref::Value& v = program_.values[id];
+    for (size_t id = 0; id < program.values.size(); ++id) {
+      const ref::Value& v = program.values[id];
       if (v.kind != ref::ValueKind::kWeight) continue;
       // The graph record lists the weights its program uses; a program reading another graph's
       // weight is from another binary.
@@ -183,10 +225,9 @@ Executable::Executable(std::shared_ptr<const ContextBinary> binary, const std::s
                                                    std::to_string(v.byte_size()) + " bytes of weight " +
                                                    std::to_string(v.index) + ", which has " + std::to_string(size));
     }
-    check_signature(graph_->inputs, program_, program_.inputs, "input");
-    check_signature(graph_->outputs, program_, program_.outputs, "output");
-    defs_ = defs_of(program_);
-    plans_ = plan_ops(program_, defs_);
+    check_signature(graph_->inputs, program, program.inputs, "input");
+    check_signature(graph_->outputs, program, program.outputs, "output");
+    prepared_ = std::make_unique<PreparedProgram>(std::move(program), [this](uint32_t id) { return binary_->weight_data(id); });
   } catch (const Error& e) {
     throw e.within(where);
   }
@@ -194,17 +235,7 @@ Executable::Executable(std::shared_ptr<const ContextBinary> binary, const std::s
 
 void Executable::run(const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
                      const ParallelFor& parallel) const {
-  std::vector<uint8_t> arena;
-  {
-    std::lock_guard<std::mutex> lock(arenas_mutex_);
-    if (!arenas_.empty()) {
-      arena = std::move(arenas_.back());
-      arenas_.pop_back();
-    }
-  }
-  run_ops(program_, defs_, *plans_, [this](uint32_t id) { return binary_->weight_data(id); }, inputs, outputs, arena, parallel);
-  std::lock_guard<std::mutex> lock(arenas_mutex_);
-  arenas_.push_back(std::move(arena));
+  prepared_->run(inputs, outputs, parallel);
 }
 
 }  // namespace ctxgen::runtime

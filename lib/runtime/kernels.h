@@ -3,8 +3,10 @@
 // attribute they read has been checked by validate(), so they index without further checks.
 
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -29,6 +31,9 @@ struct Tensor {
   const int64_t* i64() const { return as<int64_t>(); }
   const uint8_t* bytes() const { return static_cast<const uint8_t*>(data); }
 };
+
+// An op's inputs, in a run's bound tensors.
+using Ins = std::span<const Tensor>;
 
 // What an op resolves before its first run, for kernels that need more than their attributes (a
 // oneDNN primitive, the size of a scratch buffer): made once per program by the op's planner.
@@ -65,27 +70,59 @@ decltype(auto) visit_dtype(ref::DType dtype, F&& f) {
   return f(float{});
 }
 
-using Kernel = void (*)(const ref::Op& op, const std::vector<Tensor>& in, const Output& out);
-// Makes the plan of a validated op; throws Error(kInvalidBinary) when the op cannot run here.
+// Runs an op: its attributes are in its plan (Output::plan), resolved before the first run.
+using Kernel = void (*)(Ins in, const Output& out);
+// Makes the plan of a validated op (its typed parameters, what its kernel derives from its dims);
+// throws Error(kInvalidBinary) when the op cannot run here.
 using Planner = std::unique_ptr<OpPlan> (*)(const ref::Op& op, const std::vector<const ref::Value*>& in,
                                             const ref::Value& out);
 
+// The planner of an op whose plan P is constructed from (op, inputs, output).
+template <typename P>
+std::unique_ptr<OpPlan> plan_as(const ref::Op& op, const std::vector<const ref::Value*>& in, const ref::Value& out) {
+  return std::make_unique<P>(op, in, out);
+}
+
+// A callable borrowed for the length of a call. Kernels pass lambdas through it instead of
+// std::function, which allocates for a lambda that captures more than two references.
+template <typename Signature>
+class FunctionRef;
+template <typename R, typename... Args>
+class FunctionRef<R(Args...)> {
+ public:
+  FunctionRef() = default;
+  template <typename F, typename = std::enable_if_t<!std::is_same_v<std::decay_t<F>, FunctionRef>>>
+  FunctionRef(F&& f)  // NOLINT: converts like std::function does
+      : object_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))),
+        call_([](void* object, Args... args) -> R {
+          return (*static_cast<std::remove_reference_t<F>*>(object))(std::forward<Args>(args)...);
+        }) {}
+  R operator()(Args... args) const { return call_(object_, std::forward<Args>(args)...); }
+  explicit operator bool() const { return call_ != nullptr; }
+
+ private:
+  void* object_ = nullptr;
+  R (*call_)(void*, Args...) = nullptr;
+};
+
 // Runs body(begin, end) over [0, count): cut into pieces the caller's threads share when the whole
 // (count x cost element operations) pays for them, else in one call.
-inline void parallel_ranges(const ParallelFor* parallel, int64_t count, int64_t cost,
-                            const std::function<void(int64_t begin, int64_t end)>& body) {
+template <typename Body>
+void parallel_ranges(const ParallelFor* parallel, int64_t count, int64_t cost, Body&& body) {
   constexpr int64_t kMinWork = int64_t{1} << 16, kPieces = 4;
-  if (!parallel || !*parallel || count < 2 || count * cost < kMinWork) return body(0, count);
+  if (!parallel || !*parallel || count < 2 || count * cost < kMinWork) return body(int64_t{0}, count);
   const int64_t pieces = count < kPieces ? count : kPieces, size = (count + pieces - 1) / pieces;
-  (*parallel)(static_cast<size_t>(pieces), [&](size_t piece) {
-    const int64_t begin = static_cast<int64_t>(piece) * size;
+  const auto piece = [&](size_t index) {
+    const int64_t begin = static_cast<int64_t>(index) * size;
     if (begin < count) body(begin, begin + size < count ? begin + size : count);
-  });
+  };
+  // Through a reference, which std::function keeps without allocating.
+  (*parallel)(static_cast<size_t>(pieces), std::cref(piece));
 }
 
 // What a GEMM's caller does to columns [j0, j0 + cols) of every row of y once they are computed
 // (bias, activation), inside the same task while they are in cache.
-using Epilogue = std::function<void(int64_t j0, int64_t cols)>;
+using Epilogue = FunctionRef<void(int64_t j0, int64_t cols)>;
 
 // y [m, n] = op(A) [m, k] x op(B) [k, n], all dense row-major (op: transposed when asked), split
 // over the caller's threads when large (kernels_linear.cc).
@@ -110,14 +147,40 @@ T wrapping_sub(T a, T b) { return wrapping(a, b, std::minus<>()); }
 template <typename T>
 T wrapping_mul(T a, T b) { return wrapping(a, b, std::multiplies<>()); }
 
-// A scalar attribute of an op writing `T`: float for float32, int otherwise (validate() checks the
-// kind matches the output type).
-template <typename T>
-T scalar_of(const ref::Op& op, const std::string& name) {
-  if constexpr (std::is_same_v<T, float>) return op.get_float(name, 0.0f);
-  else if constexpr (std::is_same_v<T, uint8_t>) return op.get_int(name, 0) != 0 ? 1 : 0;  // bool
-  else return static_cast<T>(op.get_int(name, 0));
+// The plan of the op `out` belongs to, as the type its planner made.
+template <typename P>
+const P& plan_of(const Output& out) {
+  return static_cast<const P&>(*out.plan);
 }
+
+// Up to two float attributes of an op, read once (alpha and beta, min and max ...).
+struct Scalars final : OpPlan {
+  explicit Scalars(float a_ = 0, float b_ = 0) : a(a_), b(b_) {}
+  float a, b;
+};
+
+// A scalar attribute of an op writing `dtype`, read once and kept as that type's bytes: a float
+// attribute for float32, an int one otherwise (validate() checks the kind matches the type).
+struct TypedScalar {
+  uint64_t bits = 0;
+  static TypedScalar of(const ref::Op& op, const std::string& name, ref::DType dtype);
+  template <typename T>
+  T as() const {
+    T value;
+    std::memcpy(&value, &bits, sizeof(T));
+    return value;
+  }
+};
+struct TypedScalars final : OpPlan {
+  explicit TypedScalars(TypedScalar a_, TypedScalar b_ = {}) : a(a_), b(b_) {}
+  TypedScalar a, b;
+};
+
+// The strides of a broadcasting op's output, then of each input seen through the output's dims.
+struct BroadcastPlan final : OpPlan {
+  std::vector<Dims> strides;
+};
+std::unique_ptr<OpPlan> plan_broadcast(const ref::Op&, const std::vector<const ref::Value*>& in, const ref::Value& out);
 
 // The fused activation (attrs act, act_alpha, act_beta) of an op, read once for a whole tensor or
 // for all the pieces of one.
@@ -127,121 +190,144 @@ struct FusedActivation {
   void apply(float* data, int64_t n) const;  // to data[0, n) in place
 };
 FusedActivation fused_activation_of(const ref::Op& op);
-inline void apply_activation(const ref::Op& op, float* data, int64_t n) { fused_activation_of(op).apply(data, n); }
 
 // The kernels, one per op type; kernels_*.cc hold them by family.
 namespace kernels {
 
 // Elementwise, comparisons, casts and generated constants (kernels_elementwise.cc).
-void add(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void sub(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void mul(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void div(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void min(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void max(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void pow(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void prelu(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void equal(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void less(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void greater(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void less_or_equal(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void greater_or_equal(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void logical_and(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void logical_or(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void logical_xor(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void logical_not(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void where(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void cast(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void neg(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void abs(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void sqrt(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void exp(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void log(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void erf(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void sin(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void cos(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void reciprocal(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void tan(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void asin(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void acos(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void atan(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void sinh(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void cosh(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void asinh(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void acosh(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void atanh(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void sign(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void ceil(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void softsign(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void thresholded_relu(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void celu(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void shrink(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void is_inf(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void is_nan(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void mod(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void relu(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void sigmoid(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void tanh(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void softplus(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void hard_swish(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void leaky_relu(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void elu(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void selu(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void hard_sigmoid(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void clip(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void constant_of_shape(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void range(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void expand(const ref::Op&, const std::vector<Tensor>&, const Output&);  // a broadcast copy
+void add(Ins, const Output&);
+void sub(Ins, const Output&);
+void mul(Ins, const Output&);
+void div(Ins, const Output&);
+void min(Ins, const Output&);
+void max(Ins, const Output&);
+void pow(Ins, const Output&);
+void prelu(Ins, const Output&);
+void equal(Ins, const Output&);
+void less(Ins, const Output&);
+void greater(Ins, const Output&);
+void less_or_equal(Ins, const Output&);
+void greater_or_equal(Ins, const Output&);
+void logical_and(Ins, const Output&);
+void logical_or(Ins, const Output&);
+void logical_xor(Ins, const Output&);
+void logical_not(Ins, const Output&);
+void where(Ins, const Output&);
+void cast(Ins, const Output&);
+void neg(Ins, const Output&);
+void abs(Ins, const Output&);
+void sqrt(Ins, const Output&);
+void exp(Ins, const Output&);
+void log(Ins, const Output&);
+void erf(Ins, const Output&);
+void sin(Ins, const Output&);
+void cos(Ins, const Output&);
+void reciprocal(Ins, const Output&);
+void tan(Ins, const Output&);
+void asin(Ins, const Output&);
+void acos(Ins, const Output&);
+void atan(Ins, const Output&);
+void sinh(Ins, const Output&);
+void cosh(Ins, const Output&);
+void asinh(Ins, const Output&);
+void acosh(Ins, const Output&);
+void atanh(Ins, const Output&);
+void sign(Ins, const Output&);
+void ceil(Ins, const Output&);
+void softsign(Ins, const Output&);
+void thresholded_relu(Ins, const Output&);
+void celu(Ins, const Output&);
+void shrink(Ins, const Output&);
+void is_inf(Ins, const Output&);
+void is_nan(Ins, const Output&);
+void mod(Ins, const Output&);
+void relu(Ins, const Output&);
+void sigmoid(Ins, const Output&);
+void tanh(Ins, const Output&);
+void softplus(Ins, const Output&);
+void hard_swish(Ins, const Output&);
+void leaky_relu(Ins, const Output&);
+void elu(Ins, const Output&);
+void selu(Ins, const Output&);
+void hard_sigmoid(Ins, const Output&);
+void clip(Ins, const Output&);
+void constant_of_shape(Ins, const Output&);
+void range(Ins, const Output&);
+void expand(Ins, const Output&);  // a broadcast copy
 
 // Linear algebra and windows (kernels_linear.cc, kernels_pool.cc).
-void matmul(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void gemm(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void conv(const ref::Op&, const std::vector<Tensor>&, const Output&);  // kernels_conv.cc
+void matmul(Ins, const Output&);
+void gemm(Ins, const Output&);
+void conv(Ins, const Output&);  // kernels_conv.cc
 std::unique_ptr<OpPlan> plan_conv(const ref::Op&, const std::vector<const ref::Value*>&, const ref::Value&);
-void max_pool(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void average_pool(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void conv_transpose(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void resize(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void max_pool(Ins, const Output&);
+void average_pool(Ins, const Output&);
+void conv_transpose(Ins, const Output&);
+void resize(Ins, const Output&);
 std::unique_ptr<OpPlan> plan_resize(const ref::Op&, const std::vector<const ref::Value*>&, const ref::Value&);
 
 // Normalisation and reductions (kernels_norm.cc).
-void softmax(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void log_softmax(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void hardmax(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void nll_loss(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void cum_sum(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void batch_normalization(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void layer_normalization(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void reduce_mean(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void reduce_sum(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void reduce_max(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void reduce_min(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void reduce_prod(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void reduce_l1(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void reduce_l2(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void reduce_sum_square(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void reduce_log_sum(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void reduce_log_sum_exp(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void group_normalization(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void arg_max(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void arg_min(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void softmax(Ins, const Output&);
+void log_softmax(Ins, const Output&);
+void hardmax(Ins, const Output&);
+void nll_loss(Ins, const Output&);
+void cum_sum(Ins, const Output&);
+void batch_normalization(Ins, const Output&);
+void layer_normalization(Ins, const Output&);
+void reduce_mean(Ins, const Output&);
+void reduce_sum(Ins, const Output&);
+void reduce_max(Ins, const Output&);
+void reduce_min(Ins, const Output&);
+void reduce_prod(Ins, const Output&);
+void reduce_l1(Ins, const Output&);
+void reduce_l2(Ins, const Output&);
+void reduce_sum_square(Ins, const Output&);
+void reduce_log_sum(Ins, const Output&);
+void reduce_log_sum_exp(Ins, const Output&);
+void group_normalization(Ins, const Output&);
+void arg_max(Ins, const Output&);
+void arg_min(Ins, const Output&);
 
 // Data movement (kernels_data.cc).
-void transpose(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void reshape(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void tile(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void trilu(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void concat(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void slice(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void gather(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void gather_elements(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void pad(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void shape(const ref::Op&, const std::vector<Tensor>&, const Output&);  // reads dims only
-void size(const ref::Op&, const std::vector<Tensor>&, const Output&);   // reads dims only
-void eye_like(const ref::Op&, const std::vector<Tensor>&, const Output&);  // reads dims only
-void one_hot(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void gather_nd(const ref::Op&, const std::vector<Tensor>&, const Output&);
-void scatter_elements(const ref::Op&, const std::vector<Tensor>&, const Output&);
+void transpose(Ins, const Output&);
+void reshape(Ins, const Output&);
+void tile(Ins, const Output&);
+void trilu(Ins, const Output&);
+void concat(Ins, const Output&);
+void slice(Ins, const Output&);
+void gather(Ins, const Output&);
+void gather_elements(Ins, const Output&);
+void pad(Ins, const Output&);
+void shape(Ins, const Output&);  // reads dims only
+void size(Ins, const Output&);   // reads dims only
+void eye_like(Ins, const Output&);  // reads dims only
+void one_hot(Ins, const Output&);
+void gather_nd(Ins, const Output&);
+void scatter_elements(Ins, const Output&);
+
+// The planners: each op's typed parameters, made once (ops.cc pairs them with the kernels).
+std::unique_ptr<OpPlan> plan_thresholded_relu(const ref::Op&, const std::vector<const ref::Value*>&, const ref::Value&);
+std::unique_ptr<OpPlan> plan_celu(const ref::Op&, const std::vector<const ref::Value*>&, const ref::Value&);
+std::unique_ptr<OpPlan> plan_shrink(const ref::Op&, const std::vector<const ref::Value*>&, const ref::Value&);
+std::unique_ptr<OpPlan> plan_is_inf(const ref::Op&, const std::vector<const ref::Value*>&, const ref::Value&);
+std::unique_ptr<OpPlan> plan_alpha(const ref::Op&, const std::vector<const ref::Value*>&, const ref::Value&);
+std::unique_ptr<OpPlan> plan_selu(const ref::Op&, const std::vector<const ref::Value*>&, const ref::Value&);
+std::unique_ptr<OpPlan> plan_alpha_beta(const ref::Op&, const std::vector<const ref::Value*>&, const ref::Value&);
+std::unique_ptr<OpPlan> plan_clip(const ref::Op&, const std::vector<const ref::Value*>&, const ref::Value&);
+std::unique_ptr<OpPlan> plan_constant_of_shape(const ref::Op&, const std::vector<const ref::Value*>&, const ref::Value&);
+std::unique_ptr<OpPlan> plan_range(const ref::Op&, const std::vector<const ref::Value*>&, const ref::Value&);
+std::unique_ptr<OpPlan> plan_transpose(const ref::Op&, const std::vector<const ref::Value*>&, const ref::Value&);
+std::unique_ptr<OpPlan> plan_slice(const ref::Op&, const std::vector<const ref::Value*>&, const ref::Value&);
+std::unique_ptr<OpPlan> plan_input_strides(const ref::Op&, const std::vector<const ref::Value*>&, const ref::Value&);
+std::unique_ptr<OpPlan> plan_shape(const ref::Op&, const std::vector<const ref::Value*>&, const ref::Value&);
+std::unique_ptr<OpPlan> plan_gather_nd(const ref::Op&, const std::vector<const ref::Value*>&, const ref::Value&);
+std::unique_ptr<OpPlan> plan_eye_like(const ref::Op&, const std::vector<const ref::Value*>&, const ref::Value&);
+extern const Planner plan_trilu, plan_axis, plan_axis_strides, plan_pad, plan_one_hot;  // kernels_data.cc
+extern const Planner plan_reduction, plan_columns, plan_normalisation, plan_nll_loss, plan_cum_sum,
+    plan_arg_extreme;                                                                     // kernels_norm.cc
+extern const Planner plan_window;                                                         // kernels_pool.cc
+extern const Planner plan_conv_transpose;                                                 // kernels_resize.cc
+extern const Planner plan_product;                                                        // kernels_linear.cc
 
 }  // namespace kernels
 

@@ -51,13 +51,12 @@ void im2col_2d(const float* x, const Dims& in, int64_t channels, const Dims& ker
 
 // Writes the im2col matrix of one group of one image: row (c, kernel position), column (output
 // position), zero where the window reads padding.
-void im2col(const float* x, const Dims& in_spatial, int64_t channels, const Dims& kernel, const Dims& out_spatial,
-            const Dims& strides, const Dims& pads, const Dims& dilations, float* col) {
+void im2col(const float* x, const Dims& in_spatial, const Dims& in_strides, int64_t channels, const Dims& kernel,
+            const Dims& out_spatial, const Dims& strides, const Dims& pads, const Dims& dilations, float* col) {
   size_t n = in_spatial.size();
   if (n == 2) return im2col_2d(x, in_spatial, channels, kernel, out_spatial, strides, pads, dilations, col);
   int64_t kernel_size = product(kernel), out_size = product(out_spatial), in_size = product(in_spatial);
-  Dims in_strides = strides_of(in_spatial);
-  std::vector<int64_t> kpos(n), opos(n);
+  AxisIndex kpos(n), opos(n);
   for (int64_t c = 0; c < channels; ++c) {
     const float* plane = x + c * in_size;
     for (int64_t kk = 0; kk < kernel_size; ++kk, col += out_size) {
@@ -65,7 +64,7 @@ void im2col(const float* x, const Dims& in_spatial, int64_t channels, const Dims
         kpos[static_cast<size_t>(a)] = rem % kernel[static_cast<size_t>(a)];
         rem /= kernel[static_cast<size_t>(a)];
       }
-      std::fill(opos.begin(), opos.end(), 0);
+      for (size_t a = 0; a < n; ++a) opos[a] = 0;
       for (int64_t o = 0; o < out_size; ++o) {
         int64_t offset = 0;
         bool inside = true;
@@ -177,13 +176,18 @@ struct Part {
 struct Packed {
   Desc src, dst, src_plain, dst_plain;
   std::optional<dnnl::reorder> to_src, from_dst;  // when the primitive's layouts are not row-major
-  bool act_fused = false;
+  bool act_fused = false;  // else the plan's activation runs after
   Part part;
   uint64_t src_at = 0, dst_at = 0, pad_at = 0, pad_step = 0;  // bytes in the run's scratch
 };
 
 struct ConvPlan final : OpPlan {
   std::optional<Packed> packed;  // absent: im2col + GEMM, scratch_bytes holding the im2col matrix
+  FusedActivation act;
+  // The im2col path's geometry (spatial axes).
+  int64_t group = 1;
+  bool pointwise = false;
+  Dims strides, pads, dilations, in_spatial, in_strides, out_spatial, kernel;
 };
 
 dnnl::memory memory_at(const Desc& desc, const void* data) {
@@ -255,7 +259,7 @@ Part cut_into_pieces(const ref::Op& op, const Setup& whole, const Dims& w, const
   }
 }
 
-void run_packed(const Packed& p, const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
+void run_packed(const Packed& p, const FusedActivation& act, Ins in, const Output& out) {
   onednn::OneThread one;
   dnnl::memory x = memory_at(p.src_plain, in[0].data), y = memory_at(p.dst_plain, out.data);
   dnnl::memory src = p.to_src ? memory_at(p.src, out.scratch + p.src_at) : x;
@@ -279,7 +283,7 @@ void run_packed(const Packed& p, const ref::Op& op, const std::vector<Tensor>& i
   };
   const auto pieces = static_cast<size_t>(c.pieces);
   if (pieces > 1 && out.parallel && *out.parallel)
-    (*out.parallel)(pieces, piece);
+    (*out.parallel)(pieces, std::cref(piece));
   else
     for (size_t i = 0; i < pieces; ++i) piece(i);
   if (p.from_dst) {
@@ -287,7 +291,7 @@ void run_packed(const Packed& p, const ref::Op& op, const std::vector<Tensor>& i
     p.from_dst->execute(onednn::stream(), blocked, y);
     onednn::stream().wait();
   }
-  if (!p.act_fused) apply_activation(op, out.f32(), out.size());
+  if (!p.act_fused) act.apply(out.f32(), out.size());
 }
 
 }  // namespace
@@ -320,10 +324,20 @@ namespace kernels {
 
 std::unique_ptr<OpPlan> plan_conv(const ref::Op& op, const std::vector<const ref::Value*>& in, const ref::Value& out) {
   auto plan = std::make_unique<ConvPlan>();
+  plan->act = fused_activation_of(op);
   const Dims& x = in[0]->dims;
   if (op.get_int("packed", 0) == 0) {
     const Dims& w = in[1]->dims;
-    if (!is_pointwise(op))
+    plan->group = op.get_int("group", 1);
+    plan->pointwise = is_pointwise(op);
+    plan->strides = op.get_ints("strides");
+    plan->pads = op.get_ints("pads");
+    plan->dilations = op.get_ints("dilations");
+    plan->in_spatial.assign(x.begin() + 2, x.end());
+    plan->in_strides = strides_of(plan->in_spatial);
+    plan->out_spatial.assign(out.dims.begin() + 2, out.dims.end());
+    plan->kernel.assign(w.begin() + 2, w.end());
+    if (!plan->pointwise)
       plan->scratch_bytes = static_cast<uint64_t>(product(w, 1, w.size()) * product(out.dims, 2, out.dims.size())) * sizeof(float);
     return plan;
   }
@@ -366,26 +380,24 @@ std::unique_ptr<OpPlan> plan_conv(const ref::Op& op, const std::vector<const ref
   return plan;
 }
 
-void conv(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
-  const auto& plan = static_cast<const ConvPlan&>(*out.plan);
-  if (plan.packed) return run_packed(*plan.packed, op, in, out);
+void conv(Ins in, const Output& out) {
+  const auto& plan = plan_of<ConvPlan>(out);
+  if (plan.packed) return run_packed(*plan.packed, plan.act, in, out);
   const Dims& xd = in[0].dims();
   const Dims& wd = in[1].dims();
-  const Dims& yd = out.dims();
-  int64_t group = op.get_int("group", 1);
+  const int64_t group = plan.group;
   int64_t batch = xd[0], c_per_group = wd[1], m_per_group = wd[0] / group;
-  Dims in_spatial(xd.begin() + 2, xd.end()), out_spatial(yd.begin() + 2, yd.end());
-  Dims kernel(wd.begin() + 2, wd.end());
-  int64_t in_size = product(in_spatial), out_size = product(out_spatial);
-  int64_t rows = c_per_group * product(kernel);  // K of the GEMM
-  bool pointwise = is_pointwise(op);
+  int64_t in_size = product(plan.in_spatial), out_size = product(plan.out_spatial);
+  int64_t rows = c_per_group * product(plan.kernel);  // K of the GEMM
+  const bool pointwise = plan.pointwise;
   auto* col = reinterpret_cast<float*>(out.scratch);
-  Dims strides = op.get_ints("strides"), pads = op.get_ints("pads"), dilations = op.get_ints("dilations");
   const float* w = in[1].f32();
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t g = 0; g < group; ++g) {
       const float* x = in[0].f32() + (b * xd[1] + g * c_per_group) * in_size;
-      if (!pointwise) im2col(x, in_spatial, c_per_group, kernel, out_spatial, strides, pads, dilations, col);
+      if (!pointwise)
+        im2col(x, plan.in_spatial, plan.in_strides, c_per_group, plan.kernel, plan.out_spatial, plan.strides, plan.pads,
+               plan.dilations, col);
       float* y = out.f32() + (b * wd[0] + g * m_per_group) * out_size;
       gemm_rowmajor(m_per_group, out_size, rows, w + g * m_per_group * rows, pointwise ? x : col, y, out.parallel);
     }
@@ -398,7 +410,7 @@ void conv(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
         for (int64_t i = 0; i < out_size; ++i) plane[i] += bias[m];
       }
   }
-  apply_activation(op, out.f32(), out.size());
+  plan.act.apply(out.f32(), out.size());
 }
 
 }  // namespace kernels

@@ -11,12 +11,11 @@
 namespace ctxgen::runtime::kernels {
 namespace {
 
-// y[i] = x[offset of i], where each output axis moves the input offset by `in_strides` (rows of the
-// innermost axis copied in a tight loop).
+// y[i] = x[offset of i], where each output axis moves the output offset by strides[0] and the
+// input offset by strides[1] (rows of the innermost axis copied in a tight loop).
 template <typename T>
-void strided_copy(const T* x, T* y, const Dims& out_dims, const Dims& in_strides) {
-  const Dims strides[2] = {strides_of(out_dims), in_strides};
-  int64_t inner = out_dims.empty() ? 1 : out_dims.back(), step = out_dims.empty() ? 0 : in_strides.back();
+void strided_copy(const T* x, T* y, const Dims& out_dims, const Dims (&strides)[2]) {
+  int64_t inner = out_dims.empty() ? 1 : out_dims.back(), step = out_dims.empty() ? 0 : strides[1].back();
   for_each_row(out_dims, strides, [&](const int64_t* at) {
     for (int64_t i = 0; i < inner; ++i) y[at[0] + i] = x[at[1] + i * step];
   });
@@ -25,9 +24,9 @@ void strided_copy(const T* x, T* y, const Dims& out_dims, const Dims& in_strides
 template <typename F>
 void for_each_index(const Dims& dims, F&& f) {
   int64_t n = product(dims);
-  std::vector<int64_t> index(dims.size(), 0);
+  AxisIndex index(dims.size());
   for (int64_t i = 0; i < n; ++i) {
-    f(i, index);
+    f(i, static_cast<const AxisIndex&>(index));
     for (size_t a = dims.size(); a-- > 0;) {
       if (++index[a] < dims[a]) break;
       index[a] = 0;
@@ -35,31 +34,78 @@ void for_each_index(const Dims& dims, F&& f) {
   }
 }
 
+// An index of type I read as int64, checked against [-extent, extent) and made non-negative.
+template <typename I>
+int64_t index_within(I value, int64_t extent, const char* op) {
+  const auto k = static_cast<int64_t>(value);
+  if (k < -extent || k >= extent)
+    throw Error(ErrorCode::kRuntime, std::string(op) + " index " + std::to_string(k) + " out of range [" +
+                                         std::to_string(-extent) + ", " + std::to_string(extent) + ")");
+  return k < 0 ? k + extent : k;
+}
+
 }  // namespace
 
-void transpose(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
-  Dims perm = op.get_ints("perm");
-  Dims in_strides = strides_of(in[0].dims());
-  Dims gathered(perm.size());  // input stride of each output axis
-  for (size_t a = 0; a < perm.size(); ++a) gathered[a] = in_strides[static_cast<size_t>(perm[a])];
+// A copy of the input seen through other strides: Transpose (its permutation), Slice (its starts
+// and steps).
+struct StridedCopy final : OpPlan {
+  Dims strides[2];   // the output's, and the input's per output axis
+  int64_t base = 0;  // input offset of the first element
+};
+
+std::unique_ptr<OpPlan> plan_transpose(const ref::Op& op, const std::vector<const ref::Value*>& in, const ref::Value& out) {
+  auto plan = std::make_unique<StridedCopy>();
+  const Dims perm = op.get_ints("perm"), in_strides = strides_of(in[0]->dims);
+  for (int64_t axis : perm) plan->strides[1].push_back(in_strides[static_cast<size_t>(axis)]);
+  plan->strides[0] = strides_of(out.dims);
+  return plan;
+}
+
+std::unique_ptr<OpPlan> plan_slice(const ref::Op& op, const std::vector<const ref::Value*>& in, const ref::Value& out) {
+  auto plan = std::make_unique<StridedCopy>();
+  const Dims starts = op.get_ints("starts"), steps = op.get_ints("steps"), in_strides = strides_of(in[0]->dims);
+  plan->strides[1].assign(steps.size(), 0);  // a single-element axis never steps
+  if (product(out.dims) > 0)  // starts of empty axes are not meaningful
+    for (size_t a = 0; a < steps.size(); ++a) {
+      if (out.dims[a] > 1) plan->strides[1][a] = steps[a] * in_strides[a];
+      plan->base += starts[a] * in_strides[a];
+    }
+  plan->strides[0] = strides_of(out.dims);
+  return plan;
+}
+
+void transpose(Ins in, const Output& out) {
+  const auto& p = plan_of<StridedCopy>(out);
   visit_dtype(out.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    strided_copy(in[0].as<T>(), out.as<T>(), out.dims(), gathered);
+    strided_copy(in[0].as<T>() + p.base, out.as<T>(), out.dims(), p.strides);
   });
 }
 
-void reshape(const ref::Op&, const std::vector<Tensor>& in, const Output& out) {
+void slice(Ins in, const Output& out) { transpose(in, out); }
+
+void reshape(Ins in, const Output& out) {
   std::memcpy(out.data, in[0].data, static_cast<size_t>(out.value->byte_size()));
 }
 
-void tile(const ref::Op&, const std::vector<Tensor>& in, const Output& out) {
+// The input's strides, for kernels that compute each element's input offset.
+struct InputStrides final : OpPlan {
+  Dims strides;
+};
+std::unique_ptr<OpPlan> plan_input_strides(const ref::Op&, const std::vector<const ref::Value*>& in, const ref::Value&) {
+  auto plan = std::make_unique<InputStrides>();
+  plan->strides = strides_of(in[0]->dims);
+  return plan;
+}
+
+void tile(Ins in, const Output& out) {
   const Dims& xd = in[0].dims();
-  Dims xs = strides_of(xd);
+  const Dims& xs = plan_of<InputStrides>(out).strides;
   visit_dtype(out.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* x = in[0].as<T>();
     T* y = out.as<T>();
-    for_each_index(out.dims(), [&](int64_t i, const std::vector<int64_t>& at) {
+    for_each_index(out.dims(), [&](int64_t i, const AxisIndex& at) {
       int64_t offset = 0;
       for (size_t a = 0; a < xd.size(); ++a) offset += (at[a] % xd[a]) * xs[a];
       y[i] = x[offset];
@@ -67,11 +113,19 @@ void tile(const ref::Op&, const std::vector<Tensor>& in, const Output& out) {
   });
 }
 
+struct Trilu final : OpPlan {
+  Trilu(const ref::Op& op, const std::vector<const ref::Value*>&, const ref::Value&)
+      : k(op.get_int("k", 0)), upper(op.get_int("upper", 1) != 0) {}
+  int64_t k;
+  bool upper;
+};
+const Planner plan_trilu = plan_as<Trilu>;
+
 // Keeps the elements on and above (upper) or on and below (lower) diagonal k of each matrix.
-void trilu(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
+void trilu(Ins in, const Output& out) {
   const Dims& d = out.dims();
-  int64_t rows = d[d.size() - 2], cols = d.back(), k = op.get_int("k", 0);
-  bool upper = op.get_int("upper", 1) != 0;
+  const int64_t rows = d[d.size() - 2], cols = d.back(), k = plan_of<Trilu>(out).k;
+  const bool upper = plan_of<Trilu>(out).upper;
   int64_t matrices = product(d, 0, d.size() - 2);
   visit_dtype(out.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -88,8 +142,16 @@ void trilu(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) 
   });
 }
 
-void concat(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
-  auto axis = static_cast<size_t>(op.get_int("axis", 0));
+// The op's `axis` attribute, for kernels that need no other.
+struct Axis final : OpPlan {
+  Axis(const ref::Op& op, const std::vector<const ref::Value*>&, const ref::Value&)
+      : axis(static_cast<size_t>(op.get_int("axis", 0))) {}
+  size_t axis;
+};
+const Planner plan_axis = plan_as<Axis>;
+
+void concat(Ins in, const Output& out) {
+  const size_t axis = plan_of<Axis>(out).axis;
   const Dims& od = out.dims();
   auto es = static_cast<int64_t>(ref::dtype_size(out.dtype()));
   int64_t outer = product(od, 0, axis), inner = product(od, axis + 1, od.size()) * es;
@@ -103,50 +165,41 @@ void concat(const ref::Op& op, const std::vector<Tensor>& in, const Output& out)
   }
 }
 
-void slice(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
-  const Dims& od = out.dims();
-  if (product(od) == 0) return;  // starts of empty axes are not meaningful
-  Dims starts = op.get_ints("starts"), steps = op.get_ints("steps");
-  Dims in_strides = strides_of(in[0].dims());
-  Dims stepped(steps.size(), 0);  // input stride per output axis; a single-element axis never steps
-  int64_t base = 0;
-  for (size_t a = 0; a < steps.size(); ++a) {
-    if (od[a] > 1) stepped[a] = steps[a] * in_strides[a];
-    base += starts[a] * in_strides[a];
-  }
-  visit_dtype(out.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    strided_copy(in[0].as<T>() + base, out.as<T>(), od, stepped);
-  });
-}
-
-void gather(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
+void gather(Ins in, const Output& out) {
   const Dims& d = in[0].dims();
-  auto axis = static_cast<size_t>(op.get_int("axis", 0));
+  const size_t axis = plan_of<Axis>(out).axis;
   int64_t outer = product(d, 0, axis), extent = d[axis];
   auto inner = product(d, axis + 1, d.size()) * static_cast<int64_t>(ref::dtype_size(out.dtype()));
   int64_t count = in[1].size();
-  std::vector<int64_t> indices(static_cast<size_t>(count));
   visit_dtype(in[1].dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    std::copy(in[1].as<T>(), in[1].as<T>() + count, indices.begin());
+    using I = decltype(tag);
+    const I* indices = in[1].as<I>();
+    for (int64_t k = 0; k < count; ++k) index_within(indices[k], extent, "Gather");  // before writing anything
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t k = 0; k < count; ++k) {
+        const int64_t i = index_within(indices[k], extent, "Gather");
+        std::memcpy(out.bytes() + (o * count + k) * inner, in[0].bytes() + (o * extent + i) * inner,
+                    static_cast<size_t>(inner));
+      }
   });
-  for (int64_t k = 0; k < count; ++k)
-    if (indices[k] < -extent || indices[k] >= extent)
-      throw Error(ErrorCode::kRuntime, "Gather index " + std::to_string(indices[k]) + " out of range [" +
-                                           std::to_string(-extent) + ", " + std::to_string(extent) + ")");
-  for (int64_t o = 0; o < outer; ++o)
-    for (int64_t k = 0; k < count; ++k) {
-      int64_t i = indices[k] < 0 ? indices[k] + extent : indices[k];
-      std::memcpy(out.bytes() + (o * count + k) * inner, in[0].bytes() + (o * extent + i) * inner,
-                  static_cast<size_t>(inner));
-    }
 }
 
-void gather_elements(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
+// The data input's strides and the op's axis.
+struct AxisStrides final : OpPlan {
+  AxisStrides(const ref::Op& op, const std::vector<const ref::Value*>& in, const ref::Value&)
+      : axis(static_cast<size_t>(op.get_int("axis", 0))), reduction(op.get_int("reduction", 0)),
+        strides(strides_of(in[0]->dims)) {}
+  size_t axis;
+  int64_t reduction;  // ScatterElements: 0 none, 1 add, 2 mul, 3 max, 4 min
+  Dims strides;
+};
+const Planner plan_axis_strides = plan_as<AxisStrides>;
+
+void gather_elements(Ins in, const Output& out) {
   const Dims& d = in[0].dims();
-  auto axis = static_cast<size_t>(op.get_int("axis", 0));
-  Dims ds = strides_of(d);
+  const auto& p = plan_of<AxisStrides>(out);
+  const size_t axis = p.axis;
+  const Dims& ds = p.strides;
   int64_t extent = d[axis];
   visit_dtype(in[1].dtype(), [&](auto index_tag) {
     using I = decltype(index_tag);
@@ -155,59 +208,81 @@ void gather_elements(const ref::Op& op, const std::vector<Tensor>& in, const Out
       using T = decltype(tag);
       const T* x = in[0].as<T>();
       T* y = out.as<T>();
-      for_each_index(out.dims(), [&](int64_t i, const std::vector<int64_t>& at) {
-        auto k = static_cast<int64_t>(indices[i]);
-        if (k < -extent || k >= extent)
-          throw Error(ErrorCode::kRuntime, "GatherElements index " + std::to_string(k) + " out of range [" +
-                                               std::to_string(-extent) + ", " + std::to_string(extent) + ")");
+      for_each_index(out.dims(), [&](int64_t i, const AxisIndex& at) {
+        const int64_t k = index_within(indices[i], extent, "GatherElements");
         int64_t offset = 0;
-        for (size_t a = 0; a < d.size(); ++a) offset += (a == axis ? (k < 0 ? k + extent : k) : at[a]) * ds[a];
+        for (size_t a = 0; a < d.size(); ++a) offset += (a == axis ? k : at[a]) * ds[a];
         y[i] = x[offset];
       });
     });
   });
 }
 
-// mode 0 constant (`value`), 1 reflect (mirror without repeating the edge), 2 edge (repeat it).
-void pad(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
+struct Pad final : OpPlan {
+  Pad(const ref::Op& op, const std::vector<const ref::Value*>& in, const ref::Value& out)
+      : pads(op.get_ints("pads")), in_strides(strides_of(in[0]->dims)), mode(op.get_int("mode", 0)),
+        fill(TypedScalar::of(op, "value", out.dtype)) {}
+  Dims pads, in_strides;
+  int64_t mode;  // 0 constant (`value`), 1 reflect (mirror without repeating the edge), 2 edge (repeat it)
+  TypedScalar fill;
+};
+const Planner plan_pad = plan_as<Pad>;
+
+void pad(Ins in, const Output& out) {
   const Dims& xd = in[0].dims();
   size_t rank = xd.size();
-  Dims pads = op.get_ints("pads"), xs = strides_of(xd);
-  int64_t mode = op.get_int("mode", 0);
+  const auto& p = plan_of<Pad>(out);
+  const Dims &pads = p.pads, &xs = p.in_strides;
   visit_dtype(out.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* x = in[0].as<T>();
     T* y = out.as<T>();
-    T fill = scalar_of<T>(op, "value");
-    for_each_index(out.dims(), [&](int64_t i, const std::vector<int64_t>& at) {
+    const T fill = p.fill.as<T>();
+    for_each_index(out.dims(), [&](int64_t i, const AxisIndex& at) {
       int64_t offset = 0;
       bool inside = true;
       for (size_t a = 0; a < rank && inside; ++a) {
-        int64_t p = at[a] - pads[a], n = xd[a];
-        if (p < 0 || p >= n) {
-          if (mode == 0) inside = false;
-          else if (mode == 2) p = p < 0 ? 0 : n - 1;
-          else p = p < 0 ? -p : 2 * (n - 1) - p;
+        int64_t at_in = at[a] - pads[a], n = xd[a];
+        if (at_in < 0 || at_in >= n) {
+          if (p.mode == 0) inside = false;
+          else if (p.mode == 2) at_in = at_in < 0 ? 0 : n - 1;
+          else at_in = at_in < 0 ? -at_in : 2 * (n - 1) - at_in;
         }
-        offset += p * xs[a];
+        offset += at_in * xs[a];
       }
       y[i] = inside ? x[offset] : fill;
     });
   });
 }
 
-void shape(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
+// One int attribute, for kernels that need no other: Shape `start`, GatherND `batch_dims`,
+// EyeLike `k`.
+struct IntAttr final : OpPlan {
+  explicit IntAttr(int64_t v) : value(v) {}
+  int64_t value;
+};
+std::unique_ptr<OpPlan> plan_shape(const ref::Op& op, const std::vector<const ref::Value*>&, const ref::Value&) {
+  return std::make_unique<IntAttr>(op.get_int("start", 0));
+}
+std::unique_ptr<OpPlan> plan_gather_nd(const ref::Op& op, const std::vector<const ref::Value*>&, const ref::Value&) {
+  return std::make_unique<IntAttr>(op.get_int("batch_dims", 0));
+}
+std::unique_ptr<OpPlan> plan_eye_like(const ref::Op& op, const std::vector<const ref::Value*>&, const ref::Value&) {
+  return std::make_unique<IntAttr>(op.get_int("k", 0));
+}
+
+void shape(Ins in, const Output& out) {
   const Dims& d = in[0].dims();
-  auto start = op.get_int("start", 0);
+  const int64_t start = plan_of<IntAttr>(out).value;
   std::copy(d.begin() + start, d.begin() + start + out.size(), out.as<int64_t>());
 }
 
-void size(const ref::Op&, const std::vector<Tensor>& in, const Output& out) { *out.as<int64_t>() = in[0].size(); }
+void size(Ins in, const Output& out) { *out.as<int64_t>() = in[0].size(); }
 
-void gather_nd(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
+void gather_nd(Ins in, const Output& out) {
   const Dims& d = in[0].dims();
   const Dims& idx = in[1].dims();
-  auto b = static_cast<size_t>(op.get_int("batch_dims", 0));
+  auto b = static_cast<size_t>(plan_of<IntAttr>(out).value);
   auto m = static_cast<size_t>(idx.back());
   int64_t batches = product(d, 0, b), per_batch = product(idx, b, idx.size() - 1);
   auto es = static_cast<int64_t>(ref::dtype_size(out.dtype()));
@@ -217,54 +292,46 @@ void gather_nd(const ref::Op& op, const std::vector<Tensor>& in, const Output& o
     for (int64_t p = 0; p < per_batch; ++p) {
       const int64_t* coord = indices + (bi * per_batch + p) * static_cast<int64_t>(m);
       int64_t offset = bi * batch_stride;
-      for (size_t j = 0; j < m; ++j) {
-        int64_t extent = d[b + j], k = coord[j];
-        if (k < -extent || k >= extent)
-          throw Error(ErrorCode::kRuntime, "GatherND index " + std::to_string(k) + " out of range [" + std::to_string(-extent) +
-                                               ", " + std::to_string(extent) + ")");
-        offset += (k < 0 ? k + extent : k) * product(d, b + j + 1, d.size()) * es;
-      }
+      for (size_t j = 0; j < m; ++j)
+        offset += index_within(coord[j], d[b + j], "GatherND") * product(d, b + j + 1, d.size()) * es;
       std::memcpy(out.bytes() + (bi * per_batch + p) * slice, in[0].bytes() + offset, static_cast<size_t>(slice));
     }
 }
 
-void scatter_elements(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
+void scatter_elements(Ins in, const Output& out) {
   const Dims& d = in[0].dims();
-  auto axis = static_cast<size_t>(op.get_int("axis", 0));
-  int64_t reduction = op.get_int("reduction", 0), extent = d[axis];
-  Dims ds = strides_of(d);
+  const auto& p = plan_of<AxisStrides>(out);
+  const size_t axis = p.axis;
+  const Dims& ds = p.strides;
+  const int64_t extent = d[axis];
   std::memcpy(out.data, in[0].data, static_cast<size_t>(out.value->byte_size()));
-  std::vector<int64_t> indices(static_cast<size_t>(in[1].size()));
-  visit_dtype(in[1].dtype(), [&](auto tag) {
-    using I = decltype(tag);
-    std::copy(in[1].as<I>(), in[1].as<I>() + in[1].size(), indices.begin());
-  });
-  visit_dtype(out.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    T* y = out.as<T>();
-    const T* updates = in[2].as<T>();
-    for_each_index(in[1].dims(), [&](int64_t i, const std::vector<int64_t>& at) {
-      int64_t k = indices[static_cast<size_t>(i)];
-      if (k < -extent || k >= extent)
-        throw Error(ErrorCode::kRuntime, "ScatterElements index " + std::to_string(k) + " out of range [" +
-                                             std::to_string(-extent) + ", " + std::to_string(extent) + ")");
-      int64_t offset = 0;
-      for (size_t a = 0; a < d.size(); ++a) offset += (a == axis ? (k < 0 ? k + extent : k) : at[a]) * ds[a];
-      T u = updates[i];
-      T& t = y[offset];
-      switch (reduction) {
-        case 1: t = wrapping_add(t, u); break;
-        case 2: t = wrapping_mul(t, u); break;
-        case 3: t = std::max(t, u); break;
-        case 4: t = std::min(t, u); break;
-        default: t = u;
-      }
+  visit_dtype(in[1].dtype(), [&](auto index_tag) {
+    using I = decltype(index_tag);
+    const I* indices = in[1].as<I>();
+    visit_dtype(out.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      T* y = out.as<T>();
+      const T* updates = in[2].as<T>();
+      for_each_index(in[1].dims(), [&](int64_t i, const AxisIndex& at) {
+        const int64_t k = index_within(indices[i], extent, "ScatterElements");
+        int64_t offset = 0;
+        for (size_t a = 0; a < d.size(); ++a) offset += (a == axis ? k : at[a]) * ds[a];
+        T u = updates[i];
+        T& t = y[offset];
+        switch (p.reduction) {
+          case 1: t = wrapping_add(t, u); break;
+          case 2: t = wrapping_mul(t, u); break;
+          case 3: t = std::max(t, u); break;
+          case 4: t = std::min(t, u); break;
+          default: t = u;
+        }
+      });
     });
   });
 }
 
-void eye_like(const ref::Op& op, const std::vector<Tensor>&, const Output& out) {
-  int64_t rows = out.dims()[0], cols = out.dims()[1], k = op.get_int("k", 0);
+void eye_like(Ins, const Output& out) {
+  const int64_t rows = out.dims()[0], cols = out.dims()[1], k = plan_of<IntAttr>(out).value;
   visit_dtype(out.dtype(), [&](auto tag) {
     using T = decltype(tag);
     for (int64_t r = 0; r < rows; ++r)
@@ -272,27 +339,35 @@ void eye_like(const ref::Op& op, const std::vector<Tensor>&, const Output& out) 
   });
 }
 
-void one_hot(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
-  auto axis = static_cast<size_t>(op.get_int("axis", 0));
-  int64_t depth = op.get_int("depth", 1);
+struct OneHot final : OpPlan {
+  OneHot(const ref::Op& op, const std::vector<const ref::Value*>&, const ref::Value& out)
+      : axis(static_cast<size_t>(op.get_int("axis", 0))), depth(op.get_int("depth", 1)),
+        on(TypedScalar::of(op, "on", out.dtype)), off(TypedScalar::of(op, "off", out.dtype)) {}
+  size_t axis;
+  int64_t depth;
+  TypedScalar on, off;
+};
+const Planner plan_one_hot = plan_as<OneHot>;
+
+void one_hot(Ins in, const Output& out) {
+  const auto& p = plan_of<OneHot>(out);
   const Dims& od = out.dims();
-  int64_t outer = product(od, 0, axis), inner = product(od, axis + 1, od.size());
-  std::vector<int64_t> indices(static_cast<size_t>(in[0].size()));
-  visit_dtype(in[0].dtype(), [&](auto tag) {
-    using I = decltype(tag);
-    for (size_t i = 0; i < indices.size(); ++i) indices[i] = static_cast<int64_t>(in[0].as<I>()[i]);
-  });
-  visit_dtype(out.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    T on = scalar_of<T>(op, "on"), off = scalar_of<T>(op, "off");
-    T* y = out.as<T>();
-    std::fill(y, y + out.size(), off);
-    for (int64_t o = 0; o < outer; ++o)
-      for (int64_t j = 0; j < inner; ++j) {
-        int64_t k = indices[static_cast<size_t>(o * inner + j)];
-        if (k < 0) k += depth;
-        if (k >= 0 && k < depth) y[(o * depth + k) * inner + j] = on;  // out of range: all off, as ONNX says
-      }
+  const int64_t depth = p.depth, outer = product(od, 0, p.axis), inner = product(od, p.axis + 1, od.size());
+  visit_dtype(in[0].dtype(), [&](auto index_tag) {
+    using I = decltype(index_tag);
+    const I* indices = in[0].as<I>();
+    visit_dtype(out.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      const T on = p.on.as<T>(), off = p.off.as<T>();
+      T* y = out.as<T>();
+      std::fill(y, y + out.size(), off);
+      for (int64_t o = 0; o < outer; ++o)
+        for (int64_t j = 0; j < inner; ++j) {
+          auto k = static_cast<int64_t>(indices[o * inner + j]);
+          if (k < 0) k += depth;
+          if (k >= 0 && k < depth) y[(o * depth + k) * inner + j] = on;  // out of range: all off, as ONNX says
+        }
+    });
   });
 }
 

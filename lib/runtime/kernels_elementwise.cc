@@ -18,36 +18,38 @@ namespace ctxgen::runtime {
 namespace {
 
 // y = f(a, b, ...) over inputs broadcast numpy-style to the output dims; In are the input element
-// types, R the output's.
+// types, R the output's. Inputs of the output's size are read in one flat loop; otherwise the op's
+// BroadcastPlan holds every input's strides.
 template <typename R, typename... In, typename F, size_t... I>
-void broadcast_map(const std::vector<Tensor>& in, const Output& out, F f, std::index_sequence<I...>) {
+void broadcast_map(Ins in, const Output& out, F f, std::index_sequence<I...>) {
   constexpr size_t kInputs = sizeof...(In);
   R* y = out.as<R>();
   const std::tuple<const In*...> src{in[I].template as<In>()...};
-  const Dims& dims = out.dims();
   if (((in[I].size() == out.size()) && ...)) {
     parallel_ranges(out.parallel, out.size(), 1, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) y[i] = f(std::get<I>(src)[i]...);
     });
     return;
   }
-  const Dims strides[kInputs + 1] = {strides_of(dims), broadcast_strides(in[I].dims(), dims)...};
+  const auto& plan = static_cast<const BroadcastPlan&>(*out.plan);
+  const Dims& dims = out.dims();
+  const Dims* strides = plan.strides.data();  // the output's, then each input's
   int64_t inner = dims.empty() ? 1 : dims.back();
   int64_t step[kInputs] = {(dims.empty() ? 0 : strides[I + 1].back())...};
-  for_each_row(dims, strides, [&](const int64_t* at) {
+  for_each_row<kInputs + 1>(dims, strides, [&](const int64_t* at) {
     R* row = y + at[0];
     for (int64_t i = 0; i < inner; ++i) row[i] = f(std::get<I>(src)[at[I + 1] + i * step[I]]...);
   });
 }
 
 template <typename R, typename... In, typename F>
-void map(const std::vector<Tensor>& in, const Output& out, F f) {
+void map(Ins in, const Output& out, F f) {
   broadcast_map<R, In...>(in, out, f, std::index_sequence_for<In...>{});
 }
 
 // A binary op on every numeric type, the output of the inputs' type.
 template <typename F>
-void arithmetic(const std::vector<Tensor>& in, const Output& out, F f) {
+void arithmetic(Ins in, const Output& out, F f) {
   visit_dtype(in[0].dtype(), [&](auto tag) {
     using T = decltype(tag);
     map<T, T, T>(in, out, [&](T a, T b) { return f(a, b); });
@@ -56,7 +58,7 @@ void arithmetic(const std::vector<Tensor>& in, const Output& out, F f) {
 
 // A comparison of two inputs of one type, giving bool.
 template <typename F>
-void comparison(const std::vector<Tensor>& in, const Output& out, F f) {
+void comparison(Ins in, const Output& out, F f) {
   visit_dtype(in[0].dtype(), [&](auto tag) {
     using T = decltype(tag);
     map<uint8_t, T, T>(in, out, [&](T a, T b) { return static_cast<uint8_t>(f(a, b)); });
@@ -64,7 +66,7 @@ void comparison(const std::vector<Tensor>& in, const Output& out, F f) {
 }
 
 template <typename F>
-void unary(const std::vector<Tensor>& in, const Output& out, F f) {
+void unary(Ins in, const Output& out, F f) {
   const float* x = in[0].f32();
   float* y = out.f32();
   parallel_ranges(out.parallel, out.size(), 4, [&](int64_t begin, int64_t end) {
@@ -113,6 +115,26 @@ To convert(From x) {
 
 }  // namespace
 
+std::unique_ptr<OpPlan> plan_broadcast(const ref::Op&, const std::vector<const ref::Value*>& in, const ref::Value& out) {
+  auto plan = std::make_unique<BroadcastPlan>();
+  plan->strides.push_back(strides_of(out.dims));
+  for (const ref::Value* v : in) plan->strides.push_back(broadcast_strides(v->dims, out.dims));
+  return plan;
+}
+
+TypedScalar TypedScalar::of(const ref::Op& op, const std::string& name, ref::DType dtype) {
+  TypedScalar scalar;
+  visit_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T value;
+    if constexpr (std::is_same_v<T, float>) value = op.get_float(name, 0.0f);
+    else if constexpr (std::is_same_v<T, uint8_t>) value = op.get_int(name, 0) != 0 ? 1 : 0;  // bool
+    else value = static_cast<T>(op.get_int(name, 0));
+    std::memcpy(&scalar.bits, &value, sizeof(T));
+  });
+  return scalar;
+}
+
 FusedActivation fused_activation_of(const ref::Op& op) {
   return {static_cast<ref::Activation>(op.get_int("act", 0)), op.get_float("act_alpha", 0.0f), op.get_float("act_beta", 0.0f)};
 }
@@ -134,69 +156,67 @@ void FusedActivation::apply(float* data, int64_t n) const {
 
 namespace kernels {
 
-using Ins = std::vector<Tensor>;
-
-void add(const ref::Op&, const Ins& in, const Output& out) {
+void add(Ins in, const Output& out) {
   arithmetic(in, out, [](auto a, auto b) { return wrapping_add(a, b); });
 }
-void sub(const ref::Op&, const Ins& in, const Output& out) {
+void sub(Ins in, const Output& out) {
   arithmetic(in, out, [](auto a, auto b) { return wrapping_sub(a, b); });
 }
-void mul(const ref::Op&, const Ins& in, const Output& out) {
+void mul(Ins in, const Output& out) {
   arithmetic(in, out, [](auto a, auto b) { return wrapping_mul(a, b); });
 }
-void div(const ref::Op&, const Ins& in, const Output& out) {
+void div(Ins in, const Output& out) {
   arithmetic(in, out, [](auto a, auto b) { return div_of(a, b); });
 }
-void min(const ref::Op&, const Ins& in, const Output& out) {
+void min(Ins in, const Output& out) {
   arithmetic(in, out, [](auto a, auto b) { return std::min(a, b); });
 }
-void max(const ref::Op&, const Ins& in, const Output& out) {
+void max(Ins in, const Output& out) {
   arithmetic(in, out, [](auto a, auto b) { return std::max(a, b); });
 }
-void pow(const ref::Op&, const Ins& in, const Output& out) {
+void pow(Ins in, const Output& out) {
   map<float, float, float>(in, out, [](float a, float b) { return std::pow(a, b); });
 }
-void prelu(const ref::Op&, const Ins& in, const Output& out) {
+void prelu(Ins in, const Output& out) {
   map<float, float, float>(in, out, [](float x, float slope) { return x < 0 ? slope * x : x; });
 }
 
-void equal(const ref::Op&, const Ins& in, const Output& out) {
+void equal(Ins in, const Output& out) {
   comparison(in, out, [](auto a, auto b) { return a == b; });
 }
-void less(const ref::Op&, const Ins& in, const Output& out) {
+void less(Ins in, const Output& out) {
   comparison(in, out, [](auto a, auto b) { return a < b; });
 }
-void greater(const ref::Op&, const Ins& in, const Output& out) {
+void greater(Ins in, const Output& out) {
   comparison(in, out, [](auto a, auto b) { return a > b; });
 }
-void less_or_equal(const ref::Op&, const Ins& in, const Output& out) {
+void less_or_equal(Ins in, const Output& out) {
   comparison(in, out, [](auto a, auto b) { return a <= b; });
 }
-void greater_or_equal(const ref::Op&, const Ins& in, const Output& out) {
+void greater_or_equal(Ins in, const Output& out) {
   comparison(in, out, [](auto a, auto b) { return a >= b; });
 }
-void logical_and(const ref::Op&, const Ins& in, const Output& out) {
+void logical_and(Ins in, const Output& out) {
   map<uint8_t, uint8_t, uint8_t>(in, out, [](uint8_t a, uint8_t b) { return static_cast<uint8_t>(a && b); });
 }
-void logical_or(const ref::Op&, const Ins& in, const Output& out) {
+void logical_or(Ins in, const Output& out) {
   map<uint8_t, uint8_t, uint8_t>(in, out, [](uint8_t a, uint8_t b) { return static_cast<uint8_t>(a || b); });
 }
-void logical_xor(const ref::Op&, const Ins& in, const Output& out) {
+void logical_xor(Ins in, const Output& out) {
   map<uint8_t, uint8_t, uint8_t>(in, out, [](uint8_t a, uint8_t b) { return static_cast<uint8_t>((a != 0) != (b != 0)); });
 }
-void logical_not(const ref::Op&, const Ins& in, const Output& out) {
+void logical_not(Ins in, const Output& out) {
   map<uint8_t, uint8_t>(in, out, [](uint8_t a) { return static_cast<uint8_t>(a == 0); });
 }
 
-void where(const ref::Op&, const Ins& in, const Output& out) {
+void where(Ins in, const Output& out) {
   visit_dtype(out.dtype(), [&](auto tag) {
     using T = decltype(tag);
     map<T, uint8_t, T, T>(in, out, [](uint8_t c, T a, T b) { return c ? a : b; });
   });
 }
 
-void cast(const ref::Op&, const Ins& in, const Output& out) {
+void cast(Ins in, const Output& out) {
   visit_dtype(in[0].dtype(), [&](auto from) {
     visit_dtype(out.dtype(), [&](auto to) {
       using From = decltype(from);
@@ -206,63 +226,63 @@ void cast(const ref::Op&, const Ins& in, const Output& out) {
   });
 }
 
-void neg(const ref::Op&, const Ins& in, const Output& out) {
+void neg(Ins in, const Output& out) {
   visit_dtype(in[0].dtype(), [&](auto tag) {
     using T = decltype(tag);
     map<T, T>(in, out, [](T x) { return wrapping_sub(T(0), x); });
   });
 }
-void abs(const ref::Op&, const Ins& in, const Output& out) {
+void abs(Ins in, const Output& out) {
   visit_dtype(in[0].dtype(), [&](auto tag) {
     using T = decltype(tag);
     map<T, T>(in, out, [](T x) { return x < T(0) ? wrapping_sub(T(0), x) : x; });
   });
 }
 
-void sqrt(const ref::Op&, const Ins& in, const Output& out) { unary(in, out, [](float x) { return std::sqrt(x); }); }
-void exp(const ref::Op&, const Ins& in, const Output& out) { unary(in, out, [](float x) { return std::exp(x); }); }
-void log(const ref::Op&, const Ins& in, const Output& out) { unary(in, out, [](float x) { return std::log(x); }); }
-void erf(const ref::Op&, const Ins& in, const Output& out) { unary(in, out, [](float x) { return std::erf(x); }); }
-void sin(const ref::Op&, const Ins& in, const Output& out) { unary(in, out, [](float x) { return std::sin(x); }); }
-void cos(const ref::Op&, const Ins& in, const Output& out) { unary(in, out, [](float x) { return std::cos(x); }); }
-void reciprocal(const ref::Op&, const Ins& in, const Output& out) { unary(in, out, [](float x) { return 1.0f / x; }); }
-void tan(const ref::Op&, const Ins& in, const Output& out) { unary(in, out, [](float x) { return std::tan(x); }); }
-void asin(const ref::Op&, const Ins& in, const Output& out) { unary(in, out, [](float x) { return std::asin(x); }); }
-void acos(const ref::Op&, const Ins& in, const Output& out) { unary(in, out, [](float x) { return std::acos(x); }); }
-void atan(const ref::Op&, const Ins& in, const Output& out) { unary(in, out, [](float x) { return std::atan(x); }); }
-void sinh(const ref::Op&, const Ins& in, const Output& out) { unary(in, out, [](float x) { return std::sinh(x); }); }
-void cosh(const ref::Op&, const Ins& in, const Output& out) { unary(in, out, [](float x) { return std::cosh(x); }); }
-void asinh(const ref::Op&, const Ins& in, const Output& out) { unary(in, out, [](float x) { return std::asinh(x); }); }
-void acosh(const ref::Op&, const Ins& in, const Output& out) { unary(in, out, [](float x) { return std::acosh(x); }); }
-void atanh(const ref::Op&, const Ins& in, const Output& out) { unary(in, out, [](float x) { return std::atanh(x); }); }
-void ceil(const ref::Op&, const Ins& in, const Output& out) { unary(in, out, [](float x) { return std::ceil(x); }); }
-void sign(const ref::Op&, const Ins& in, const Output& out) {
+void sqrt(Ins in, const Output& out) { unary(in, out, [](float x) { return std::sqrt(x); }); }
+void exp(Ins in, const Output& out) { unary(in, out, [](float x) { return std::exp(x); }); }
+void log(Ins in, const Output& out) { unary(in, out, [](float x) { return std::log(x); }); }
+void erf(Ins in, const Output& out) { unary(in, out, [](float x) { return std::erf(x); }); }
+void sin(Ins in, const Output& out) { unary(in, out, [](float x) { return std::sin(x); }); }
+void cos(Ins in, const Output& out) { unary(in, out, [](float x) { return std::cos(x); }); }
+void reciprocal(Ins in, const Output& out) { unary(in, out, [](float x) { return 1.0f / x; }); }
+void tan(Ins in, const Output& out) { unary(in, out, [](float x) { return std::tan(x); }); }
+void asin(Ins in, const Output& out) { unary(in, out, [](float x) { return std::asin(x); }); }
+void acos(Ins in, const Output& out) { unary(in, out, [](float x) { return std::acos(x); }); }
+void atan(Ins in, const Output& out) { unary(in, out, [](float x) { return std::atan(x); }); }
+void sinh(Ins in, const Output& out) { unary(in, out, [](float x) { return std::sinh(x); }); }
+void cosh(Ins in, const Output& out) { unary(in, out, [](float x) { return std::cosh(x); }); }
+void asinh(Ins in, const Output& out) { unary(in, out, [](float x) { return std::asinh(x); }); }
+void acosh(Ins in, const Output& out) { unary(in, out, [](float x) { return std::acosh(x); }); }
+void atanh(Ins in, const Output& out) { unary(in, out, [](float x) { return std::atanh(x); }); }
+void ceil(Ins in, const Output& out) { unary(in, out, [](float x) { return std::ceil(x); }); }
+void sign(Ins in, const Output& out) {
   unary(in, out, [](float x) { return x > 0 ? 1.0f : (x < 0 ? -1.0f : x); });  // 0 and NaN stay
 }
-void softsign(const ref::Op&, const Ins& in, const Output& out) {
+void softsign(Ins in, const Output& out) {
   unary(in, out, [](float x) { return x / (1.0f + std::fabs(x)); });
 }
-void thresholded_relu(const ref::Op& op, const Ins& in, const Output& out) {
-  float alpha = op.get_float("alpha", 0.0f);
+void thresholded_relu(Ins in, const Output& out) {
+  const float alpha = plan_of<Scalars>(out).a;
   unary(in, out, [=](float x) { return x > alpha ? x : 0.0f; });
 }
-void celu(const ref::Op& op, const Ins& in, const Output& out) {
-  float alpha = op.get_float("alpha", 1.0f);
+void celu(Ins in, const Output& out) {
+  const float alpha = plan_of<Scalars>(out).a;
   unary(in, out, [=](float x) { return std::max(0.0f, x) + std::min(0.0f, alpha * (std::exp(x / alpha) - 1.0f)); });
 }
-void shrink(const ref::Op& op, const Ins& in, const Output& out) {
-  float bias = op.get_float("bias", 0.0f), lambd = op.get_float("lambd", 0.0f);
+void shrink(Ins in, const Output& out) {
+  const float bias = plan_of<Scalars>(out).a, lambd = plan_of<Scalars>(out).b;
   unary(in, out, [=](float x) { return x < -lambd ? x + bias : (x > lambd ? x - bias : 0.0f); });
 }
-void is_inf(const ref::Op& op, const Ins& in, const Output& out) {
-  bool pos = op.get_int("detect_positive", 1) != 0, neg = op.get_int("detect_negative", 1) != 0;
+void is_inf(Ins in, const Output& out) {
+  const bool pos = plan_of<Scalars>(out).a != 0, neg = plan_of<Scalars>(out).b != 0;
   map<uint8_t, float>(in, out, [=](float x) { return static_cast<uint8_t>(std::isinf(x) && (x > 0 ? pos : neg)); });
 }
-void is_nan(const ref::Op&, const Ins& in, const Output& out) {
+void is_nan(Ins in, const Output& out) {
   map<uint8_t, float>(in, out, [](float x) { return static_cast<uint8_t>(std::isnan(x)); });
 }
 // The remainder takes the sign of the divisor, as Python's % (ONNX Mod with fmod=0).
-void mod(const ref::Op&, const Ins& in, const Output& out) {
+void mod(Ins in, const Output& out) {
   visit_dtype(in[0].dtype(), [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_integral_v<T> && std::is_signed_v<T>) {
@@ -276,52 +296,52 @@ void mod(const ref::Op&, const Ins& in, const Output& out) {
   });
 }
 
-void relu(const ref::Op&, const Ins& in, const Output& out) { unary(in, out, [](float x) { return std::max(x, 0.0f); }); }
-void sigmoid(const ref::Op&, const Ins& in, const Output& out) { unary(in, out, sigmoid_of); }
-void tanh(const ref::Op&, const Ins& in, const Output& out) { unary(in, out, [](float x) { return std::tanh(x); }); }
-void hard_swish(const ref::Op&, const Ins& in, const Output& out) { unary(in, out, hard_swish_of); }
+void relu(Ins in, const Output& out) { unary(in, out, [](float x) { return std::max(x, 0.0f); }); }
+void sigmoid(Ins in, const Output& out) { unary(in, out, sigmoid_of); }
+void tanh(Ins in, const Output& out) { unary(in, out, [](float x) { return std::tanh(x); }); }
+void hard_swish(Ins in, const Output& out) { unary(in, out, hard_swish_of); }
 // log(1 + e^x) without overflow for large x.
-void softplus(const ref::Op&, const Ins& in, const Output& out) {
+void softplus(Ins in, const Output& out) {
   unary(in, out, [](float x) { return x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)); });
 }
 
-void leaky_relu(const ref::Op& op, const Ins& in, const Output& out) {
-  float alpha = op.get_float("alpha", 0.0f);
+void leaky_relu(Ins in, const Output& out) {
+  const float alpha = plan_of<Scalars>(out).a;
   unary(in, out, [=](float x) { return leaky_relu_of(x, alpha); });
 }
 
-void elu(const ref::Op& op, const Ins& in, const Output& out) {
-  float alpha = op.get_float("alpha", 0.0f);
+void elu(Ins in, const Output& out) {
+  const float alpha = plan_of<Scalars>(out).a;
   unary(in, out, [=](float x) { return x >= 0 ? x : alpha * (std::exp(x) - 1.0f); });
 }
 
-void selu(const ref::Op& op, const Ins& in, const Output& out) {
-  float alpha = op.get_float("alpha", 0.0f), gamma = op.get_float("gamma", 0.0f);
+void selu(Ins in, const Output& out) {
+  const float alpha = plan_of<Scalars>(out).a, gamma = plan_of<Scalars>(out).b;
   unary(in, out, [=](float x) { return x > 0 ? gamma * x : gamma * (alpha * std::exp(x) - alpha); });
 }
 
-void hard_sigmoid(const ref::Op& op, const Ins& in, const Output& out) {
-  float alpha = op.get_float("alpha", 0.0f), beta = op.get_float("beta", 0.0f);
+void hard_sigmoid(Ins in, const Output& out) {
+  const float alpha = plan_of<Scalars>(out).a, beta = plan_of<Scalars>(out).b;
   unary(in, out, [=](float x) { return hard_sigmoid_of(x, alpha, beta); });
 }
 
-void clip(const ref::Op& op, const Ins& in, const Output& out) {
-  float lo = op.get_float("min", 0.0f), hi = op.get_float("max", 0.0f);
+void clip(Ins in, const Output& out) {
+  const float lo = plan_of<Scalars>(out).a, hi = plan_of<Scalars>(out).b;
   unary(in, out, [=](float x) { return clip_of(x, lo, hi); });
 }
 
-void constant_of_shape(const ref::Op& op, const Ins&, const Output& out) {
+void constant_of_shape(Ins, const Output& out) {
   visit_dtype(out.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    std::fill(out.as<T>(), out.as<T>() + out.size(), scalar_of<T>(op, "value"));
+    std::fill(out.as<T>(), out.as<T>() + out.size(), plan_of<TypedScalars>(out).a.as<T>());
   });
 }
 
 // start, start + delta, ... accumulated element by element, as ONNX Runtime computes Range.
-void range(const ref::Op& op, const Ins&, const Output& out) {
+void range(Ins, const Output& out) {
   visit_dtype(out.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    T value = scalar_of<T>(op, "start"), delta = scalar_of<T>(op, "delta");
+    T value = plan_of<TypedScalars>(out).a.as<T>(), delta = plan_of<TypedScalars>(out).b.as<T>();
     for (int64_t i = 0, n = out.size(); i < n; ++i) {
       out.as<T>()[i] = value;
       value = wrapping_add(value, delta);
@@ -329,11 +349,44 @@ void range(const ref::Op& op, const Ins&, const Output& out) {
   });
 }
 
-void expand(const ref::Op&, const Ins& in, const Output& out) {
+void expand(Ins in, const Output& out) {
   visit_dtype(out.dtype(), [&](auto tag) {
     using T = decltype(tag);
     map<T, T>(in, out, [](T x) { return x; });
   });
+}
+
+// Each op's attributes, read once.
+std::unique_ptr<OpPlan> plan_thresholded_relu(const ref::Op& op, const std::vector<const ref::Value*>&, const ref::Value&) {
+  return std::make_unique<Scalars>(op.get_float("alpha", 0.0f));
+}
+std::unique_ptr<OpPlan> plan_celu(const ref::Op& op, const std::vector<const ref::Value*>&, const ref::Value&) {
+  return std::make_unique<Scalars>(op.get_float("alpha", 1.0f));
+}
+std::unique_ptr<OpPlan> plan_shrink(const ref::Op& op, const std::vector<const ref::Value*>&, const ref::Value&) {
+  return std::make_unique<Scalars>(op.get_float("bias", 0.0f), op.get_float("lambd", 0.0f));
+}
+std::unique_ptr<OpPlan> plan_is_inf(const ref::Op& op, const std::vector<const ref::Value*>&, const ref::Value&) {
+  return std::make_unique<Scalars>(op.get_int("detect_positive", 1) != 0 ? 1.0f : 0.0f,
+                                   op.get_int("detect_negative", 1) != 0 ? 1.0f : 0.0f);
+}
+std::unique_ptr<OpPlan> plan_alpha(const ref::Op& op, const std::vector<const ref::Value*>&, const ref::Value&) {
+  return std::make_unique<Scalars>(op.get_float("alpha", 0.0f));
+}
+std::unique_ptr<OpPlan> plan_selu(const ref::Op& op, const std::vector<const ref::Value*>&, const ref::Value&) {
+  return std::make_unique<Scalars>(op.get_float("alpha", 0.0f), op.get_float("gamma", 0.0f));
+}
+std::unique_ptr<OpPlan> plan_alpha_beta(const ref::Op& op, const std::vector<const ref::Value*>&, const ref::Value&) {
+  return std::make_unique<Scalars>(op.get_float("alpha", 0.0f), op.get_float("beta", 0.0f));
+}
+std::unique_ptr<OpPlan> plan_clip(const ref::Op& op, const std::vector<const ref::Value*>&, const ref::Value&) {
+  return std::make_unique<Scalars>(op.get_float("min", 0.0f), op.get_float("max", 0.0f));
+}
+std::unique_ptr<OpPlan> plan_constant_of_shape(const ref::Op& op, const std::vector<const ref::Value*>&, const ref::Value& out) {
+  return std::make_unique<TypedScalars>(TypedScalar::of(op, "value", out.dtype));
+}
+std::unique_ptr<OpPlan> plan_range(const ref::Op& op, const std::vector<const ref::Value*>&, const ref::Value& out) {
+  return std::make_unique<TypedScalars>(TypedScalar::of(op, "start", out.dtype), TypedScalar::of(op, "delta", out.dtype));
 }
 
 }  // namespace kernels

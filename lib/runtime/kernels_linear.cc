@@ -45,7 +45,7 @@ void gemm_rowmajor(int64_t m, int64_t n, int64_t k, const float* a, const float*
   if (blocks == 1)
     block(0);
   else
-    (*parallel)(static_cast<size_t>(blocks), block);
+    (*parallel)(static_cast<size_t>(blocks), std::cref(block));
 }
 
 // oneDNN's reorder transposes at about three times the speed of a tiled loop (16 MB on two
@@ -99,32 +99,55 @@ MadeBytes transpose_matrix(const uint8_t* from, size_t rows, size_t cols) {
 
 namespace kernels {
 
-void matmul(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
+// MatMul's and Gemm's attributes, and how a batched MatMul steps through its operands.
+struct Product final : OpPlan {
+  Product(const ref::Op& op, const std::vector<const ref::Value*>& in, const ref::Value& out)
+      : trans_a(op.get_int("transA", 0) != 0), trans_b(op.get_int("transB", 0) != 0),
+        alpha(op.get_float("alpha", 1.0f)), beta(op.get_float("beta", 1.0f)), act(fused_activation_of(op)) {
+    // C keeps its own dims (scalar, [N], [1, N], [M, 1], [M, N] ...): broadcast to [M, N].
+    if (op.type == "Gemm" && in.size() > 2 && in[2]) c_strides = broadcast_strides(in[2]->dims, out.dims);
+    if (op.type != "MatMul" || in[1]->dims.size() == 2) return;
+    // Vectors seen as [1, K] (A) and [K, 1] (B), as the rule defines; B's logical dims with transB.
+    const Dims& a0 = in[0]->dims;
+    const Dims& b0 = in[1]->dims;
+    const Dims ad = a0.size() == 1 ? Dims{1, a0[0]} : a0;
+    Dims bd = b0.size() == 1 ? Dims{b0[0], 1} : b0;
+    if (trans_b) std::swap(bd[bd.size() - 2], bd.back());
+    m = ad[ad.size() - 2];
+    n = bd.back();
+    k = ad.back();
+    // Batch offsets through broadcast strides over the batch dims, in units of whole matrices.
+    batch = *broadcast({ad.begin(), ad.end() - 2}, {bd.begin(), bd.end() - 2});
+    a_strides = broadcast_strides(Dims(ad.begin(), ad.end() - 2), batch);
+    b_strides = broadcast_strides(Dims(bd.begin(), bd.end() - 2), batch);
+  }
+  bool trans_a, trans_b;
+  float alpha, beta;  // Gemm's
+  FusedActivation act;
+  Dims c_strides;                    // Gemm's C, over [M, N]
+  int64_t m = 0, n = 0, k = 0;       // of each product of a batched MatMul
+  Dims batch, a_strides, b_strides;  // a batched MatMul's batch dims and its operands' strides over them
+};
+const Planner plan_product = plan_as<Product>;
+
+void matmul(Ins in, const Output& out) {
+  const auto& p = plan_of<Product>(out);
   float* y = out.f32();
+  const FusedActivation& act = p.act;
   // A 2-D B serves every row of A alike, whatever A's batch dims: one GEMM over all of them.
   if (in[1].dims().size() == 2) {
-    const bool trans_b = op.get_int("transB", 0) != 0;
     const Dims& ad = in[0].dims();
     const Dims& bd = in[1].dims();
-    const int64_t k = trans_b ? bd[1] : bd[0], n = trans_b ? bd[0] : bd[1], m = product(ad, 0, ad.size() - 1);
-    const FusedActivation act = fused_activation_of(op);
-    gemm_rowmajor(m, n, k, in[0].f32(), in[1].f32(), y, out.parallel, false, trans_b, [&](int64_t j0, int64_t cols) {
+    const int64_t k = p.trans_b ? bd[1] : bd[0], n = p.trans_b ? bd[0] : bd[1], m = product(ad, 0, ad.size() - 1);
+    const auto epilogue = [&](int64_t j0, int64_t cols) {
       if (act.kind != ref::Activation::kNone)
         for (int64_t i = 0; i < m; ++i) act.apply(y + i * n + j0, cols);
-    });
+    };
+    gemm_rowmajor(m, n, k, in[0].f32(), in[1].f32(), y, out.parallel, false, p.trans_b, epilogue);
     return;
   }
-  // Vectors seen as [1, K] (A) and [K, 1] (B), as the rule defines; B's logical dims with transB.
-  const bool trans_b = op.get_int("transB", 0) != 0;
-  const Dims ad = in[0].dims().size() == 1 ? Dims{1, in[0].dims()[0]} : in[0].dims();
-  Dims bd = in[1].dims().size() == 1 ? Dims{in[1].dims()[0], 1} : in[1].dims();
-  if (trans_b) std::swap(bd[bd.size() - 2], bd.back());
-  int64_t m = ad[ad.size() - 2], n = bd.back(), k = ad.back();
-  // Batch offsets through broadcast strides over the batch dims, in units of whole matrices.
-  Dims batch = *broadcast({ad.begin(), ad.end() - 2}, {bd.begin(), bd.end() - 2});
-  Dims a_batch(ad.begin(), ad.end() - 2), b_batch(bd.begin(), bd.end() - 2);
-  Dims sa = broadcast_strides(a_batch, batch), sb = broadcast_strides(b_batch, batch);
-  const FusedActivation act = fused_activation_of(op);
+  const int64_t m = p.m, n = p.n, k = p.k;
+  const Dims &batch = p.batch, &sa = p.a_strides, &sb = p.b_strides;
   // Many small products (attention heads): the threads share out whole matrices.
   parallel_ranges(out.parallel, product(batch), m * n * k, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
@@ -135,24 +158,24 @@ void matmul(const ref::Op& op, const std::vector<Tensor>& in, const Output& out)
         oa += at * sa[d];
         ob += at * sb[d];
       }
-      gemm_rowmajor(m, n, k, in[0].f32() + oa * m * k, in[1].f32() + ob * k * n, y + t * m * n, nullptr, false, trans_b);
+      gemm_rowmajor(m, n, k, in[0].f32() + oa * m * k, in[1].f32() + ob * k * n, y + t * m * n, nullptr, false, p.trans_b);
       act.apply(y + t * m * n, m * n);
     }
   });
 }
 
-void gemm(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
+void gemm(Ins in, const Output& out) {
+  const auto& p = plan_of<Product>(out);
   const Dims& ad = in[0].dims();
-  bool trans_a = op.get_int("transA", 0) != 0, trans_b = op.get_int("transB", 0) != 0;
+  const bool trans_a = p.trans_a, trans_b = p.trans_b;
   int64_t m = out.dims()[0], n = out.dims()[1], k = trans_a ? ad[0] : ad[1];
   float* y = out.f32();
-  const float alpha = op.get_float("alpha", 1.0f), beta = op.get_float("beta", 1.0f);
+  const float alpha = p.alpha, beta = p.beta;
   const bool has_c = in.size() > 2 && in[2].present();
-  // C keeps its own dims (scalar, [N], [1, N], [M, 1], [M, N] ...); broadcast it to [M, N].
-  const Dims sc = has_c ? broadcast_strides(in[2].dims(), {m, n}) : Dims{0, 0};
+  const Dims& sc = p.c_strides;
   const float* c = has_c ? in[2].f32() : nullptr;
-  const FusedActivation act = fused_activation_of(op);
-  gemm_rowmajor(m, n, k, in[0].f32(), in[1].f32(), y, out.parallel, trans_a, trans_b, [&](int64_t j0, int64_t cols) {
+  const FusedActivation& act = p.act;
+  const auto epilogue = [&](int64_t j0, int64_t cols) {
     for (int64_t i = 0; i < m; ++i) {
       float* row = y + i * n;
       if (has_c)
@@ -161,7 +184,8 @@ void gemm(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
         for (int64_t j = j0; j < j0 + cols; ++j) row[j] *= alpha;
       act.apply(row + j0, cols);
     }
-  });
+  };
+  gemm_rowmajor(m, n, k, in[0].f32(), in[1].f32(), y, out.parallel, trans_a, trans_b, epilogue);
 }
 
 }  // namespace kernels

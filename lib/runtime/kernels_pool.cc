@@ -9,24 +9,20 @@
 #include "kernels.h"
 
 namespace ctxgen::runtime {
-namespace {
+namespace kernels {
 
-struct Window {
-  Dims in, out, kernel, strides, pads, dilations;  // spatial; pads: begins then ends
+// A pooling op's window over the spatial axes, and the input's spatial strides.
+struct Window final : OpPlan {
+  Window(const ref::Op& op, const std::vector<const ref::Value*>& x, const ref::Value& y);
+  Dims in, out, kernel, strides, pads, dilations, in_strides;  // pads: begins then ends
+  bool include_pad;                                             // AveragePool's count_include_pad
 };
 
-// AveragePool has no dilations (validate() does not check a `dilations` attribute on it).
-Window window_of(const ref::Op& op, const Tensor& x, const Output& y, bool has_dilations) {
-  Window w;
-  w.in.assign(x.dims().begin() + 2, x.dims().end());
-  w.out.assign(y.dims().begin() + 2, y.dims().end());
-  w.kernel = op.get_ints("kernel_shape");
-  w.strides = op.get_ints("strides");
-  w.pads = op.get_ints("pads");
-  if (has_dilations) w.dilations = op.get_ints("dilations");
-  if (w.dilations.empty()) w.dilations.assign(w.in.size(), 1);
-  return w;
-}
+}  // namespace kernels
+
+namespace {
+
+using kernels::Window;
 
 // Sets every output to reduce(plane, start), plane by plane; `start` is the first input index of
 // the window per axis (negative inside the begin padding).
@@ -34,11 +30,11 @@ template <typename Reduce>
 void for_each_window(const Window& w, const Tensor& x, const Output& y, Reduce&& reduce) {
   size_t n = w.in.size();
   int64_t planes = x.dims()[0] * x.dims()[1], in_size = product(w.in), out_size = product(w.out);
-  std::vector<int64_t> opos(n), start(n);
+  AxisIndex opos(n), start(n);
   for (int64_t p = 0; p < planes; ++p) {
     const float* plane = x.f32() + p * in_size;
     float* dst = y.f32() + p * out_size;
-    std::fill(opos.begin(), opos.end(), 0);
+    for (size_t a = 0; a < n; ++a) opos[a] = 0;
     for (int64_t o = 0; o < out_size; ++o) {
       for (size_t a = 0; a < n; ++a) start[a] = opos[a] * w.strides[a] - w.pads[a];
       dst[o] = reduce(plane, start);
@@ -52,7 +48,7 @@ void for_each_window(const Window& w, const Tensor& x, const Output& y, Reduce&&
 
 // Visits the in-bounds input offsets of the window starting at `start`: visit(offset).
 template <typename Visit>
-void for_each_tap(const Window& w, const std::vector<int64_t>& start, const Dims& in_strides, Visit&& visit) {
+void for_each_tap(const Window& w, const AxisIndex& start, const Dims& in_strides, Visit&& visit) {
   size_t n = w.in.size();
   if (n == 2) {  // images, the common case: two plain loops instead of an index split per tap
     for (int64_t ky = 0; ky < w.kernel[0]; ++ky) {
@@ -108,8 +104,18 @@ void for_each_window_2d(const Window& w, const Tensor& x, const Output& y, Reduc
 
 namespace kernels {
 
-void max_pool(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
-  Window w = window_of(op, in[0], out, true);
+Window::Window(const ref::Op& op, const std::vector<const ref::Value*>& x, const ref::Value& y)
+    : in(x[0]->dims.begin() + 2, x[0]->dims.end()), out(y.dims.begin() + 2, y.dims.end()),
+      kernel(op.get_ints("kernel_shape")), strides(op.get_ints("strides")), pads(op.get_ints("pads")),
+      dilations(op.get_ints("dilations")), in_strides(strides_of(in)),
+      include_pad(op.get_int("count_include_pad", 0) != 0) {
+  // AveragePool has no dilations (validate() does not check a `dilations` attribute on it).
+  if (op.type != "MaxPool" || dilations.empty()) dilations.assign(in.size(), 1);
+}
+const Planner plan_window = plan_as<Window>;
+
+void max_pool(Ins in, const Output& out) {
+  const auto& w = plan_of<Window>(out);
   if (is_plain_2d(w)) {
     const int64_t iw = w.in[1];
     return for_each_window_2d(w, in[0], out, [iw](const float* plane, int64_t ys, int64_t ye, int64_t xs, int64_t xe, int64_t,
@@ -124,11 +130,10 @@ void max_pool(const ref::Op& op, const std::vector<Tensor>& in, const Output& ou
       return best;
     });
   }
-  Dims in_strides = strides_of(w.in);
-  for_each_window(w, in[0], out, [&](const float* plane, const std::vector<int64_t>& start) {
+  for_each_window(w, in[0], out, [&](const float* plane, const AxisIndex& start) {
     float best = -std::numeric_limits<float>::infinity();
     bool any = false;
-    for_each_tap(w, start, in_strides, [&](int64_t at) {
+    for_each_tap(w, start, w.in_strides, [&](int64_t at) {
       // A NaN input propagates: once the running max is NaN it stays NaN.
       if (!std::isnan(best) && !(plane[at] <= best)) best = plane[at];
       any = true;
@@ -137,10 +142,9 @@ void max_pool(const ref::Op& op, const std::vector<Tensor>& in, const Output& ou
   });
 }
 
-void average_pool(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
-  Window w = window_of(op, in[0], out, false);
-  Dims in_strides = strides_of(w.in);
-  bool include_pad = op.get_int("count_include_pad", 0) != 0;
+void average_pool(Ins in, const Output& out) {
+  const auto& w = plan_of<Window>(out);
+  const bool include_pad = w.include_pad;
   size_t n = w.in.size();
   if (is_plain_2d(w)) {
     return for_each_window_2d(w, in[0], out, [&](const float* plane, int64_t ys, int64_t ye, int64_t xs, int64_t xe,
@@ -155,10 +159,10 @@ void average_pool(const ref::Op& op, const std::vector<Tensor>& in, const Output
       return count > 0 ? sum / static_cast<float>(count) : 0.0f;
     });
   }
-  for_each_window(w, in[0], out, [&](const float* plane, const std::vector<int64_t>& start) {
+  for_each_window(w, in[0], out, [&](const float* plane, const AxisIndex& start) {
     float sum = 0.0f;
     int64_t count = 0;
-    for_each_tap(w, start, in_strides, [&](int64_t at) {
+    for_each_tap(w, start, w.in_strides, [&](int64_t at) {
       sum += plane[at];
       ++count;
     });

@@ -76,6 +76,7 @@ Taps axis_taps(const ref::Op& op, float scale, int64_t out_len, int64_t in_len) 
 
 // The taps of every axis and the axes that blend, worked out once per program.
 struct ResizePlan final : OpPlan {
+  Dims in_strides;
   std::vector<Taps> taps;
   std::vector<size_t> blended;  // axes where an output reads two positions, but the last
   bool last_blended = false;
@@ -88,6 +89,7 @@ namespace kernels {
 std::unique_ptr<OpPlan> plan_resize(const ref::Op& op, const std::vector<const ref::Value*>& in, const ref::Value& out) {
   const Dims& xd = in[0]->dims;
   auto plan = std::make_unique<ResizePlan>();
+  plan->in_strides = strides_of(xd);
   const auto* scales = op.attr("scales");
   for (size_t a = 0; a < xd.size(); ++a) {
     plan->taps.push_back(axis_taps(op, scales->floats[a], out.dims[a], xd[a]));
@@ -99,8 +101,8 @@ std::unique_ptr<OpPlan> plan_resize(const ref::Op& op, const std::vector<const r
   return plan;
 }
 
-void resize(const ref::Op&, const std::vector<Tensor>& in, const Output& out) {
-  const auto& plan = static_cast<const ResizePlan&>(*out.plan);
+void resize(Ins in, const Output& out) {
+  const auto& plan = plan_of<ResizePlan>(out);
   const Dims& xd = in[0].dims();
   const Dims& yd = out.dims();
   const size_t rank = xd.size();
@@ -113,7 +115,7 @@ void resize(const ref::Op&, const std::vector<Tensor>& in, const Output& out) {
   // Row by row of the last axis: the corners of the other blended axes are found once per row.
   // Sums and products keep the order of a corner-by-corner sum over all blended axes (the last
   // axis is the highest corner bit), so the result does not depend on this split.
-  const Dims xs = strides_of(xd);
+  const Dims& xs = plan.in_strides;
   const size_t last = rank - 1;
   const std::vector<Taps>& taps = plan.taps;
   const std::vector<size_t>& blended = plan.blended;
@@ -123,9 +125,9 @@ void resize(const ref::Op&, const std::vector<Tensor>& in, const Output& out) {
   const int64_t width = yd[last];
   parallel_ranges(out.parallel, out.size() / width, width * static_cast<int64_t>(2 * corners),
                   [&](int64_t begin, int64_t end) {
-    std::vector<float> corner_weight(corners);
-    std::vector<int64_t> corner_offset(corners);
-    std::vector<int64_t> at(last, 0);
+    SmallArray<float, 16> corner_weight(corners);
+    SmallArray<int64_t, 16> corner_offset(corners);
+    AxisIndex at(last);
     for (size_t a = last, rest = static_cast<size_t>(begin); a-- > 0;) {
       at[a] = static_cast<int64_t>(rest % static_cast<size_t>(yd[a]));
       rest /= static_cast<size_t>(yd[a]);
@@ -183,20 +185,33 @@ void resize(const ref::Op&, const std::vector<Tensor>& in, const Output& out) {
   });
 }
 
+// A ConvTranspose's attributes and spatial geometry.
+struct ConvTransposePlan final : OpPlan {
+  ConvTransposePlan(const ref::Op& op, const std::vector<const ref::Value*>& in, const ref::Value& out)
+      : group(op.get_int("group", 1)), strides(op.get_ints("strides")), pads(op.get_ints("pads")),
+        dilations(op.get_ints("dilations")), in_spatial(in[0]->dims.begin() + 2, in[0]->dims.end()),
+        out_spatial(out.dims.begin() + 2, out.dims.end()), kernel(in[1]->dims.begin() + 2, in[1]->dims.end()),
+        out_strides(strides_of(out_spatial)) {}
+  int64_t group;
+  Dims strides, pads, dilations, in_spatial, out_spatial, kernel, out_strides;
+};
+const Planner plan_conv_transpose = plan_as<ConvTransposePlan>;
+
 // Scatter form: every input element adds x * w[ic, m, k] to the output position it reaches.
-void conv_transpose(const ref::Op& op, const std::vector<Tensor>& in, const Output& out) {
+void conv_transpose(Ins in, const Output& out) {
   const Dims& xd = in[0].dims();
   const Dims& wd = in[1].dims();
   const Dims& yd = out.dims();
   size_t n = xd.size() - 2;
-  int64_t group = op.get_int("group", 1);
-  Dims strides = op.get_ints("strides"), pads = op.get_ints("pads"), dilations = op.get_ints("dilations");
-  Dims in_spatial(xd.begin() + 2, xd.end()), out_spatial(yd.begin() + 2, yd.end()), kernel(wd.begin() + 2, wd.end());
+  const auto& p = plan_of<ConvTransposePlan>(out);
+  const int64_t group = p.group;
+  const Dims &strides = p.strides, &pads = p.pads, &dilations = p.dilations;
+  const Dims &in_spatial = p.in_spatial, &out_spatial = p.out_spatial, &kernel = p.kernel;
   int64_t in_size = product(in_spatial), out_size = product(out_spatial), k_size = product(kernel);
   int64_t c_per_group = xd[1] / group, m_per_group = wd[1];
   std::memset(out.data, 0, static_cast<size_t>(out.value->byte_size()));
-  Dims os = strides_of(out_spatial);
-  std::vector<int64_t> ipos(n), kpos(n);
+  const Dims& os = p.out_strides;
+  AxisIndex ipos(n);
   for (int64_t b = 0; b < xd[0]; ++b)
     for (int64_t g = 0; g < group; ++g)
       for (int64_t c = 0; c < c_per_group; ++c) {

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 namespace ctxgen::runtime {
@@ -23,15 +24,34 @@ Dims strides_of(const Dims& dims);
 // one per output axis, 0 where `dims` is broadcast.
 Dims broadcast_strides(const Dims& dims, const Dims& out);
 
+// A zeroed array of `size` elements: on the stack up to kInline, on the heap beyond, which only
+// ranks no exported model uses pay for. Kernels keep their per-axis counters in it, so a run
+// allocates nothing.
+template <typename T, size_t kInline = 8>
+class SmallArray {
+ public:
+  explicit SmallArray(size_t size) : heap_(size > kInline ? size : 0, T{}), at_(size > kInline ? heap_.data() : inline_) {}
+  SmallArray(const SmallArray&) = delete;
+  SmallArray& operator=(const SmallArray&) = delete;
+  T& operator[](size_t i) { return at_[i]; }
+  const T& operator[](size_t i) const { return at_[i]; }
+
+ private:
+  T inline_[kInline] = {};
+  std::vector<T> heap_;
+  T* at_;
+};
+using AxisIndex = SmallArray<int64_t>;
+
 // Visits every index of dims[0 .. rank-1) in row-major order, keeping one offset per tensor
 // (offset += strides[t][axis] as the index moves). The innermost axis is left to the caller, who
 // runs a tight loop over it: `body(offsets)` is called once per row.
 template <size_t kTensors, typename Body>
-void for_each_row(const Dims& dims, const Dims (&strides)[kTensors], Body&& body) {
+void for_each_row(const Dims& dims, const Dims* strides, Body&& body) {
   size_t outer_rank = dims.empty() ? 0 : dims.size() - 1;
   for (size_t a = 0; a < outer_rank; ++a)
     if (dims[a] == 0) return;
-  std::vector<int64_t> index(outer_rank, 0);
+  AxisIndex index(outer_rank);
   int64_t offsets[kTensors] = {};
   while (true) {
     body(static_cast<const int64_t*>(offsets));
@@ -47,6 +67,10 @@ void for_each_row(const Dims& dims, const Dims (&strides)[kTensors], Body&& body
     }
     if (outer_rank == 0) return;
   }
+}
+template <size_t kTensors, typename Body>
+void for_each_row(const Dims& dims, const Dims (&strides)[kTensors], Body&& body) {
+  for_each_row<kTensors>(dims, static_cast<const Dims*>(strides), std::forward<Body>(body));
 }
 
 }  // namespace ctxgen::runtime

@@ -74,10 +74,9 @@ std::vector<std::vector<uint8_t>> run_lowered(const Lowered& l, const std::vecto
   for (int32_t id : p.outputs) outs.emplace_back(value(p, id).byte_size(), uint8_t{0xAB});
   std::vector<void*> out;
   for (auto& o : outs) out.push_back(o.data());
-  std::vector<uint8_t> arena;
   std::vector<PinnedBytes> weights;  // packed weights are made on demand
   for (uint32_t id = 0; id < l.store.size(); ++id) weights.push_back(l.store.entry(id).blob.pin());
-  runtime::execute(p, [&](uint32_t id) { return weights.at(id).data; }, in, out, arena);
+  runtime::execute(p, [&](uint32_t id) { return weights.at(id).data; }, in, out);
   return outs;
 }
 

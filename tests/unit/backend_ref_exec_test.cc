@@ -150,10 +150,9 @@ Case run_case(const fs::path& dir) {
     std::vector<void*> out_ptrs;
     for (const auto& sig : graph.outputs) outs.emplace_back(byte_size(sig), uint8_t{0xAB});
     for (auto& o : outs) out_ptrs.push_back(o.data());
-    std::vector<uint8_t> arena;
     std::vector<PinnedBytes> weights;  // packed weights are made on demand
     for (uint32_t id = 0; id < store.size(); ++id) weights.push_back(store.entry(id).blob.pin());
-    runtime::execute(program, [&](uint32_t id) { return weights.at(id).data; }, in_ptrs, out_ptrs, arena);
+    runtime::execute(program, [&](uint32_t id) { return weights.at(id).data; }, in_ptrs, out_ptrs);
     for (size_t i = 0; i < outs.size(); ++i) {
       const Tensor& want = expected.at(part.outputs[i]);
       std::string diff = compare(graph.outputs[i].elem_type, outs[i], want);

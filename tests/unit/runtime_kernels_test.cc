@@ -898,13 +898,12 @@ TEST(RuntimeKernels, ExecuteChecksBufferCounts) {
   b.op("Relu", {x}, y);
   runtime::validate(b.program(), 0);
   float in = 1, out = 0;
-  std::vector<uint8_t> arena;
   auto no_weights = [](uint32_t) -> const uint8_t* { return nullptr; };
-  expect_error([&] { runtime::execute(b.program(), no_weights, {}, {&out}, arena); }, ErrorCode::kRuntime,
+  expect_error([&] { runtime::execute(b.program(), no_weights, {}, {&out}); }, ErrorCode::kRuntime,
                "0 input buffers given, the graph has 1");
-  expect_error([&] { runtime::execute(b.program(), no_weights, {&in}, {}, arena); }, ErrorCode::kRuntime,
+  expect_error([&] { runtime::execute(b.program(), no_weights, {&in}, {}); }, ErrorCode::kRuntime,
                "0 output buffers given, the graph has 1");
-  expect_error([&] { runtime::execute(b.program(), no_weights, {nullptr}, {&out}, arena); }, ErrorCode::kRuntime,
+  expect_error([&] { runtime::execute(b.program(), no_weights, {nullptr}, {&out}); }, ErrorCode::kRuntime,
                "no buffer for input 0");
 }
 

@@ -65,9 +65,8 @@ Outcome run_if_small(const ref::Program& p) {
   }
   std::vector<void*> out;
   for (auto& b : outputs) out.push_back(b.data());
-  std::vector<uint8_t> arena;
   try {
-    runtime::execute(p, [&](uint32_t id) { return kWeights.at(id).data(); }, in, out, arena);
+    runtime::execute(p, [&](uint32_t id) { return kWeights.at(id).data(); }, in, out);
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kRuntime) << e.what();
   }

@@ -4,10 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include "allocations.h"
 #include "ctxgen/error.h"
 #include "ctxgen/program_builder.h"
 #include "ctxgen/ref_program.h"
@@ -56,20 +58,46 @@ constexpr ref::DType dtype_of() {
 
 using ref::ProgramBuilder;
 
+// Runs every task on the calling thread, one after another: the kernels take their split paths
+// without a thread pool's own allocations.
+inline void serial_tasks(size_t tasks, const std::function<void(size_t)>& body) {
+  for (size_t t = 0; t < tasks; ++t) body(t);
+}
+
+// Whether `program` runs a packed Conv: oneDNN's convolution primitive allocates its argument
+// records on every call, inside the library, which no caller can prevent.
+inline bool calls_onednn_primitive(const ref::Program& program) {
+  for (const ref::Op& op : program.ops)
+    if (op.type == "Conv" && op.get_int("packed", 0) != 0) return true;
+  return false;
+}
+
 // Validates and runs `program`; returns the bytes of each output (sized from its dtype and dims,
-// pre-filled with 0xAB so unwritten bytes show).
+// pre-filled with 0xAB so unwritten bytes show). Without `parallel`, the program runs a second
+// time, its kernels split into tasks (serial_tasks): that run must write the same bytes and, but
+// for oneDNN's own primitive calls, allocate nothing (as every run after the first does).
 inline std::vector<Bytes> run_bytes(const ref::Program& program, const std::vector<Bytes>& inputs,
                                     const std::vector<Bytes>& weights = {}, const runtime::ParallelFor& parallel = {}) {
   runtime::validate(program, weights.size());
   std::vector<const void*> in;
   for (const auto& b : inputs) in.push_back(b.data());
-  std::vector<Bytes> outs;
+  std::vector<Bytes> outs, again;
   for (int32_t id : program.outputs)
     outs.emplace_back(static_cast<size_t>(program.values[static_cast<size_t>(id)].byte_size()), uint8_t{0xAB});
-  std::vector<void*> out;
+  again = outs;
+  std::vector<void*> out, out_again;
   for (auto& o : outs) out.push_back(o.data());
-  std::vector<uint8_t> arena;
-  runtime::execute(program, [&](uint32_t id) { return weights.at(id).data(); }, in, out, arena, parallel);
+  for (auto& o : again) out_again.push_back(o.data());
+  runtime::PreparedProgram prepared(program, [&](uint32_t id) { return weights.at(id).data(); });
+  prepared.run(in, out, parallel);
+  if (!parallel) {
+    const runtime::ParallelFor split = serial_tasks;
+    const uint64_t before = allocations_so_far();
+    prepared.run(in, out_again, split);
+    const uint64_t allocated = allocations_so_far() - before;
+    EXPECT_TRUE(allocated == 0 || calls_onednn_primitive(program)) << "a second run of the program allocated " << allocated << " times";
+    EXPECT_EQ(again, outs) << "a second run, split into tasks, wrote other bytes";
+  }
   return outs;
 }
 

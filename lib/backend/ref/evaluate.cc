@@ -72,9 +72,8 @@ std::optional<Evaluated> evaluate(const Model& model, const onnx::NodeProto& nod
   program.ops.push_back(std::move(op));
 
   std::vector<uint8_t> bytes(n.output_type.byte_size());
-  std::vector<uint8_t> arena;
   runtime::validate(program, weights.size());
-  runtime::execute(program, [&](uint32_t id) { return weights[id]; }, {}, {bytes.data()}, arena);
+  runtime::execute(program, [&](uint32_t id) { return weights[id]; }, {}, {bytes.data()});
   result.bytes = std::move(bytes);
   return result;
 }

@@ -29,17 +29,38 @@ void validate(const ref::Program& program, size_t weight_count);
 // Error(kInvalidBinary) "<label>: <what is wrong>" when the op, its attributes or inputs are invalid.
 ref::Value infer_output(const ref::Op& op, const std::vector<const ref::Value*>& inputs, const std::string& label);
 
-// Runs a validated program. `arena` is resized to program.arena_bytes as needed.
-void execute(const ref::Program& program, const WeightLookup& weights,
-             const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
-             std::vector<uint8_t>& arena, const ParallelFor& parallel = {});
+struct Plans;     // what a program's ops resolved before their first run (lib/runtime/execute.cc)
+struct RunState;  // a run's arena and bound buffers (lib/runtime/execute.cc)
 
-struct OpDef;  // an op's rule and kernel (lib/runtime/ops.h)
-struct Plans;  // what a program's ops resolved before their first run (lib/runtime/execute.cc)
+// A validated program made ready to run: each op's kernel and typed parameters resolved, every
+// weight looked up, once. Each run binds only the caller's buffers: the arenas and bound buffers
+// of finished runs are kept for the next, so a run allocates nothing. One instance may run from
+// several threads at once, each run with its own arena.
+class PreparedProgram {
+ public:
+  // Throws Error(kInvalidBinary) when an op cannot run on this CPU, Error(kRuntime) when `weights`
+  // has no bytes for a weight the program reads.
+  PreparedProgram(ref::Program program, const WeightLookup& weights);
+  ~PreparedProgram();
+
+  const ref::Program& program() const { return program_; }
+  // inputs[i] / outputs[i] point at dense buffers of the program's input and output sizes.
+  void run(const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
+           const ParallelFor& parallel = {}) const;
+
+ private:
+  ref::Program program_;
+  std::unique_ptr<const Plans> plans_;
+  mutable std::mutex states_mutex_;
+  mutable std::vector<std::unique_ptr<RunState>> states_;  // one per run that was in flight at once
+};
+
+// Prepares a validated program and runs it once.
+void execute(const ref::Program& program, const WeightLookup& weights, const std::vector<const void*>& inputs,
+             const std::vector<void*>& outputs, const ParallelFor& parallel = {});
 
 // One graph of a context binary, ready to run. Weights are used in place from the binary, which
-// the executable keeps alive. One instance may run from several threads at once, each call with
-// its own arena; arenas of finished runs are kept for the next, so a run allocates none.
+// the executable keeps alive. Runs as a PreparedProgram does.
 class Executable {
  public:
   // Throws Error(kInvalidBinary) when the graph is missing or its program is malformed or uses
@@ -47,7 +68,7 @@ class Executable {
   Executable(std::shared_ptr<const ContextBinary> binary, const std::string& graph_name);
 
   const GraphRecord& graph() const { return *graph_; }
-  const ref::Program& program() const { return program_; }
+  const ref::Program& program() const { return prepared_->program(); }
 
   // inputs[i] / outputs[i] point at dense buffers of the sizes in the graph signature.
   void run(const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
@@ -56,11 +77,7 @@ class Executable {
  private:
   std::shared_ptr<const ContextBinary> binary_;
   const GraphRecord* graph_ = nullptr;
-  ref::Program program_;
-  std::vector<const OpDef*> defs_;  // each op's kernel, resolved once
-  std::shared_ptr<const Plans> plans_;  // each op's plan, made once
-  mutable std::mutex arenas_mutex_;
-  mutable std::vector<std::vector<uint8_t>> arenas_;  // one per run that was in flight at once
+  std::unique_ptr<PreparedProgram> prepared_;
 };
 
 // The CPU this runtime runs on, as far as weight layouts are concerned: the feature level its
