@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "ctxgen/error.h"
@@ -259,38 +258,45 @@ Part cut_into_pieces(const ref::Op& op, const Setup& whole, const Dims& w, const
   }
 }
 
+// Runs a primitive through oneDNN's C API: the C++ one copies the arguments into a map and a
+// vector on every call.
+void execute(const dnnl::primitive& primitive, const dnnl_exec_arg_t* args, int count) {
+  const dnnl_status_t status = dnnl_primitive_execute(primitive.get(), onednn::stream().get(), count, args);
+  if (status != dnnl_success)
+    throw Error(ErrorCode::kRuntime, "oneDNN failed to run a convolution's primitive (status " +
+                                         std::to_string(static_cast<int>(status)) + ")");
+  onednn::stream().wait();
+}
+
+void reorder(const dnnl::reorder& primitive, const dnnl::memory& from, const dnnl::memory& to) {
+  const dnnl_exec_arg_t args[] = {{DNNL_ARG_FROM, from.get()}, {DNNL_ARG_TO, to.get()}};
+  execute(primitive, args, 2);
+}
+
 void run_packed(const Packed& p, const FusedActivation& act, Ins in, const Output& out) {
   onednn::OneThread one;
   dnnl::memory x = memory_at(p.src_plain, in[0].data), y = memory_at(p.dst_plain, out.data);
   dnnl::memory src = p.to_src ? memory_at(p.src, out.scratch + p.src_at) : x;
   auto* dst = static_cast<float*>(p.from_dst ? static_cast<void*>(out.scratch + p.dst_at) : out.data);
-  if (p.to_src) {
-    p.to_src->execute(onednn::stream(), x, src);
-    onednn::stream().wait();
-  }
+  if (p.to_src) reorder(*p.to_src, x, src);
   const bool has_bias = in.size() > 2 && in[2].present();
   const Part& c = p.part;
   const auto piece = [&](size_t i) {
     onednn::OneThread own;
-    std::unordered_map<int, dnnl::memory> args = {
-        {DNNL_ARG_SRC, src},
-        {DNNL_ARG_WEIGHTS, memory_at(c.weight, in[1].f32() + i * c.weight_step)},
-        {DNNL_ARG_DST, memory_at(c.dst, dst + i * c.dst_step)},
-        {DNNL_ARG_SCRATCHPAD, memory_at(c.scratchpad, out.scratch + p.pad_at + i * p.pad_step)}};
-    if (has_bias) args.emplace(DNNL_ARG_BIAS, memory_at(c.bias, in[2].f32() + i * c.bias_step));
-    c.primitive.execute(onednn::stream(), args);
-    onednn::stream().wait();
+    dnnl::memory weight = memory_at(c.weight, in[1].f32() + i * c.weight_step);
+    dnnl::memory piece_dst = memory_at(c.dst, dst + i * c.dst_step);
+    dnnl::memory pad = memory_at(c.scratchpad, out.scratch + p.pad_at + i * p.pad_step);
+    dnnl::memory bias = has_bias ? memory_at(c.bias, in[2].f32() + i * c.bias_step) : dnnl::memory();
+    const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, src.get()}, {DNNL_ARG_WEIGHTS, weight.get()}, {DNNL_ARG_DST, piece_dst.get()},
+                                    {DNNL_ARG_SCRATCHPAD, pad.get()}, {DNNL_ARG_BIAS, has_bias ? bias.get() : nullptr}};
+    execute(c.primitive, args, has_bias ? 5 : 4);
   };
   const auto pieces = static_cast<size_t>(c.pieces);
   if (pieces > 1 && out.parallel && *out.parallel)
     (*out.parallel)(pieces, std::cref(piece));
   else
     for (size_t i = 0; i < pieces; ++i) piece(i);
-  if (p.from_dst) {
-    dnnl::memory blocked = memory_at(p.dst, dst);
-    p.from_dst->execute(onednn::stream(), blocked, y);
-    onednn::stream().wait();
-  }
+  if (p.from_dst) reorder(*p.from_dst, memory_at(p.dst, dst), y);
   if (!p.act_fused) act.apply(out.f32(), out.size());
 }
 

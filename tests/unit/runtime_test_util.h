@@ -64,8 +64,8 @@ inline void serial_tasks(size_t tasks, const std::function<void(size_t)>& body) 
   for (size_t t = 0; t < tasks; ++t) body(t);
 }
 
-// Whether `program` runs a packed Conv: oneDNN's convolution primitive allocates its argument
-// records on every call, inside the library, which no caller can prevent.
+// Whether `program` runs a packed Conv: its oneDNN memory objects are made on every call, and
+// oneDNN allocates for them and for the call inside the library.
 inline bool calls_onednn_primitive(const ref::Program& program) {
   for (const ref::Op& op : program.ops)
     if (op.type == "Conv" && op.get_int("packed", 0) != 0) return true;
