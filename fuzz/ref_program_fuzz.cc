@@ -54,10 +54,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     outputs.emplace_back(program.values[static_cast<size_t>(id)].byte_size());
     output_ptrs.push_back(outputs.back().data());
   }
-  std::vector<uint8_t> arena;
   try {
-    ctxgen::runtime::execute(
-        program, [&](uint32_t id) { return weights[id].data(); }, input_ptrs, output_ptrs, arena);
+    ctxgen::runtime::execute(program, [&](uint32_t id) { return weights[id].data(); }, input_ptrs, output_ptrs);
   } catch (const ctxgen::Error&) {
   }
   return 0;

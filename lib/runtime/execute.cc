@@ -69,6 +69,9 @@ struct RunState {
 
 namespace {
 
+// An empty tensor may come without a buffer; kernels still pass its address to memcpy.
+const float kNoElements = 0;
+
 std::unique_ptr<const Plans> plan_ops(const ref::Program& program, const WeightLookup& weights) {
   auto plans = std::make_unique<Plans>();
   plans->scratch_at = (program.arena_bytes + kScratchAlignment - 1) / kScratchAlignment * kScratchAlignment;
@@ -105,7 +108,7 @@ std::unique_ptr<const Plans> plan_ops(const ref::Program& program, const WeightL
       throw Error(ErrorCode::kRuntime, "ref program: no buffer for weight " + std::to_string(v.index) + " (value " +
                                            std::to_string(id) + ")");
     // Kernels only write outputs and arena values (validate() guarantees it), never inputs or weights.
-    plans->weights[id] = const_cast<uint8_t*>(at);
+    plans->weights[id] = const_cast<void*>(at ? static_cast<const void*>(at) : &kNoElements);
   }
   return plans;
 }
@@ -124,9 +127,6 @@ std::unique_ptr<RunState> make_state(const ref::Program& program, const Plans& p
   state->tensors.resize(plans.input_ids.size());
   return state;
 }
-
-// An empty tensor may come without a buffer; kernels still pass its address to memcpy.
-const float kNoElements = 0;
 
 void run_ops(const ref::Program& program, const Plans& plans, RunState& state, const std::vector<const void*>& inputs,
              const std::vector<void*>& outputs, const ParallelFor& parallel) {

@@ -290,7 +290,7 @@ void cum_sum(Ins in, const Output& out) {
 
 void reduce_mean(Ins in, const Output& out) {
   reduce_sums(in[0], out, 0.0, summed, [](double sum, int64_t count) {
-    return count > 0 ? sum / static_cast<double>(count) : std::numeric_limits<double>::quiet_NaN();
+    return sum * (count > 0 ? 1.0 / static_cast<double>(count) : std::numeric_limits<double>::quiet_NaN());
   });
 }
 

@@ -523,6 +523,15 @@ TEST(RuntimeKernels, TransposeConcatReshape) {
             (std::vector<int32_t>{1, 2, 3, 4, 5, 6}));
 }
 
+// An empty weight may come without bytes (a null address): it is bound to a dummy one, so a
+// kernel copying its zero bytes never passes memcpy a null pointer (UBSan in the sanitizer build).
+TEST(RuntimeKernels, AnEmptyWeightWithoutBytesConcatenates) {
+  ProgramBuilder b;
+  int32_t x = b.input({2, 1}), w = b.weight({2, 0}, 0), y = b.output({2, 1});
+  b.op("Concat", {w, x}, y, {int_attr("axis", 1)});
+  expect_near(values_of<float>(run_bytes(b.program(), {f32({1, 2})}, {Bytes{}})[0]), {1, 2});
+}
+
 TEST(RuntimeKernels, SliceWithNegativeSteps) {
   In x{{2, 4}, f32({0, 1, 2, 3, 4, 5, 6, 7})};
   // Rows 1, 0; columns 3, 1.
