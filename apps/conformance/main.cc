@@ -13,6 +13,7 @@
 #include "ctxgen/error.h"
 #include "ctxgen/model.h"
 #include "ctxgen/pipeline.h"
+#include "ctxgen/runtime.h"
 #include "ctxgen/verify.h"
 
 namespace fs = std::filesystem;
@@ -126,7 +127,8 @@ int main(int argc, char** argv) {
   fs::path work = fs::temp_directory_path() / ("ctxgen-conformance-" + std::to_string(::getpid()));
   fs::create_directories(work);
   // ONNX Runtime's own log would repeat every failure counted below.
-  verify::OrtHost host(plugin.empty() ? verify::default_plugin() : fs::path(plugin), ORT_LOGGING_LEVEL_FATAL);
+  verify::OrtHost host(plugin.empty() ? verify::default_plugin() : fs::path(plugin), runtime::ref_identity(),
+                       ORT_LOGGING_LEVEL_FATAL);
   BackendRegistry backends = builtin_backends();
 
   size_t total = 0, not_applicable = 0, ceiling = 0, passed = 0, with_partition = 0, nodes = 0, compiled_nodes = 0,

@@ -19,6 +19,7 @@
 #include "ctxgen/pipeline.h"
 #include "ctxgen/report.h"
 #ifdef CTXGEN_WITH_VERIFY
+#include "ctxgen/runtime.h"
 #include "ctxgen/verify.h"
 #endif
 
@@ -190,7 +191,8 @@ int main(int argc, char** argv) {
     switch (line.command) {
       case Command::kListBackends:
         for (const auto* b : backends.list())
-          std::cout << b->name() << "\t" << b->ep_name() << "\t" << b->sdk_version() << "\t" << b->description() << "\n";
+          std::cout << b->name() << "\t" << b->identity().backend << "\t" << b->identity().sdk_version << "\t"
+                    << b->description() << "\n";
         return 0;
       case Command::kInspect: {
         if (line.dot || line.svg) {
@@ -223,6 +225,7 @@ int main(int argc, char** argv) {
         for (const auto& m : line.verify_models) options.models.emplace_back(m);
         for (const auto& r : line.verify_references) options.references.emplace_back(r);
         options.plugin = line.plugin;
+        options.runtime = ctxgen::runtime::make_ref_runtime();  // the one backend built in
         return print_verification(options, line.json, line.quiet);
 #else
         break;

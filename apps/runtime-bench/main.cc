@@ -21,6 +21,7 @@
 
 #include "ctxgen/error.h"
 #include "ctxgen/model.h"
+#include "ctxgen/runtime.h"
 #include "ctxgen/verify.h"
 
 namespace fs = std::filesystem;
@@ -97,7 +98,7 @@ int main(int argc, char** argv) {
   app.add_option("pairs", pairs, "ORIGINAL.onnx=COMPILED_ctx.onnx")->required();
   CLI11_PARSE(app, argc, argv);
   try {
-    OrtHost host(ctxgen::verify::default_plugin());
+    OrtHost host(ctxgen::verify::default_plugin(), ctxgen::runtime::ref_identity());
     std::vector<std::pair<fs::path, fs::path>> models;
     for (const auto& p : pairs) {
       const auto eq = p.find('=');

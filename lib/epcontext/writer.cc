@@ -39,10 +39,10 @@ onnx::NodeProto epcontext_node(const Model& model, const Partition& part, const 
   set_int(node, "main_context", main ? 1 : 0);
   if (main) set_string(node, "ep_cache_context", s.cache_context);
   set_int(node, "embed_mode", s.embed ? 1 : 0);
-  set_string(node, "ep_sdk_version", s.sdk_version);
-  set_string(node, "hardware_architecture", s.hardware_architecture);
+  set_string(node, "ep_sdk_version", s.identity.sdk_version);
+  set_string(node, "hardware_architecture", s.identity.hardware_architecture);
   set_string(node, "partition_name", graph.name);
-  set_string(node, "source", s.source);
+  set_string(node, "source", s.identity.backend);
   set_string(node, "onnx_model_filename", model.path.filename().string());
   set_string(node, "notes", "ctxgen " + s.producer_version + ": " + std::to_string(graph.node_count) +
                                 " ONNX nodes compiled into graph '" + graph.name + "'");
@@ -132,9 +132,8 @@ onnx::ModelProto build_epcontext_model(const Model& model, const PartitionPlan& 
   set_metadata(out, kExternalWeightsIdMetadataKey, "");
   // ONNX Runtime judges this before a session on the model is created; a model with no EPContext
   // node does not need the EP, so it records none.
-  set_metadata(out, kCompatibilityMetadataPrefix + settings.source,
-               graphs.empty() ? ""
-                              : compatibility_info({settings.source, settings.sdk_version, settings.hardware_architecture}));
+  set_metadata(out, kCompatibilityMetadataPrefix + settings.identity.backend,
+               graphs.empty() ? "" : compatibility_info(settings.identity));
   *out.mutable_functions() = model.proto->functions();
   *out.mutable_opset_import() = model.proto->opset_import();
   bool has_ms = std::any_of(out.opset_import().begin(), out.opset_import().end(),

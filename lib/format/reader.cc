@@ -388,7 +388,7 @@ void ContextBinary::verify_payloads() const {
 }
 
 std::string compatibility_info(const BinaryIdentity& identity) {
-  return "ctxgen-context-binary=" + std::to_string(kContextBinaryVersion) + ";backend=" + identity.backend +
+  return "ctxgen-context-binary=" + std::to_string(identity.format_version) + ";backend=" + identity.backend +
          ";sdk=" + identity.sdk_version + ";hardware=" + identity.hardware_architecture;
 }
 

@@ -30,6 +30,9 @@ void validate_inputs(const BinaryIdentity& identity, const std::vector<CompiledG
                      const std::vector<WeightPayload>& weights, bool can_patch) {
   check_u32(graphs.size(), "graph count");
   check_u32(weights.size(), "weight count");
+  if (identity.format_version != kContextBinaryVersion)
+    internal("the identity asks for format version " + std::to_string(identity.format_version) +
+             ", this writer writes version " + std::to_string(kContextBinaryVersion));
   check_u32(identity.backend.size(), "backend name length");
   check_u32(identity.sdk_version.size(), "SDK version length");
   check_u32(identity.hardware_architecture.size(), "hardware architecture length");

@@ -53,7 +53,7 @@ ActualTensor actual_tensor(const OrtValue* value) {
 
 }  // namespace
 
-CompiledNode::CompiledNode(std::string node_name, std::shared_ptr<const runtime::Executable> executable,
+CompiledNode::CompiledNode(std::string node_name, std::shared_ptr<const GraphRunner> executable,
                            std::vector<size_t> input_slots, std::vector<std::optional<size_t>> output_slots)
     : OrtNodeComputeInfo{},
       node_name_(std::move(node_name)),
@@ -103,7 +103,7 @@ void CompiledNode::compute(OrtKernelContext* context) const {
   }
   // Kernels split their work over the session's intra-op threads, as ONNX Runtime's own kernels do.
   // A task's exception must not cross ONNX Runtime's C frames: the first is kept and rethrown here.
-  const runtime::ParallelFor parallel = [context](size_t tasks, const std::function<void(size_t)>& body) {
+  const ParallelFor parallel = [context](size_t tasks, const std::function<void(size_t)>& body) {
     struct Tasks {
       const std::function<void(size_t)>& body;
       std::mutex mutex;

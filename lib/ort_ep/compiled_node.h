@@ -1,6 +1,6 @@
 #pragma once
 // One compiled EPContext node as ORT sees it: an OrtNodeComputeInfo whose Compute feeds the
-// kernel context's tensors to a ctxgen executable.
+// kernel context's tensors to a graph of the backend's runtime.
 
 #include <onnxruntime_c_api.h>
 
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "ctxgen/runtime.h"
+#include "ctxgen/backend_runtime.h"
 
 namespace ctxgen::ort_ep {
 
@@ -19,7 +19,7 @@ class CompiledNode : public OrtNodeComputeInfo {
   // dedups repeated inputs and omits outputs nobody reads), so values are matched by name:
   // `input_slots[i]` is the kernel input feeding graph input i, `output_slots[i]` the kernel
   // output for graph output i, or nullopt when ORT does not want it.
-  CompiledNode(std::string node_name, std::shared_ptr<const runtime::Executable> executable,
+  CompiledNode(std::string node_name, std::shared_ptr<const GraphRunner> executable,
                std::vector<size_t> input_slots, std::vector<std::optional<size_t>> output_slots);
 
  private:
@@ -32,7 +32,7 @@ class CompiledNode : public OrtNodeComputeInfo {
   static void ORT_API_CALL ReleaseStateImpl(OrtNodeComputeInfo* self, void* state) noexcept;
 
   std::string node_name_;
-  std::shared_ptr<const runtime::Executable> executable_;
+  std::shared_ptr<const GraphRunner> executable_;
   std::vector<size_t> input_slots_;
   std::vector<std::optional<size_t>> output_slots_;
 };

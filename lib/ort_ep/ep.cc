@@ -7,9 +7,8 @@
 #include "compiled_node.h"
 #include "context_path.h"
 #include "ctxgen/error.h"
-#include "ctxgen/ref_identity.h"
-#include "ctxgen/runtime.h"
 #include "ort_api.h"
+#include "plugin_backend.h"
 
 namespace ctxgen::ort_ep {
 namespace {
@@ -181,9 +180,9 @@ void CtxgenEp::compile(const OrtGraph** graphs, const OrtNode** fused_nodes, siz
     const EpContextNode& node = pending[i].node;
     const LoadedBinary found = find_graph(node, pending[i].own ? &*pending[i].own : nullptr);
     check_pairing(node, *found.binary);
-    std::shared_ptr<const runtime::Executable> executable;
+    std::shared_ptr<const GraphRunner> executable;
     try {
-      executable = std::make_shared<const runtime::Executable>(found.binary, node.graph_name());
+      executable = backend_runtime().load(found.binary, node.graph_name());
     } catch (const Error& e) {
       throw e.within("EPContext node '" + node.name + "': context binary " + found.label);
     }
@@ -198,7 +197,7 @@ void CtxgenEp::compile(const OrtGraph** graphs, const OrtNode** fused_nodes, siz
   for (size_t i = 0; i < count; ++i) infos[i] = compiled[i].release();
 }
 
-const char* ORT_API_CALL CtxgenEp::GetNameImpl(const OrtEp*) noexcept { return ref::kEpName; }
+const char* ORT_API_CALL CtxgenEp::GetNameImpl(const OrtEp*) noexcept { return backend_identity().backend.c_str(); }
 
 OrtStatus* ORT_API_CALL CtxgenEp::GetCapabilityImpl(OrtEp* self, const OrtGraph* graph,
                                                     OrtEpGraphSupportInfo* support) noexcept {

@@ -1,8 +1,7 @@
 #include "ep_context.h"
 
 #include "ctxgen/error.h"
-#include "ctxgen/ref_identity.h"
-#include "ctxgen/runtime.h"
+#include "plugin_backend.h"
 #include "ort_api.h"
 
 namespace ctxgen::ort_ep {
@@ -72,12 +71,8 @@ void check_values(const EpContextNode& node, const std::string& graph_label, con
 
 }  // namespace
 
-BinaryIdentity expected_identity() {
-  return {ref::kEpName, ref::kSdkVersion, runtime::hardware_architecture()};
-}
-
 const std::string& compatibility_info() {
-  static const std::string info = ctxgen::compatibility_info(expected_identity());
+  static const std::string info = ctxgen::compatibility_info(backend_identity());
   return info;
 }
 
@@ -85,7 +80,7 @@ bool is_our_ep_context_node(const OrtNode* node) {
   if (node_op_type(node) != kEpContextOp || node_domain(node) != kMsDomain) return false;
   // A node of ours with a malformed `source` is not ours; someone else may claim it.
   try {
-    return string_attribute(node, "source") == std::string(ref::kEpName);
+    return string_attribute(node, "source") == backend_identity().backend;
   } catch (const Error&) {
     return false;
   }
@@ -108,13 +103,13 @@ EpContextNode EpContextNode::read(const OrtNode* ort_node) {
 }
 
 void EpContextNode::check_versions() const {
-  check_one_version(name, "ep_sdk_version", ep_sdk_version, ref::kSdkVersion);
-  check_one_version(name, "hardware_architecture", hardware_architecture, runtime::hardware_architecture());
+  check_one_version(name, "ep_sdk_version", ep_sdk_version, backend_identity().sdk_version);
+  check_one_version(name, "hardware_architecture", hardware_architecture, backend_identity().hardware_architecture);
 }
 
 void check_binary_identity(const ContextBinary& binary, const std::string& label) {
   // The reader already refused any format version but its own, naming both.
-  const BinaryIdentity expected = expected_identity();
+  const BinaryIdentity& expected = backend_identity();
   const BinaryIdentity& found = binary.identity();
   check_field(label, "backend", found.backend, expected.backend);
   check_field(label, "sdk_version", found.sdk_version, expected.sdk_version);

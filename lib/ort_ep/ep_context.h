@@ -14,9 +14,6 @@
 
 namespace ctxgen::ort_ep {
 
-// What a context binary must say about its maker for this EP to run it.
-BinaryIdentity expected_identity();
-
 // The string ORT stores as ep_compatibility_info.<EP> in compiled models and later hands to
 // ValidateCompiledModelCompatibilityInfo: context-binary format version plus identity.
 const std::string& compatibility_info();

@@ -4,10 +4,10 @@
 #include <cstdlib>
 #include <string>
 
-#include "ctxgen/ref_identity.h"
 #include "ep.h"
 #include "ep_context.h"
 #include "ort_api.h"
+#include "plugin_backend.h"
 
 namespace ctxgen::ort_ep {
 namespace {
@@ -65,7 +65,9 @@ CtxgenEpFactory::CtxgenEpFactory() : OrtEpFactory{} {
   // InitGraphicsInterop, DeinitGraphicsInterop.
 }
 
-const char* ORT_API_CALL CtxgenEpFactory::GetNameImpl(const OrtEpFactory*) noexcept { return ref::kEpName; }
+const char* ORT_API_CALL CtxgenEpFactory::GetNameImpl(const OrtEpFactory*) noexcept {
+  return backend_identity().backend.c_str();
+}
 
 const char* ORT_API_CALL CtxgenEpFactory::GetVendorImpl(const OrtEpFactory*) noexcept { return kVendor; }
 
@@ -79,7 +81,7 @@ OrtStatus* ORT_API_CALL CtxgenEpFactory::GetSupportedDevicesImpl(OrtEpFactory* s
                                                                  size_t max_ep_devices,
                                                                  size_t* num_ep_devices) noexcept {
   *num_ep_devices = 0;
-  // The ref backend's programs run on the host CPU.
+  // ctxgen's runtimes run their programs on the host CPU.
   for (size_t i = 0; i < num_devices && *num_ep_devices < max_ep_devices; ++i) {
     if (api().ort->HardwareDevice_Type(devices[i]) != OrtHardwareDeviceType_CPU) continue;
     OrtEpDevice* device = nullptr;

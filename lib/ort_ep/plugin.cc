@@ -9,6 +9,24 @@
 #include "binary_registry.h"
 #include "factory.h"
 #include "ort_api.h"
+#include "plugin_backend.h"
+
+namespace ctxgen::ort_ep {
+namespace {
+
+struct Served {
+  std::unique_ptr<BackendRuntime> runtime;
+  BinaryIdentity identity;
+};
+// Set in CreateEpFactories, before ORT calls anything else in the library; read-only after.
+Served g_served;
+
+}  // namespace
+
+const BackendRuntime& backend_runtime() { return *g_served.runtime; }
+const BinaryIdentity& backend_identity() { return g_served.identity; }
+
+}  // namespace ctxgen::ort_ep
 
 #define CTXGEN_EXPORT __attribute__((visibility("default")))
 
@@ -31,6 +49,11 @@ CTXGEN_EXPORT OrtStatus* CreateEpFactories(const char* /*registration_name*/, co
     return ctxgen::ort_ep::make_status(ORT_INVALID_ARGUMENT, "ctxgen plugin EP: no room for its EP factory");
   }
   return ctxgen::ort_ep::guarded(ORT_EP_FAIL, [&] {
+    auto& served = ctxgen::ort_ep::g_served;
+    if (!served.runtime) {
+      served.runtime = ctxgen::ort_ep::make_backend_runtime();
+      served.identity = served.runtime->identity();
+    }
     factories[0] = new ctxgen::ort_ep::CtxgenEpFactory();
     *num_factories = 1;
   });

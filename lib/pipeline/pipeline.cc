@@ -452,7 +452,7 @@ void run_pipeline(const std::vector<fs::path>& inputs, const CompileOptions& opt
   std::string embedded;
   WrittenBinary written;
   if (!options.stop_after) {
-    BinaryIdentity identity{backend.ep_name(), backend.sdk_version(), backend.hardware_architecture()};
+    const BinaryIdentity identity = backend.identity();
     std::vector<WeightPayload> payloads;
     for (uint32_t id = 0; id < store.size(); ++id) payloads.push_back({store.entry(id).hash, store.entry(id).blob});
     std::vector<CompiledGraph> all_graphs;
@@ -478,8 +478,7 @@ void run_pipeline(const std::vector<fs::path>& inputs, const CompileOptions& opt
     timer.lap("write_context_binary");
   }
 
-  EpContextSettings settings{backend.ep_name(), backend.sdk_version(), backend.hardware_architecture(),
-                             options.embed, options.embed ? embedded : plan.binary.filename().string(), kVersion,
+  EpContextSettings settings{backend.identity(), options.embed, options.embed ? embedded : plan.binary.filename().string(), kVersion,
                              written.bytes > 0 ? written.content_id.hex() : ""};
   std::unique_ptr<ExternalWeightsFile> external;
   if (!options.external_initializers_file.empty())

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "ctxgen/error.h"
+#include "ctxgen/ref_identity.h"
 #include "ctxgen/runtime.h"
 #include "onednn.h"
 #include "ops.h"
@@ -198,6 +199,20 @@ std::vector<std::string> supported_ops() {
 }
 
 std::string hardware_architecture() { return onednn::architecture(); }
+
+BinaryIdentity ref_identity() { return {ref::kEpName, ref::kSdkVersion, hardware_architecture(), kContextBinaryVersion}; }
+
+namespace {
+class RefRuntime final : public BackendRuntime {
+ public:
+  BinaryIdentity identity() const override { return ref_identity(); }
+  std::unique_ptr<GraphRunner> load(std::shared_ptr<const ContextBinary> binary, const std::string& graph_name) const override {
+    return std::make_unique<Executable>(std::move(binary), graph_name);
+  }
+};
+}  // namespace
+
+std::unique_ptr<BackendRuntime> make_ref_runtime() { return std::make_unique<RefRuntime>(); }
 
 Executable::Executable(std::shared_ptr<const ContextBinary> binary, const std::string& graph_name)
     : binary_(std::move(binary)) {

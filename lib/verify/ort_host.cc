@@ -2,7 +2,6 @@
 #include <unordered_map>
 
 #include "ctxgen/error.h"
-#include "ctxgen/ref_identity.h"
 #include "ctxgen/verify.h"
 
 namespace ctxgen::verify {
@@ -22,7 +21,8 @@ std::filesystem::path default_plugin() {
   return (program.parent_path() / CTXGEN_PLUGIN_FROM_BIN).lexically_normal();
 }
 
-OrtHost::OrtHost(const std::filesystem::path& plugin, OrtLoggingLevel log_level) : env_(log_level, "ctxgen") {
+OrtHost::OrtHost(const std::filesystem::path& plugin, BinaryIdentity identity, OrtLoggingLevel log_level)
+    : identity_(std::move(identity)), env_(log_level, "ctxgen") {
   if (!std::filesystem::is_regular_file(plugin))
     throw Error(ErrorCode::kRuntime, plugin.string() + ": no plugin EP library there (an install keeps it in lib/ "
                                      "beside bin/ctxgen; CTXGEN_ORT_EP names another)");
@@ -30,9 +30,9 @@ OrtHost::OrtHost(const std::filesystem::path& plugin, OrtLoggingLevel log_level)
     env_.RegisterExecutionProviderLibrary(kRegistrationName, plugin.c_str());
     std::vector<Ort::ConstEpDevice> devices;
     for (const auto& device : env_.GetEpDevices())
-      if (std::string(device.EpName()) == ref::kEpName) devices.push_back(device);
+      if (device.EpName() == identity_.backend) devices.push_back(device);
     if (devices.empty())
-      throw Error(ErrorCode::kRuntime, plugin.string() + ": the plugin offers no device for EP " + ref::kEpName);
+      throw Error(ErrorCode::kRuntime, plugin.string() + ": the plugin offers no device for EP " + identity_.backend);
     plugin_options_.AppendExecutionProvider_V2(env_, devices, std::unordered_map<std::string, std::string>{});
   } catch (const Ort::Exception& e) {
     throw Error(ErrorCode::kRuntime, plugin.string() + ": cannot register the plugin EP: " + e.what());
@@ -71,7 +71,7 @@ Ort::Session OrtHost::plugin_session(const std::filesystem::path& model, const s
     options.SetIntraOpNumThreads(threads);
     return Ort::Session(env_, model.c_str(), options);
   } catch (const Ort::Exception& e) {
-    throw Error(ErrorCode::kRuntime, model.string() + ": ONNX Runtime with " + ref::kEpName + " cannot load it: " + e.what());
+    throw Error(ErrorCode::kRuntime, model.string() + ": ONNX Runtime with " + identity_.backend + " cannot load it: " + e.what());
   }
 }
 

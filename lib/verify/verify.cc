@@ -19,8 +19,6 @@
 #include "ctxgen/format.h"
 #include "ctxgen/log.h"
 #include "ctxgen/model.h"
-#include "ctxgen/ref_identity.h"
-#include "ctxgen/runtime.h"
 #include "ctxgen/verify.h"
 #include "float64.h"
 
@@ -130,8 +128,8 @@ void check_signature(const fs::path& model, const onnx::NodeProto& node, const c
 // which may be gigabytes, so it is read once.
 using Hashed = std::map<fs::path, std::string>;
 
-void check_binary(const fs::path& model, const ContextBinary& binary, std::vector<std::string>& checks) {
-  const BinaryIdentity ours{ref::kEpName, ref::kSdkVersion, runtime::hardware_architecture()};
+void check_binary(const fs::path& model, const ContextBinary& binary, const BinaryIdentity& ours,
+                  std::vector<std::string>& checks) {
   if (!(binary.identity() == ours))
     throw mismatch(model, binary.label() + " was made for " + binary.identity().backend + " / " +
                               binary.identity().sdk_version + " / " + binary.identity().hardware_architecture +
@@ -180,7 +178,8 @@ void check_integrity(const fs::path& model, const onnx::ModelProto& proto, OrtHo
   std::vector<const onnx::NodeProto*> nodes;
   for (const auto& node : proto.graph().node()) {
     const auto* source = attribute(node, "source");
-    if (node.op_type() == "EPContext" && source != nullptr && source->s() == ref::kEpName) nodes.push_back(&node);
+    if (node.op_type() == "EPContext" && source != nullptr && source->s() == host.identity().backend)
+      nodes.push_back(&node);
   }
   std::vector<std::shared_ptr<const ContextBinary>> binaries;
   for (const auto* node : nodes) {
@@ -197,7 +196,7 @@ void check_integrity(const fs::path& model, const onnx::ModelProto& proto, OrtHo
     log().warn("{}: records no context binary id (an older ctxgen or another tool wrote it); its pairing with the "
                "binary is not checked", model.string());
   }
-  for (const auto& binary : binaries) check_binary(model, *binary, checks);
+  for (const auto& binary : binaries) check_binary(model, *binary, host.identity(), checks);
   check_external_weights(model, proto, hashed, checks);
   auto declared = declared_values(proto.graph());
   for (const auto* node : nodes) {
@@ -212,9 +211,9 @@ void check_integrity(const fs::path& model, const onnx::ModelProto& proto, OrtHo
   }
   checks.push_back(model.string() + ": " + std::to_string(nodes.size()) +
                    " EPContext node(s), each matched to its graph with the same inputs and outputs");
-  step(options, "loading " + model.string() + " in ONNX Runtime with " + ref::kEpName);
+  step(options, "loading " + model.string() + " in ONNX Runtime with " + host.identity().backend);
   host.plugin_session(model);
-  checks.push_back(model.string() + ": loads in ONNX Runtime with " + ref::kEpName);
+  checks.push_back(model.string() + ": loads in ONNX Runtime with " + host.identity().backend);
 }
 
 // float16 or bfloat16 bits of the nearest value on a grid both hold exactly (multiples of 2^-7
@@ -309,7 +308,7 @@ std::vector<OutputCheck> compare_outputs(const fs::path& model, const onnx::Mode
                                          const Options& options) {
   step(options, "loading " + reference.string() + " in ONNX Runtime's CPU EP");
   Ort::Session original = host.cpu_session(reference);
-  step(options, "loading " + model.string() + " in ONNX Runtime with " + ref::kEpName);
+  step(options, "loading " + model.string() + " in ONNX Runtime with " + host.identity().backend);
   Ort::Session compiled = host.plugin_session(model);
   Ort::AllocatorWithDefaultOptions allocator;
   std::mt19937_64 rng(options.seed);
@@ -356,7 +355,7 @@ std::vector<OutputCheck> compare_outputs(const fs::path& model, const onnx::Mode
     return tensors;
   };
   const auto expected = copies(run(original, reference.string(), inputs, false));
-  step(options, "running " + model.string() + " with " + ref::kEpName);
+  step(options, "running " + model.string() + " with " + host.identity().backend);
   const auto got = copies(run(compiled, model.string(), inputs, true));
   std::vector<OutputCheck> checks;
   for (size_t i = 0; i < output_names.size(); ++i)
@@ -453,7 +452,8 @@ Result run(const Options& options) {
   if (!options.references.empty() && options.references.size() != options.models.size())
     throw Error(ErrorCode::kUsage, "give one --reference per compiled model (" + std::to_string(options.models.size()) +
                                        " models, " + std::to_string(options.references.size()) + " references)");
-  OrtHost host(options.plugin.empty() ? default_plugin() : options.plugin);
+  if (!options.runtime) throw Error(ErrorCode::kInternal, "verify: no backend runtime given");
+  OrtHost host(options.plugin.empty() ? default_plugin() : options.plugin, options.runtime->identity());
   Result result;
   Hashed hashed;
   for (size_t i = 0; i < options.models.size(); ++i) {

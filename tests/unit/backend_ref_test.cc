@@ -37,9 +37,13 @@ TEST(BackendRegistry, BuiltinsHoldRefWithItsIdentity) {
   ASSERT_EQ(registry.list().size(), 1u);
   EXPECT_EQ(registry.list()[0], ref);
   EXPECT_EQ(ref->name(), ref::kBackendName);
-  EXPECT_EQ(ref->ep_name(), ref::kEpName);
-  EXPECT_EQ(ref->sdk_version(), ref::kSdkVersion);
-  EXPECT_EQ(ref->hardware_architecture(), runtime::hardware_architecture());
+  // One value, the same the ref runtime runs.
+  const BinaryIdentity identity = ref->identity();
+  EXPECT_EQ(identity.backend, ref::kEpName);
+  EXPECT_EQ(identity.sdk_version, ref::kSdkVersion);
+  EXPECT_EQ(identity.hardware_architecture, runtime::hardware_architecture());
+  EXPECT_EQ(identity.format_version, kContextBinaryVersion);
+  EXPECT_EQ(identity, runtime::make_ref_runtime()->identity());
   EXPECT_FALSE(ref->description().empty());
   EXPECT_EQ(ref->description().find('\n'), std::string::npos);
 }

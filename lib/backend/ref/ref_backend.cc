@@ -15,9 +15,7 @@ namespace {
 class RefBackend final : public Backend {
  public:
   std::string name() const override { return ref::kBackendName; }
-  std::string ep_name() const override { return ref::kEpName; }
-  std::string sdk_version() const override { return ref::kSdkVersion; }
-  std::string hardware_architecture() const override { return runtime::hardware_architecture(); }
+  BinaryIdentity identity() const override { return runtime::ref_identity(); }
   std::string description() const override {
     return "CPU reference NPU: float32 ops on static shapes, BatchNorm folding, activation fusion, "
            "static memory plan (docs/ops.md)";

@@ -5,6 +5,7 @@
 
 #include "ctxgen/error.h"
 #include "ctxgen/pipeline.h"
+#include "ctxgen/runtime.h"
 #include "ctxgen/verify.h"
 
 int main(int argc, char** argv) {
@@ -23,6 +24,7 @@ int main(int argc, char** argv) {
     check.models = {run.models.at(0).output};
     check.references = {argv[1]};
     check.plugin = PLUGIN_EP;
+    check.runtime = ctxgen::runtime::make_ref_runtime();
     const auto result = ctxgen::verify::run(check);
     for (const auto& output : result.outputs)
       std::printf("%s: max abs diff %g\n", output.output.c_str(), output.difference.abs.max);

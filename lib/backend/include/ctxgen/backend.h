@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ctxgen/compiled.h"
+#include "ctxgen/format.h"
 #include "ctxgen/model.h"
 #include "ctxgen/partition.h"
 #include "ctxgen/weights.h"
@@ -20,10 +21,11 @@ class Backend {
   virtual ~Backend() = default;
   // Short name used on the command line (-e) and in file names (<stem>_<name>.bin).
   virtual std::string name() const = 0;
-  // EP name: the EPContext `source` attribute and the name ONNX Runtime knows the plugin EP by.
-  virtual std::string ep_name() const = 0;
-  virtual std::string sdk_version() const = 0;
-  virtual std::string hardware_architecture() const = 0;
+  // Who makes this backend's binaries, in one value: its EP name (the EPContext `source`
+  // attribute and the name ONNX Runtime knows its plugin EP by), SDK version, hardware
+  // architecture and context-binary format version. Written into every binary and EPContext node;
+  // the backend's runtime (ctxgen/backend_runtime.h) runs only binaries carrying the same.
+  virtual BinaryIdentity identity() const = 0;
   virtual std::string description() const = 0;
 
   // May this node run on the backend? Called for main-graph nodes only, after shape inference.

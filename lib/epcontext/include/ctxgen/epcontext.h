@@ -10,6 +10,7 @@
 #include <onnx/onnx_pb.h>
 
 #include "ctxgen/compiled.h"
+#include "ctxgen/format.h"
 #include "ctxgen/model.h"
 #include "ctxgen/partition.h"
 #include "ctxgen/weights.h"
@@ -17,9 +18,7 @@
 namespace ctxgen {
 
 struct EpContextSettings {
-  std::string source;  // the backend's EP name
-  std::string sdk_version;
-  std::string hardware_architecture;
+  BinaryIdentity identity;  // the backend's: `source` is its EP name
   bool embed = false;
   // embed: the context binary's bytes; otherwise its path relative to the output model's folder.
   std::string cache_context;

@@ -20,11 +20,13 @@ namespace ctxgen {
 inline constexpr uint32_t kContextBinaryVersion = 1;
 inline constexpr uint64_t kPayloadAlignment = 64;
 
-// Who made the binary; a loader refuses a binary whose identity it does not match.
+// Who made the binary, in one value: a backend's compiler writes it (Backend::identity), its
+// runtime runs only binaries that carry it (BackendRuntime::identity, ctxgen/backend_runtime.h).
 struct BinaryIdentity {
   std::string backend;  // EP name, e.g. the `source` attribute
   std::string sdk_version;
   std::string hardware_architecture;
+  uint32_t format_version = kContextBinaryVersion;  // of the container; the reader reads only its own
   bool operator==(const BinaryIdentity&) const = default;
 };
 

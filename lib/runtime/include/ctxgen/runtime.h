@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "ctxgen/backend_runtime.h"
 #include "ctxgen/format.h"
 #include "ctxgen/ref_program.h"
 
@@ -16,9 +17,7 @@ namespace ctxgen::runtime {
 
 // Weight bytes by weight id.
 using WeightLookup = std::function<const uint8_t*(uint32_t weight_id)>;
-// Runs body(0) ... body(tasks - 1), on the caller's threads, and returns when all have: how a
-// host (ONNX Runtime's intra-op pool) lends kernels its threads. Empty: one thread.
-using ParallelFor = std::function<void(size_t tasks, const std::function<void(size_t task)>& body)>;
+using ctxgen::ParallelFor;
 
 // Checks that every op, attribute, value and id in `program` is one the runtime can execute and
 // that every buffer fits its dims. Throws Error(kInvalidBinary) saying which op or value is wrong.
@@ -61,18 +60,18 @@ void execute(const ref::Program& program, const WeightLookup& weights, const std
 
 // One graph of a context binary, ready to run. Weights are used in place from the binary, which
 // the executable keeps alive. Runs as a PreparedProgram does.
-class Executable {
+class Executable final : public GraphRunner {
  public:
   // Throws Error(kInvalidBinary) when the graph is missing or its program is malformed or uses
   // an op or weight the runtime does not know.
   Executable(std::shared_ptr<const ContextBinary> binary, const std::string& graph_name);
 
-  const GraphRecord& graph() const { return *graph_; }
+  const GraphRecord& graph() const override { return *graph_; }
   const ref::Program& program() const { return prepared_->program(); }
 
   // inputs[i] / outputs[i] point at dense buffers of the sizes in the graph signature.
   void run(const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
-           const ParallelFor& parallel = {}) const;
+           const ParallelFor& parallel = {}) const override;
 
  private:
   std::shared_ptr<const ContextBinary> binary_;
@@ -85,6 +84,12 @@ class Executable {
 // oneDNN 2.6.3"). The `ref` backend's binaries carry it as their hardware architecture: weights
 // packed for one level are refused on another.
 std::string hardware_architecture();
+
+// The identity of the `ref` backend's binaries on this machine: what its compiler writes and its
+// runtime runs (ref_identity.h, and this CPU's hardware_architecture()).
+BinaryIdentity ref_identity();
+// The `ref` backend's runtime, for the hosts that run binaries (ctxgen/backend_runtime.h).
+std::unique_ptr<BackendRuntime> make_ref_runtime();
 
 // A Conv weight [M, C/group, k...] (row-major float32, at any alignment) laid out as the
 // convolution `op` (with attributes packed = 1 and weight_shape) runs it on this CPU, for input

@@ -15,13 +15,18 @@
 
 #include <onnxruntime_cxx_api.h>
 
+#include "ctxgen/backend_runtime.h"
+
 namespace ctxgen::verify {
 
-// ONNX Runtime with the ctxgen plugin EP library registered.
+// ONNX Runtime with a backend's plugin EP library registered: the EP named by `identity`, whose
+// binaries it runs.
 class OrtHost {
  public:
-  // Throws Error(kRuntime) when the plugin cannot be loaded or offers no device.
-  explicit OrtHost(const std::filesystem::path& plugin, OrtLoggingLevel log_level = ORT_LOGGING_LEVEL_ERROR);
+  // Throws Error(kRuntime) when the plugin cannot be loaded or offers no device for that EP.
+  OrtHost(const std::filesystem::path& plugin, BinaryIdentity identity,
+          OrtLoggingLevel log_level = ORT_LOGGING_LEVEL_ERROR);
+  const BinaryIdentity& identity() const { return identity_; }
   // threads: the session's intra-op threads (0: ONNX Runtime's default, one per physical core).
   Ort::Session cpu_session(const std::filesystem::path& model, int threads = 0);
   // A model held in memory whose external data all lives in one in-memory file, `weights_name`.
@@ -31,6 +36,7 @@ class OrtHost {
                               int threads = 0);
 
  private:
+  BinaryIdentity identity_;
   Ort::Env env_;
   Ort::SessionOptions plugin_options_;
 };
@@ -130,6 +136,9 @@ struct Options {
   uint64_t seed = 1;
   std::map<std::string, std::vector<int64_t>> input_shapes;
   std::filesystem::path plugin;
+  // The runtime of the backend the models were compiled for; verify expects its identity in every
+  // binary and EPContext node, and runs the models through the plugin EP of that name.
+  std::shared_ptr<const BackendRuntime> runtime;
   // Called before each step that loads or runs a model ("running decoder.onnx on ONNX Runtime's
   // CPU EP"), so a crash inside ONNX Runtime can be reported with what it was doing.
   std::function<void(const std::string&)> step;
