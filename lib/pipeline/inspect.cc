@@ -3,10 +3,10 @@
 #include <set>
 #include <sstream>
 
+#include "ctxgen/backend.h"
 #include "ctxgen/error.h"
 #include "ctxgen/format.h"
 #include "ctxgen/model.h"
-#include "ctxgen/ref_identity.h"
 #include "ctxgen/report.h"
 
 namespace fs = std::filesystem;
@@ -58,6 +58,11 @@ nlohmann::json attribute_json(const onnx::AttributeProto& a) {
 // the model recorded: a mismatched pair is an error, a missing binary is shown as missing.
 nlohmann::json context_binaries(const fs::path& path, const onnx::ModelProto& proto) {
   const auto recorded = metadata_value(proto, kContentIdMetadataKey);
+  // EPContext nodes of ctxgen's backends point at ctxgen context binaries; another EP's binaries
+  // are its own business.
+  std::set<std::string> ours;
+  const BackendRegistry backends = builtin_backends();
+  for (const Backend* backend : backends.list()) ours.insert(backend->identity().backend);
   nlohmann::json list = nlohmann::json::array();
   std::set<fs::path> seen;
   for (const auto& node : proto.graph().node()) {
@@ -69,9 +74,7 @@ nlohmann::json context_binaries(const fs::path& path, const onnx::ModelProto& pr
       if (a.name() == "main_context") main = a.i() == 1;
       if (a.name() == "embed_mode") embedded = a.i() == 1;
     }
-    // Another EP's binaries are its own business.
-    if (node.op_type() != "EPContext" || source != std::string(ref::kEpName) || !main || embedded || !cache ||
-        cache->empty())
+    if (node.op_type() != "EPContext" || !source || !ours.count(*source) || !main || embedded || !cache || cache->empty())
       continue;
     const fs::path bin = path.parent_path() / *cache;
     if (!seen.insert(bin).second) continue;

@@ -216,6 +216,13 @@ DECODER = "cp testdata/exports/decoder_prefill.onnx prefill.onnx && cp testdata/
 
 # (file, first line, rule)
 RULES = [
+    ("adding-a-backend.md", r"class MyBackend", rule_covered("tests/ort/test_backend.cc",
+     "BinaryIdentity identity() const override", "NodeSupport supports(", "CompiledGraph compile(")),
+    ("adding-a-backend.md", r"class MyRuntime", rule_covered("tests/ort/test_runtime.cc",
+     "BinaryIdentity identity() const override", "std::unique_ptr<GraphRunner> load(")),
+    ("adding-a-backend.md", r'#include "plugin_backend.h"', rule_covered("tests/ort/test_plugin.cc",
+     '#include "plugin_backend.h"', "ctxgen::ort_ep::make_backend_runtime()")),
+    ("adding-a-backend.md", r"ctxgen_add_plugin_ep", rule_covered("tests/ort/CMakeLists.txt", "ctxgen_add_plugin_ep(")),
     ("architecture.md", r"model files", rule_text("a diagram of the stages")),
     ("architecture.md", r"common <- model", rule_text("the layering; the CMake targets enforce it (a stage that "
                                                       "includes a header of one it does not link fails to build)")),
