@@ -7,6 +7,7 @@
 #include "ctxgen/error.h"
 #include "ep_context.h"
 #include "ort_api.h"
+#include "plugin_backend.h"
 
 namespace ctxgen::ort_ep {
 namespace {
@@ -54,12 +55,14 @@ ActualTensor actual_tensor(const OrtValue* value) {
 }  // namespace
 
 CompiledNode::CompiledNode(std::string node_name, std::shared_ptr<const GraphRunner> executable,
-                           std::vector<size_t> input_slots, std::vector<std::optional<size_t>> output_slots)
+                           std::vector<size_t> input_slots, std::vector<std::optional<size_t>> output_slots,
+                           bool virtual_device)
     : OrtNodeComputeInfo{},
       node_name_(std::move(node_name)),
       executable_(std::move(executable)),
       input_slots_(std::move(input_slots)),
-      output_slots_(std::move(output_slots)) {
+      output_slots_(std::move(output_slots)),
+      virtual_device_(virtual_device) {
   ort_version_supported = ORT_API_VERSION;
   CreateState = CreateStateImpl;
   Compute = ComputeImpl;
@@ -67,6 +70,12 @@ CompiledNode::CompiledNode(std::string node_name, std::shared_ptr<const GraphRun
 }
 
 void CompiledNode::compute(OrtKernelContext* context) const {
+  if (virtual_device_)
+    throw OrtCodeError(ORT_NOT_IMPLEMENTED,
+                       "EPContext node '" + node_name_ + "': this session uses " + backend_identity().backend +
+                           "'s virtual device (the library was registered under a name ending in '.virtual', for "
+                           "compiling without the target); it compiles models but cannot run them. Run on the "
+                           "EP's CPU device instead");
   const GraphRecord& graph = executable_->graph();
   std::vector<const void*> inputs(graph.inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {

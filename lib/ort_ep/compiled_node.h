@@ -19,8 +19,11 @@ class CompiledNode : public OrtNodeComputeInfo {
   // dedups repeated inputs and omits outputs nobody reads), so values are matched by name:
   // `input_slots[i]` is the kernel input feeding graph input i, `output_slots[i]` the kernel
   // output for graph output i, or nullopt when ORT does not want it.
+  // virtual_device: the session's device stands for a target this machine does not have; the node
+  // is compiled, and a run says it cannot run.
   CompiledNode(std::string node_name, std::shared_ptr<const GraphRunner> executable,
-               std::vector<size_t> input_slots, std::vector<std::optional<size_t>> output_slots);
+               std::vector<size_t> input_slots, std::vector<std::optional<size_t>> output_slots,
+               bool virtual_device);
 
  private:
   void compute(OrtKernelContext* context) const;
@@ -35,6 +38,7 @@ class CompiledNode : public OrtNodeComputeInfo {
   std::shared_ptr<const GraphRunner> executable_;
   std::vector<size_t> input_slots_;
   std::vector<std::optional<size_t>> output_slots_;
+  bool virtual_device_;
 };
 
 // Slot of each of `wanted` among `available` by value name, for the mapping above. Throws

@@ -192,7 +192,8 @@ void CtxgenEp::compile(const OrtGraph** graphs, const OrtNode** fused_nodes, siz
     compiled.push_back(std::make_unique<CompiledNode>(
         node.name, std::move(executable),
         required_slots(node.name, value_names(inputs), value_names(node_inputs(fused_nodes[i]))),
-        match_by_name(node.name, "output", value_names(outputs), value_names(node_outputs(fused_nodes[i])), false)));
+        match_by_name(node.name, "output", value_names(outputs), value_names(node_outputs(fused_nodes[i])), false),
+        config_.virtual_device));
   }
   for (size_t i = 0; i < count; ++i) infos[i] = compiled[i].release();
 }

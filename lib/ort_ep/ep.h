@@ -19,6 +19,7 @@ namespace ctxgen::ort_ep {
 struct SessionConfig {
   std::optional<std::string> context_file_path;  // ep.context_file_path
   bool share_contexts = false;                   // ep.share_ep_contexts=1
+  bool virtual_device = false;                   // the session's device is a virtual one: no runs
 
   static SessionConfig read(const OrtSessionOptions* options);
 };

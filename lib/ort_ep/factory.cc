@@ -4,6 +4,9 @@
 #include <cstdlib>
 #include <string>
 
+#include <onnxruntime_env_config_keys.h>
+#include <onnxruntime_ep_device_ep_metadata_keys.h>
+
 #include "ep.h"
 #include "ep_context.h"
 #include "ort_api.h"
@@ -42,7 +45,22 @@ OrtCompiledModelCompatibility judge_compatibility(const char* info) {
                                       : OrtCompiledModelCompatibility_EP_UNSUPPORTED;
 }
 
-CtxgenEpFactory::CtxgenEpFactory() : OrtEpFactory{} {
+bool virtual_devices_allowed() {
+  OrtKeyValuePairs* entries = nullptr;
+  check(api().ep->GetEnvConfigEntries(&entries), "GetEnvConfigEntries");
+  const char* value = api().ort->GetKeyValue(entries, kOrtEnvAllowVirtualDevices);
+  const bool allowed = value != nullptr && std::string(value) == "1";
+  api().ort->ReleaseKeyValuePairs(entries);
+  return allowed;
+}
+
+bool is_virtual(const OrtHardwareDevice* device) {
+  const OrtKeyValuePairs* metadata = api().ort->HardwareDevice_Metadata(device);
+  const char* value = metadata == nullptr ? nullptr : api().ort->GetKeyValue(metadata, kOrtHardwareDevice_MetadataKey_IsVirtual);
+  return value != nullptr && std::string(value) == "1";
+}
+
+CtxgenEpFactory::CtxgenEpFactory(bool allow_virtual) : OrtEpFactory{}, allow_virtual_(allow_virtual) {
   ort_version_supported = ORT_API_VERSION;
   GetName = GetNameImpl;
   GetVendor = GetVendorImpl;
@@ -63,6 +81,10 @@ CtxgenEpFactory::CtxgenEpFactory() : OrtEpFactory{} {
   // Optional members this EP has no use for stay null, as the header allows:
   // GetHardwareDeviceIncompatibilityDetails, CreateExternalResourceImporterForDevice,
   // InitGraphicsInterop, DeinitGraphicsInterop.
+}
+
+CtxgenEpFactory::~CtxgenEpFactory() {
+  if (virtual_device_ != nullptr) api().ep->ReleaseHardwareDevice(virtual_device_);
 }
 
 const char* ORT_API_CALL CtxgenEpFactory::GetNameImpl(const OrtEpFactory*) noexcept {
@@ -88,15 +110,37 @@ OrtStatus* ORT_API_CALL CtxgenEpFactory::GetSupportedDevicesImpl(OrtEpFactory* s
     if (OrtStatus* status = api().ep->CreateEpDevice(self, devices[i], nullptr, nullptr, &device)) return status;
     ep_devices[(*num_ep_devices)++] = device;
   }
+  // A device standing for a target this machine does not have, to compile for it (cross-compiling);
+  // a session on it loads models but does not run them.
+  auto* factory = static_cast<CtxgenEpFactory*>(self);
+  if (factory->allow_virtual_ && *num_ep_devices < max_ep_devices) {
+    if (factory->virtual_device_ == nullptr) {
+      OrtKeyValuePairs* metadata = nullptr;
+      api().ort->CreateKeyValuePairs(&metadata);
+      api().ort->AddKeyValuePair(metadata, kOrtHardwareDevice_MetadataKey_IsVirtual, "1");
+      OrtStatus* status = api().ep->CreateHardwareDevice(OrtHardwareDeviceType_CPU, kVendorId, 0, kVendor, metadata,
+                                                         &factory->virtual_device_);
+      api().ort->ReleaseKeyValuePairs(metadata);  // ORT keeps a copy
+      if (status != nullptr) return status;
+    }
+    OrtEpDevice* device = nullptr;
+    if (OrtStatus* status = api().ep->CreateEpDevice(self, factory->virtual_device_, nullptr, nullptr, &device))
+      return status;
+    ep_devices[(*num_ep_devices)++] = device;
+  }
   return nullptr;
 }
 
-OrtStatus* ORT_API_CALL CtxgenEpFactory::CreateEpImpl(OrtEpFactory*, const OrtHardwareDevice* const*,
-                                                      const OrtKeyValuePairs* const*, size_t,
+OrtStatus* ORT_API_CALL CtxgenEpFactory::CreateEpImpl(OrtEpFactory*, const OrtHardwareDevice* const* devices,
+                                                      const OrtKeyValuePairs* const*, size_t num_devices,
                                                       const OrtSessionOptions* options, const OrtLogger* logger,
                                                       OrtEp** ep) noexcept {
   *ep = nullptr;
-  return guarded(ORT_EP_FAIL, [&] { *ep = new CtxgenEp(SessionConfig::read(options), logger); });
+  return guarded(ORT_EP_FAIL, [&] {
+    SessionConfig config = SessionConfig::read(options);
+    for (size_t i = 0; i < num_devices; ++i) config.virtual_device = config.virtual_device || is_virtual(devices[i]);
+    *ep = new CtxgenEp(std::move(config), logger);
+  });
 }
 
 void ORT_API_CALL CtxgenEpFactory::ReleaseEpImpl(OrtEpFactory*, OrtEp* ep) noexcept {

@@ -8,9 +8,17 @@ namespace ctxgen::ort_ep {
 
 class CtxgenEpFactory : public OrtEpFactory {
  public:
-  CtxgenEpFactory();
+  // allow_virtual: the environment allows virtual devices (the library was registered under a
+  // name ending in ".virtual"): the factory then also offers one, for compiling without the target.
+  explicit CtxgenEpFactory(bool allow_virtual);
+  ~CtxgenEpFactory();
+  CtxgenEpFactory(const CtxgenEpFactory&) = delete;
+  CtxgenEpFactory& operator=(const CtxgenEpFactory&) = delete;
 
  private:
+  bool allow_virtual_;
+  OrtHardwareDevice* virtual_device_ = nullptr;  // made on the first GetSupportedDevices that may
+
   static const char* ORT_API_CALL GetNameImpl(const OrtEpFactory* self) noexcept;
   static const char* ORT_API_CALL GetVendorImpl(const OrtEpFactory* self) noexcept;
   static uint32_t ORT_API_CALL GetVendorIdImpl(const OrtEpFactory* self) noexcept;
@@ -47,5 +55,12 @@ class CtxgenEpFactory : public OrtEpFactory {
 
 // How a compiled model's ep_compatibility_info string fits this EP build.
 OrtCompiledModelCompatibility judge_compatibility(const char* info);
+
+// Whether the environment lets EP factories create virtual devices (ORT sets allow_virtual_devices
+// when a library is registered under a name ending in ".virtual").
+bool virtual_devices_allowed();
+
+// Whether `device` is a virtual one (hardware metadata is_virtual = 1).
+bool is_virtual(const OrtHardwareDevice* device);
 
 }  // namespace ctxgen::ort_ep

@@ -54,7 +54,7 @@ CTXGEN_EXPORT OrtStatus* CreateEpFactories(const char* /*registration_name*/, co
       served.runtime = ctxgen::ort_ep::make_backend_runtime();
       served.identity = served.runtime->identity();
     }
-    factories[0] = new ctxgen::ort_ep::CtxgenEpFactory();
+    factories[0] = new ctxgen::ort_ep::CtxgenEpFactory(ctxgen::ort_ep::virtual_devices_allowed());
     *num_factories = 1;
   });
 }

@@ -6,6 +6,9 @@
 
 #include <filesystem>
 #include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "ctxgen/ref_identity.h"
 #include "ctxgen/runtime.h"
@@ -255,6 +258,50 @@ TEST_F(OrtPluginTest, EpContextNodeOfAnotherEpIsNotClaimed) {
   // The plugin is in the session yet leaves the node to others; nobody takes it, so ORT refuses.
   expect_unclaimed(session_failure(model("foreign_ctx.onnx"), plugin_options()), "QNNExecutionProvider",
                    std::string(ref::kEpName) + ", CPUExecutionProvider");
+}
+
+bool is_virtual(const Ort::ConstEpDevice& device) {
+  const char* value = device.Device().Metadata().GetValue("is_virtual");
+  return value != nullptr && std::string(value) == "1";
+}
+
+// Cross-compiling: registered under a name ending in ".virtual" (ORT then allows virtual devices),
+// the plugin also offers a virtual device; a session on it loads a model but a run says it cannot.
+TEST_F(OrtPluginTest, OffersAVirtualDeviceOnlyWhenRegisteredAsVirtualAndItDoesNotRun) {
+  size_t ours = 0;
+  for (const Ort::ConstEpDevice& device : Plugin::env().GetEpDevices()) {
+    if (std::string(device.EpName()) != ref::kEpName) continue;
+    ++ours;
+    EXPECT_FALSE(is_virtual(device));
+  }
+  EXPECT_EQ(ours, 1u);
+
+  Plugin::unregister_library();
+  constexpr const char* kVirtualName = "ctxgen_ort_ep.virtual";
+  Plugin::env().RegisterExecutionProviderLibrary(kVirtualName, CTXGEN_ORT_EP_PATH);
+  {
+    std::vector<Ort::ConstEpDevice> virtual_devices;
+    size_t real = 0;
+    for (const Ort::ConstEpDevice& device : Plugin::env().GetEpDevices()) {
+      if (std::string(device.EpName()) != ref::kEpName) continue;
+      if (is_virtual(device)) virtual_devices.push_back(device);
+      else ++real;
+    }
+    EXPECT_EQ(real, 1u) << "the CPU device stays on offer";
+    ASSERT_EQ(virtual_devices.size(), 1u);
+    Ort::SessionOptions options;
+    options.AppendExecutionProvider_V2(Plugin::env(), virtual_devices, std::unordered_map<std::string, std::string>{});
+    Ort::Session session = open_session(model("single_ctx.onnx"), options);
+    try {
+      run(session, test_input());
+      ADD_FAILURE() << "a session on the virtual device ran";
+    } catch (const Ort::Exception& e) {
+      EXPECT_NE(std::string(e.what()).find("virtual device"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("cannot run them"), std::string::npos) << e.what();
+    }
+  }
+  Plugin::env().UnregisterExecutionProviderLibrary(kVirtualName);
+  Plugin::register_library();
 }
 
 TEST_F(OrtPluginTest, WithoutThePluginOrtCannotRunTheModel) {
