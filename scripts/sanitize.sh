@@ -15,6 +15,7 @@ cmake -S "$repo" -B "$build_dir" -G Ninja -DCMAKE_CXX_COMPILER=clang++ \
 cmake --build "$build_dir" -j2
 [ "${1:-}" = "--build-only" ] && exit 0
 # ONNX Runtime itself leaks a few allocations per process; only those are suppressed.
-export LSAN_OPTIONS="suppressions=$repo/tests/ort/lsan.supp:print_suppressions=0"
+# intercept_tls_get_addr=0: see tests/ort/CMakeLists.txt.
+export LSAN_OPTIONS="suppressions=$repo/tests/ort/lsan.supp:print_suppressions=0:intercept_tls_get_addr=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 ctest --test-dir "$build_dir" --output-on-failure -j2 -L 'unit|e2e|ort|fuzz' "$@"
