@@ -137,6 +137,7 @@ class Parser {
     check_table_sizes(graph_count, graph_table, weight_table);
     check_metadata_checksum();
     parse_identity(identity_section);
+    identity.format_version = static_cast<uint32_t>(header(format::field::kVersion, 4));
     parse_graphs(graph_count, graph_table);
     parse_weights(weight_table);
     check_payloads();

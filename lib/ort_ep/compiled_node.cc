@@ -73,9 +73,9 @@ void CompiledNode::compute(OrtKernelContext* context) const {
   if (virtual_device_)
     throw OrtCodeError(ORT_NOT_IMPLEMENTED,
                        "EPContext node '" + node_name_ + "': this session uses " + backend_identity().backend +
-                           "'s virtual device (the library was registered under a name ending in '.virtual', for "
-                           "compiling without the target); it compiles models but cannot run them. Run on the "
-                           "EP's CPU device instead");
+                           "'s virtual device (offered when the environment allows virtual devices, as a library "
+                           "registered under a name ending in '.virtual' does); it loads and checks models but "
+                           "cannot run them. Run on the EP's CPU device instead");
   const GraphRecord& graph = executable_->graph();
   std::vector<const void*> inputs(graph.inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {

@@ -71,11 +71,6 @@ void check_values(const EpContextNode& node, const std::string& graph_label, con
 
 }  // namespace
 
-const std::string& compatibility_info() {
-  static const std::string info = ctxgen::compatibility_info(backend_identity());
-  return info;
-}
-
 bool is_our_ep_context_node(const OrtNode* node) {
   if (node_op_type(node) != kEpContextOp || node_domain(node) != kMsDomain) return false;
   // A node of ours with a malformed `source` is not ours; someone else may claim it.

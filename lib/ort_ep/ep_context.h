@@ -14,10 +14,6 @@
 
 namespace ctxgen::ort_ep {
 
-// The string ORT stores as ep_compatibility_info.<EP> in compiled models and later hands to
-// ValidateCompiledModelCompatibilityInfo: context-binary format version plus identity.
-const std::string& compatibility_info();
-
 // True for an EPContext node (domain com.microsoft) whose `source` is this EP.
 bool is_our_ep_context_node(const OrtNode* node);
 

@@ -47,7 +47,11 @@ OrtCompiledModelCompatibility judge_compatibility(const char* info) {
 
 bool virtual_devices_allowed() {
   OrtKeyValuePairs* entries = nullptr;
-  check(api().ep->GetEnvConfigEntries(&entries), "GetEnvConfigEntries");
+  // Without the entries, no virtual device: the real one still serves.
+  if (OrtStatus* status = api().ep->GetEnvConfigEntries(&entries)) {
+    api().ort->ReleaseStatus(status);
+    return false;
+  }
   const char* value = api().ort->GetKeyValue(entries, kOrtEnvAllowVirtualDevices);
   const bool allowed = value != nullptr && std::string(value) == "1";
   api().ort->ReleaseKeyValuePairs(entries);
@@ -138,7 +142,9 @@ OrtStatus* ORT_API_CALL CtxgenEpFactory::CreateEpImpl(OrtEpFactory*, const OrtHa
   *ep = nullptr;
   return guarded(ORT_EP_FAIL, [&] {
     SessionConfig config = SessionConfig::read(options);
-    for (size_t i = 0; i < num_devices; ++i) config.virtual_device = config.virtual_device || is_virtual(devices[i]);
+    // Virtual only when no real device serves the session too.
+    config.virtual_device = num_devices > 0;
+    for (size_t i = 0; i < num_devices; ++i) config.virtual_device = config.virtual_device && is_virtual(devices[i]);
     *ep = new CtxgenEp(std::move(config), logger);
   });
 }

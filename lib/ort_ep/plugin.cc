@@ -17,14 +17,27 @@ namespace {
 struct Served {
   std::unique_ptr<BackendRuntime> runtime;
   BinaryIdentity identity;
+  std::string compatibility_info;
 };
-// Set in CreateEpFactories, before ORT calls anything else in the library; read-only after.
-Served g_served;
+
+// Made by the first CreateEpFactories (thread-safe, and again by the next call if making it
+// threw), and never destroyed: ORT may release sessions, EPs and factories after the library's
+// static destructors have run at process exit, and they still use the runtime and its identity.
+const Served& served() {
+  static const Served* made = [] {
+    auto runtime = make_backend_runtime();
+    BinaryIdentity identity = runtime->identity();
+    std::string info = ctxgen::compatibility_info(identity);
+    return new Served{std::move(runtime), std::move(identity), std::move(info)};
+  }();
+  return *made;
+}
 
 }  // namespace
 
-const BackendRuntime& backend_runtime() { return *g_served.runtime; }
-const BinaryIdentity& backend_identity() { return g_served.identity; }
+const BackendRuntime& backend_runtime() { return *served().runtime; }
+const BinaryIdentity& backend_identity() { return served().identity; }
+const std::string& compatibility_info() { return served().compatibility_info; }
 
 }  // namespace ctxgen::ort_ep
 
@@ -49,11 +62,7 @@ CTXGEN_EXPORT OrtStatus* CreateEpFactories(const char* /*registration_name*/, co
     return ctxgen::ort_ep::make_status(ORT_INVALID_ARGUMENT, "ctxgen plugin EP: no room for its EP factory");
   }
   return ctxgen::ort_ep::guarded(ORT_EP_FAIL, [&] {
-    auto& served = ctxgen::ort_ep::g_served;
-    if (!served.runtime) {
-      served.runtime = ctxgen::ort_ep::make_backend_runtime();
-      served.identity = served.runtime->identity();
-    }
+    ctxgen::ort_ep::backend_runtime();  // made now, so later callbacks cannot fail making it
     factories[0] = new ctxgen::ort_ep::CtxgenEpFactory(ctxgen::ort_ep::virtual_devices_allowed());
     *num_factories = 1;
   });

@@ -1,10 +1,11 @@
 #pragma once
 // The backend a plugin EP library serves: one per library. The EP code here is the same for every
 // backend; a backend's plugin library adds one file defining make_backend_runtime() (the `ref`
-// backend's is ref_plugin.cc), and CreateEpFactories makes that runtime once, before ORT can ask
-// the library anything else (docs/adding-a-backend.md).
+// backend's is ref_plugin.cc), and the first CreateEpFactories makes that runtime, before ORT can
+// ask the library anything else; it lives as long as the process (docs/adding-a-backend.md).
 
 #include <memory>
+#include <string>
 
 #include "ctxgen/backend_runtime.h"
 
@@ -17,5 +18,8 @@ std::unique_ptr<BackendRuntime> make_backend_runtime();
 // EPContext nodes it claims), and what it requires of nodes and binaries.
 const BackendRuntime& backend_runtime();
 const BinaryIdentity& backend_identity();
+// The string ORT stores as ep_compatibility_info.<EP> in compiled models and later hands to
+// ValidateCompiledModelCompatibilityInfo: context-binary format version plus identity.
+const std::string& compatibility_info();
 
 }  // namespace ctxgen::ort_ep

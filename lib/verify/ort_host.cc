@@ -9,6 +9,11 @@ namespace {
 
 constexpr const char* kRegistrationName = "ctxgen";
 
+bool is_virtual(const Ort::ConstEpDevice& device) {
+  const char* value = device.Device().Metadata().GetValue("is_virtual");
+  return value != nullptr && std::string(value) == "1";
+}
+
 }  // namespace
 
 std::filesystem::path default_plugin() {
@@ -30,7 +35,8 @@ OrtHost::OrtHost(const std::filesystem::path& plugin, BinaryIdentity identity, O
     env_.RegisterExecutionProviderLibrary(kRegistrationName, plugin.c_str());
     std::vector<Ort::ConstEpDevice> devices;
     for (const auto& device : env_.GetEpDevices())
-      if (device.EpName() == identity_.backend) devices.push_back(device);
+      // A virtual device (cross-compiling) loads models but does not run them.
+      if (device.EpName() == identity_.backend && !is_virtual(device)) devices.push_back(device);
     if (devices.empty())
       throw Error(ErrorCode::kRuntime, plugin.string() + ": the plugin offers no device for EP " + identity_.backend);
     plugin_options_.AppendExecutionProvider_V2(env_, devices, std::unordered_map<std::string, std::string>{});

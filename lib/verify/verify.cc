@@ -452,7 +452,7 @@ Result run(const Options& options) {
   if (!options.references.empty() && options.references.size() != options.models.size())
     throw Error(ErrorCode::kUsage, "give one --reference per compiled model (" + std::to_string(options.models.size()) +
                                        " models, " + std::to_string(options.references.size()) + " references)");
-  if (!options.runtime) throw Error(ErrorCode::kInternal, "verify: no backend runtime given");
+  if (!options.runtime) throw Error(ErrorCode::kUsage, "verify: no backend runtime given (verify::Options::runtime)");
   OrtHost host(options.plugin.empty() ? default_plugin() : options.plugin, options.runtime->identity());
   Result result;
   Hashed hashed;

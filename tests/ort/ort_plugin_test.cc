@@ -266,7 +266,8 @@ bool is_virtual(const Ort::ConstEpDevice& device) {
 }
 
 // Cross-compiling: registered under a name ending in ".virtual" (ORT then allows virtual devices),
-// the plugin also offers a virtual device; a session on it loads a model but a run says it cannot.
+// the plugin also offers a virtual device; a session on it alone loads a model but a run says it
+// cannot, and a session given both devices runs.
 TEST_F(OrtPluginTest, OffersAVirtualDeviceOnlyWhenRegisteredAsVirtualAndItDoesNotRun) {
   size_t ours = 0;
   for (const Ort::ConstEpDevice& device : Plugin::env().GetEpDevices()) {
@@ -280,15 +281,20 @@ TEST_F(OrtPluginTest, OffersAVirtualDeviceOnlyWhenRegisteredAsVirtualAndItDoesNo
   constexpr const char* kVirtualName = "ctxgen_ort_ep.virtual";
   Plugin::env().RegisterExecutionProviderLibrary(kVirtualName, CTXGEN_ORT_EP_PATH);
   {
-    std::vector<Ort::ConstEpDevice> virtual_devices;
-    size_t real = 0;
+    std::vector<Ort::ConstEpDevice> virtual_devices, all;
     for (const Ort::ConstEpDevice& device : Plugin::env().GetEpDevices()) {
       if (std::string(device.EpName()) != ref::kEpName) continue;
+      all.push_back(device);
       if (is_virtual(device)) virtual_devices.push_back(device);
-      else ++real;
     }
-    EXPECT_EQ(real, 1u) << "the CPU device stays on offer";
+    EXPECT_EQ(all.size(), 2u) << "the CPU device stays on offer";
     ASSERT_EQ(virtual_devices.size(), 1u);
+    {  // Given both, a session runs on the real one.
+      Ort::SessionOptions both;
+      both.AppendExecutionProvider_V2(Plugin::env(), all, std::unordered_map<std::string, std::string>{});
+      Ort::Session session = open_session(model("single_ctx.onnx"), both);
+      expect_matches_cpu(session, "single_plain.onnx");
+    }
     Ort::SessionOptions options;
     options.AppendExecutionProvider_V2(Plugin::env(), virtual_devices, std::unordered_map<std::string, std::string>{});
     Ort::Session session = open_session(model("single_ctx.onnx"), options);
