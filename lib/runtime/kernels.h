@@ -306,7 +306,6 @@ void gather_nd(Ins, const Output&);
 void scatter_elements(Ins, const Output&);
 
 // The planners: each op's typed parameters, made once (ops.cc pairs them with the kernels).
-std::unique_ptr<OpPlan> plan_thresholded_relu(const ref::Op&, const std::vector<const ref::Value*>&, const ref::Value&);
 std::unique_ptr<OpPlan> plan_celu(const ref::Op&, const std::vector<const ref::Value*>&, const ref::Value&);
 std::unique_ptr<OpPlan> plan_shrink(const ref::Op&, const std::vector<const ref::Value*>&, const ref::Value&);
 std::unique_ptr<OpPlan> plan_is_inf(const ref::Op&, const std::vector<const ref::Value*>&, const ref::Value&);

@@ -357,9 +357,6 @@ void expand(Ins in, const Output& out) {
 }
 
 // Each op's attributes, read once.
-std::unique_ptr<OpPlan> plan_thresholded_relu(const ref::Op& op, const std::vector<const ref::Value*>&, const ref::Value&) {
-  return std::make_unique<Scalars>(op.get_float("alpha", 0.0f));
-}
 std::unique_ptr<OpPlan> plan_celu(const ref::Op& op, const std::vector<const ref::Value*>&, const ref::Value&) {
   return std::make_unique<Scalars>(op.get_float("alpha", 1.0f));
 }

@@ -746,7 +746,7 @@ const std::vector<OpDef>& op_defs() {
       {"Sign", unary, k::sign},
       {"Ceil", unary, k::ceil},
       {"Softsign", unary, k::softsign},
-      {"ThresholdedRelu", with_alpha, k::thresholded_relu, true, k::plan_thresholded_relu},
+      {"ThresholdedRelu", with_alpha, k::thresholded_relu, true, k::plan_alpha},
       {"Celu", with_alpha, k::celu, true, k::plan_celu},
       {"Shrink", shrink, k::shrink, true, k::plan_shrink},
       {"IsInf", is_inf, k::is_inf, true, k::plan_is_inf},
