@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -288,6 +289,15 @@ ParsedModel parse_model(const fs::path& path, bool views) {
   parsed.spans = std::move(slim.spans);
   if (!parsed.spans.empty()) parsed.file = std::move(file);
   return parsed;
+}
+
+void mark_held(onnx::TensorProto& tensor, size_t index) {
+  tensor.clear_raw_data();
+  tensor.clear_external_data();
+  tensor.set_data_location(onnx::TensorProto::EXTERNAL);
+  auto* entry = tensor.add_external_data();
+  entry->set_key(kHeldKey);
+  entry->set_value(std::to_string(index));
 }
 
 uint64_t ParsedModel::held_bytes(const onnx::TensorProto& tensor) const {
@@ -697,12 +707,25 @@ class ExternalFiles {
   std::map<fs::path, std::shared_ptr<const MappedFile>> files_;
 };
 
+// The host's bytes a tensor marked by mark_held stands for, or nullptr.
+const TensorData* held_view(const onnx::TensorProto& t, const std::vector<TensorData>& held) {
+  if (t.data_location() != onnx::TensorProto::EXTERNAL || t.external_data_size() != 1 ||
+      t.external_data(0).key() != kHeldKey)
+    return nullptr;
+  const std::string& text = t.external_data(0).value();
+  size_t index = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), index);
+  return error == std::errc() && end == text.data() + text.size() && index < held.size() ? &held[index] : nullptr;
+}
+
 // Takes the bytes of a tensor out of the protobuf: external data and large embedded tensors stay
 // mapped, small raw_data moves into a shared string, typed fields are packed once.
 TensorData take_bytes(onnx::TensorProto& t, const std::string& what, ExternalFiles& external, const ParsedModel& embedded,
                       const fs::path& path) {
   TensorData data;
-  if (const EmbeddedSpan* span = embedded_span(t, embedded.spans)) {
+  if (const TensorData* held = held_view(t, embedded.held)) {
+    data = *held;
+  } else if (const EmbeddedSpan* span = embedded_span(t, embedded.spans)) {
     if (span->field != EmbeddedField::kRawData) model_detail::clear_typed_fields(t);
     data.data = embedded.file->data() + span->offset;
     data.size = span->size;
@@ -745,7 +768,8 @@ void collect_weights(Model& model, onnx::GraphProto& graph, const std::string& g
     w.origin = main ? WeightOrigin::kInitializer : WeightOrigin::kSubgraphInitializer;
     w.graph = graph_label;
     w.tensor = &t;
-    w.external = t.data_location() == onnx::TensorProto::EXTERNAL && !embedded_span(t, embedded.spans);
+    w.external = t.data_location() == onnx::TensorProto::EXTERNAL && !embedded_span(t, embedded.spans) &&
+                 !held_view(t, embedded.held);
     w.data = take_bytes(t, what, external, embedded, model.path);
     t.clear_external_data();
     t.set_data_location(onnx::TensorProto::EXTERNAL);
@@ -766,9 +790,12 @@ void collect_weights(Model& model, onnx::GraphProto& graph, const std::string& g
 }  // namespace
 
 Model load_model(const fs::path& path, const LoadOptions& options) {
+  return load_model(parse_model(path, options.embedded_views), path, options);
+}
+
+Model load_model(ParsedModel embedded, const fs::path& path, const LoadOptions& options) {
   Model model;
   model.path = path;
-  ParsedModel embedded = parse_model(path, options.embedded_views);
   model.proto = std::move(embedded.proto);
   auto& proto = *model.proto;
   check_versions(path, proto);

@@ -7,6 +7,7 @@
 #include "compiled_node.h"
 #include "context_path.h"
 #include "ctxgen/error.h"
+#include "ctxgen/weights.h"
 #include "ort_api.h"
 #include "plugin_backend.h"
 
@@ -69,7 +70,7 @@ void CtxgenEp::log(OrtLoggingLevel level, const std::string& message) const {
   if (status != nullptr) api().ort->ReleaseStatus(status);
 }
 
-void CtxgenEp::claim(const OrtGraph* graph, OrtEpGraphSupportInfo* support) const {
+void CtxgenEp::claim(const OrtGraph* graph, OrtEpGraphSupportInfo* support) {
   size_t claimed = 0;
   for (const OrtNode* node : graph_nodes(graph)) {
     if (!is_our_ep_context_node(node)) continue;
@@ -78,7 +79,47 @@ void CtxgenEp::claim(const OrtGraph* graph, OrtEpGraphSupportInfo* support) cons
           "EpGraphSupportInfo_AddNodesToFuse");
     ++claimed;
   }
-  if (claimed > 0) log(ORT_LOGGING_LEVEL_INFO, "claimed " + std::to_string(claimed) + " EPContext node(s)");
+  if (claimed > 0) {
+    log(ORT_LOGGING_LEVEL_INFO, "claimed " + std::to_string(claimed) + " EPContext node(s)");
+    return;
+  }
+  claim_ordinary(graph, support);
+}
+
+void CtxgenEp::claim_ordinary(const OrtGraph* graph, OrtEpGraphSupportInfo* support) {
+  const OrtNode* parent = nullptr;
+  check(api().ort->Graph_GetParentNode(graph, &parent), "Graph_GetParentNode");
+  if (parent != nullptr) {
+    log(ORT_LOGGING_LEVEL_VERBOSE, "claims no nodes of the subgraphs of node '" + node_name(parent) + "' (" +
+                                       node_op_type(parent) + "): control flow stays with ONNX Runtime");
+    return;
+  }
+  std::unique_ptr<OrdinaryGraph> analysed;
+  try {
+    analysed = std::make_unique<OrdinaryGraph>(graph, backend());
+  } catch (const Error& e) {
+    // A graph ctxgen cannot read is still one ORT can run: without this EP.
+    log(ORT_LOGGING_LEVEL_WARNING, std::string("claims no nodes: ") + e.what());
+    return;
+  }
+  for (const std::string& reason : analysed->reasons()) log(ORT_LOGGING_LEVEL_VERBOSE, reason);
+  size_t claimed = 0;
+  for (const auto& group : analysed->groups()) {
+    check(api().ep->EpGraphSupportInfo_AddNodesToFuse(support, group.data(), group.size(), nullptr),
+          "EpGraphSupportInfo_AddNodesToFuse");
+    claimed += group.size();
+  }
+  std::string open;
+  for (const std::string& dim : analysed->open_dims()) open += (open.empty() ? "" : ", ") + dim;
+  log(ORT_LOGGING_LEVEL_INFO,
+      "claimed " + std::to_string(claimed) + " of " + std::to_string(analysed->node_count()) + " nodes in " +
+          std::to_string(analysed->groups().size()) + " partition(s) (" + std::to_string(analysed->folded_nodes()) +
+          " folded into constants); " + std::to_string(analysed->reasons().size()) + " stay on CPU" +
+          (open.empty() || analysed->reasons().empty()
+               ? std::string()
+               : "; the inputs leave dims open (" + open +
+                     "): fixing them with free dimension overrides lets shape-dependent nodes compile"));
+  ordinary_ = std::move(analysed);
 }
 
 const CtxgenEp::LoadedBinary& CtxgenEp::keep(LoadedBinary loaded) {
@@ -147,38 +188,41 @@ CtxgenEp::LoadedBinary CtxgenEp::find_graph(const EpContextNode& node, const Loa
 void CtxgenEp::compile(const OrtGraph** graphs, const OrtNode** fused_nodes, size_t count,
                        OrtNodeComputeInfo** infos) {
   struct Pending {
+    size_t index;  // into graphs
     const OrtNode* ort_node;
     EpContextNode node;
     std::optional<LoadedBinary> own;
   };
   std::vector<Pending> pending;
+  std::vector<size_t> ordinary;
   for (size_t i = 0; i < count; ++i) {
     const auto nodes = graph_nodes(graphs[i]);
-    if (nodes.size() != 1) {
-      throw Error(ErrorCode::kInternal, "fused graph " + std::to_string(i) + " has " + std::to_string(nodes.size()) +
-                                            " nodes; this EP fuses each EPContext node alone");
+    if (nodes.size() != 1 || !is_our_ep_context_node(nodes[0])) {
+      ordinary.push_back(i);
+      continue;
     }
     EpContextNode node = EpContextNode::read(nodes[0]);
     node.check_versions();
-    pending.push_back({nodes[0], std::move(node), std::nullopt});
+    pending.push_back({i, nodes[0], std::move(node), std::nullopt});
   }
   // Main contexts first: a main_context=0 node may name a graph that a later node loads.
   // Models from other tools, and ctxgen outputs from before content ids, record none.
-  const std::optional<std::string> recorded = count > 0 ? model_metadata(graphs[0], kContentIdMetadataKey) : std::nullopt;
+  const std::optional<std::string> recorded =
+      pending.empty() ? std::nullopt : model_metadata(graphs[pending[0].index], kContentIdMetadataKey);
   const auto check_pairing = [&](const EpContextNode& node, const ContextBinary& binary) {
     if (recorded) check_content_id(binary, *recorded, "EPContext node '" + node.name + "': the model");
   };
-  for (size_t i = 0; i < count; ++i) {
-    if (!pending[i].node.main_context) continue;
-    pending[i].own = load_main_context(pending[i].node, graph_model_path(graphs[i]));
+  for (Pending& p : pending) {
+    if (!p.node.main_context) continue;
+    p.own = load_main_context(p.node, graph_model_path(graphs[p.index]));
     // Before any graph is looked up, so a binary of another compilation is named as such.
-    check_pairing(pending[i].node, *pending[i].own->binary);
+    check_pairing(p.node, *p.own->binary);
   }
 
-  std::vector<std::unique_ptr<CompiledNode>> compiled;
-  for (size_t i = 0; i < count; ++i) {
-    const EpContextNode& node = pending[i].node;
-    const LoadedBinary found = find_graph(node, pending[i].own ? &*pending[i].own : nullptr);
+  std::vector<std::unique_ptr<CompiledNode>> compiled(count);
+  for (const Pending& p : pending) {
+    const EpContextNode& node = p.node;
+    const LoadedBinary found = find_graph(node, p.own ? &*p.own : nullptr);
     check_pairing(node, *found.binary);
     std::shared_ptr<const GraphRunner> executable;
     try {
@@ -186,23 +230,73 @@ void CtxgenEp::compile(const OrtGraph** graphs, const OrtNode** fused_nodes, siz
     } catch (const Error& e) {
       throw e.within("EPContext node '" + node.name + "': context binary " + found.label);
     }
-    const auto inputs = node_inputs(pending[i].ort_node);
-    const auto outputs = node_outputs(pending[i].ort_node);
+    const auto inputs = node_inputs(p.ort_node);
+    const auto outputs = node_outputs(p.ort_node);
     check_signature(node, executable->graph(), found.label, inputs, outputs);
-    compiled.push_back(std::make_unique<CompiledNode>(
+    compiled[p.index] = std::make_unique<CompiledNode>(
         node.name, std::move(executable),
-        required_slots(node.name, value_names(inputs), value_names(node_inputs(fused_nodes[i]))),
-        match_by_name(node.name, "output", value_names(outputs), value_names(node_outputs(fused_nodes[i])), false),
-        config_.virtual_device));
+        required_slots(node.name, value_names(inputs), value_names(node_inputs(fused_nodes[p.index]))),
+        match_by_name(node.name, "output", value_names(outputs), value_names(node_outputs(fused_nodes[p.index])), false),
+        config_.virtual_device);
+  }
+  if (!ordinary.empty()) {
+    std::vector<const OrtGraph*> ordinary_graphs;
+    std::vector<const OrtNode*> ordinary_nodes;
+    for (size_t i : ordinary) {
+      ordinary_graphs.push_back(graphs[i]);
+      ordinary_nodes.push_back(fused_nodes[i]);
+    }
+    auto nodes = compile_ordinary(ordinary_graphs, ordinary_nodes);
+    for (size_t k = 0; k < ordinary.size(); ++k) compiled[ordinary[k]] = std::move(nodes[k]);
   }
   for (size_t i = 0; i < count; ++i) infos[i] = compiled[i].release();
+}
+
+std::vector<std::unique_ptr<CompiledNode>> CtxgenEp::compile_ordinary(const std::vector<const OrtGraph*>& graphs,
+                                                                      const std::vector<const OrtNode*>& fused_nodes) {
+  if (!ordinary_) throw Error(ErrorCode::kInternal, "Compile was given nodes no GetCapability of this EP claimed");
+  WeightStore store;
+  std::vector<CompiledGraph> compiled;
+  for (size_t i = 0; i < graphs.size(); ++i) compiled.push_back(ordinary_->compile(graphs[i], node_name(fused_nodes[i]), store));
+  std::vector<WeightPayload> payloads;
+  for (uint32_t id = 0; id < store.size(); ++id) payloads.push_back({store.entry(id).hash, store.entry(id).blob});
+  std::string bytes;
+  write_context_binary(
+      backend().identity(), compiled, payloads,
+      [&](const uint8_t* data, size_t size) { bytes.append(reinterpret_cast<const char*>(data), size); },
+      [&](uint64_t offset, const uint8_t* data, size_t size) {
+        bytes.replace(offset, size, reinterpret_cast<const char*>(data), size);
+      });
+  // The binary holds its own copy of every weight: ORT may drop the initializers it fused away.
+  ordinary_.reset();
+  const std::string label = "compiled in session from " + std::to_string(graphs.size()) + " partition(s)";
+  auto data = aligned_copy(bytes);
+  const size_t size = bytes.size();
+  std::string().swap(bytes);
+  auto binary = ContextBinary::from_memory(data.get(), size, data, label);
+  log(ORT_LOGGING_LEVEL_INFO, "compiled " + std::to_string(compiled.size()) + " partition(s) into a context binary of " +
+                                  std::to_string(size) + " bytes held in memory");
+
+  std::vector<std::unique_ptr<CompiledNode>> nodes;
+  for (size_t i = 0; i < graphs.size(); ++i) {
+    const std::string& name = compiled[i].name;
+    std::shared_ptr<const GraphRunner> executable = backend_runtime().load(binary, name);
+    std::vector<std::string> inputs, outputs;
+    for (const auto& in : executable->graph().inputs) inputs.push_back(in.name);
+    for (const auto& out : executable->graph().outputs) outputs.push_back(out.name);
+    nodes.push_back(std::make_unique<CompiledNode>(
+        name, std::move(executable), required_slots(name, inputs, value_names(node_inputs(fused_nodes[i]))),
+        match_by_name(name, "output", outputs, value_names(node_outputs(fused_nodes[i])), false),
+        config_.virtual_device));
+  }
+  return nodes;
 }
 
 const char* ORT_API_CALL CtxgenEp::GetNameImpl(const OrtEp*) noexcept { return backend_identity().backend.c_str(); }
 
 OrtStatus* ORT_API_CALL CtxgenEp::GetCapabilityImpl(OrtEp* self, const OrtGraph* graph,
                                                     OrtEpGraphSupportInfo* support) noexcept {
-  return guarded(ORT_EP_FAIL, [&] { static_cast<const CtxgenEp*>(self)->claim(graph, support); });
+  return guarded(ORT_EP_FAIL, [&] { static_cast<CtxgenEp*>(self)->claim(graph, support); });
 }
 
 OrtStatus* ORT_API_CALL CtxgenEp::CompileImpl(OrtEp* self, const OrtGraph** graphs, const OrtNode** fused_nodes,

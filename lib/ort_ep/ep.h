@@ -1,6 +1,7 @@
 #pragma once
-// The OrtEp of one session: claims this EP's EPContext nodes and compiles each into a runnable
-// graph of a context binary.
+// The OrtEp of one session. On a model with this EP's EPContext nodes it claims those and runs
+// each with its graph of a context binary; on an ordinary model it claims the nodes its backend
+// supports and compiles them, as `ctxgen compile` would, into a context binary it keeps in memory.
 
 #include <onnxruntime_c_api.h>
 
@@ -12,6 +13,7 @@
 
 #include "ctxgen/format.h"
 #include "ep_context.h"
+#include "ordinary_graph.h"
 
 namespace ctxgen::ort_ep {
 
@@ -24,6 +26,8 @@ struct SessionConfig {
   static SessionConfig read(const OrtSessionOptions* options);
 };
 
+class CompiledNode;
+
 class CtxgenEp : public OrtEp {
  public:
   CtxgenEp(SessionConfig config, const OrtLogger* logger);
@@ -35,9 +39,13 @@ class CtxgenEp : public OrtEp {
     std::shared_ptr<const ContextBinary> binary;
   };
 
-  void claim(const OrtGraph* graph, OrtEpGraphSupportInfo* support) const;
+  void claim(const OrtGraph* graph, OrtEpGraphSupportInfo* support);
+  void claim_ordinary(const OrtGraph* graph, OrtEpGraphSupportInfo* support);
   void compile(const OrtGraph** graphs, const OrtNode** fused_nodes, size_t count,
                OrtNodeComputeInfo** infos);
+  // The fused nodes of an ordinary model, compiled into one context binary held in memory.
+  std::vector<std::unique_ptr<CompiledNode>> compile_ordinary(const std::vector<const OrtGraph*>& graphs,
+                                                              const std::vector<const OrtNode*>& fused_nodes);
   const LoadedBinary& load_main_context(const EpContextNode& node, const std::string& model_path);
   const LoadedBinary& keep(LoadedBinary loaded);
   LoadedBinary find_graph(const EpContextNode& node, const LoadedBinary* own) const;
@@ -57,6 +65,7 @@ class CtxgenEp : public OrtEp {
   SessionConfig config_;
   const OrtLogger* logger_;
   std::vector<LoadedBinary> loaded_;
+  std::unique_ptr<OrdinaryGraph> ordinary_;  // what the last GetCapability decided, until Compile
 };
 
 }  // namespace ctxgen::ort_ep

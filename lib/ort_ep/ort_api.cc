@@ -60,12 +60,36 @@ OrtStatus* status_from_exception(OrtErrorCode fallback) noexcept {
   }
 }
 
-std::vector<const OrtNode*> graph_nodes(const OrtGraph* graph) {
+namespace {
+
+// One of a graph's lists, through its pair of count and fill functions.
+template <typename T>
+std::vector<T> graph_list(const OrtGraph* graph, OrtStatus*(ORT_API_CALL* count_of)(const OrtGraph*, size_t*),
+                          OrtStatus*(ORT_API_CALL* fill)(const OrtGraph*, T*, size_t), const char* what) {
   size_t count = 0;
-  check(api().ort->Graph_GetNumNodes(graph, &count), "Graph_GetNumNodes");
-  std::vector<const OrtNode*> nodes(count);
-  if (count > 0) check(api().ort->Graph_GetNodes(graph, nodes.data(), count), "Graph_GetNodes");
-  return nodes;
+  check(count_of(graph, &count), what);
+  std::vector<T> items(count);
+  if (count > 0) check(fill(graph, items.data(), count), what);
+  return items;
+}
+
+}  // namespace
+
+std::vector<const OrtNode*> graph_nodes(const OrtGraph* graph) {
+  return graph_list(graph, api().ort->Graph_GetNumNodes, api().ort->Graph_GetNodes, "Graph_GetNodes");
+}
+
+std::vector<const OrtValueInfo*> graph_inputs(const OrtGraph* graph) {
+  return graph_list(graph, api().ort->Graph_GetNumInputs, api().ort->Graph_GetInputs, "Graph_GetInputs");
+}
+
+std::vector<const OrtValueInfo*> graph_outputs(const OrtGraph* graph) {
+  return graph_list(graph, api().ort->Graph_GetNumOutputs, api().ort->Graph_GetOutputs, "Graph_GetOutputs");
+}
+
+std::vector<const OrtValueInfo*> graph_initializers(const OrtGraph* graph) {
+  return graph_list(graph, api().ort->Graph_GetNumInitializers, api().ort->Graph_GetInitializers,
+                    "Graph_GetInitializers");
 }
 
 std::string graph_model_path(const OrtGraph* graph) {

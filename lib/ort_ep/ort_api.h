@@ -56,6 +56,9 @@ OrtStatus* guarded(OrtErrorCode fallback, Body&& body) noexcept {
 
 // Graph access: thin, throwing wrappers over the OrtApi graph functions.
 std::vector<const OrtNode*> graph_nodes(const OrtGraph* graph);
+std::vector<const OrtValueInfo*> graph_inputs(const OrtGraph* graph);
+std::vector<const OrtValueInfo*> graph_outputs(const OrtGraph* graph);
+std::vector<const OrtValueInfo*> graph_initializers(const OrtGraph* graph);
 std::string graph_model_path(const OrtGraph* graph);  // empty for a model loaded from memory
 // A custom metadata entry of the model the graph belongs to; nullopt when it has none.
 std::optional<std::string> model_metadata(const OrtGraph* graph, const char* key);

@@ -221,7 +221,7 @@ RULES = [
     ("adding-a-backend.md", r"class MyRuntime", rule_covered("tests/ort/test_runtime.cc",
      "BinaryIdentity identity() const override", "std::unique_ptr<GraphRunner> load(")),
     ("adding-a-backend.md", r'#include "plugin_backend.h"', rule_covered("tests/ort/test_plugin.cc",
-     '#include "plugin_backend.h"', "ctxgen::ort_ep::make_backend_runtime()")),
+     '#include "plugin_backend.h"', "ctxgen::ort_ep::make_backend_runtime()", "ctxgen::ort_ep::make_backend()")),
     ("adding-a-backend.md", r"ctxgen_add_plugin_ep", rule_covered("tests/ort/CMakeLists.txt", "ctxgen_add_plugin_ep(")),
     ("architecture.md", r"model files", rule_text("a diagram of the stages")),
     ("architecture.md", r"common <- model", rule_text("the layering; the CMake targets enforce it (a stage that "

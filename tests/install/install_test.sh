@@ -30,6 +30,7 @@ for lib in $needed; do
   case "$lib" in
     libc.so.*|libm.so.*|libstdc++.so.*|libgcc_s.so.*|ld-linux*) ;;
     libdnnl.so.2|libgomp.so.1) ;;  # oneDNN runs the GEMMs (Debian's libdnnl2, which brings libgomp1)
+    libonnx.so.1|libonnx_proto.so.1|libprotobuf.so.*) ;;  # the compiler, for ordinary models (libonnx1, libprotobuf32)
     *) fail "the plugin EP needs $lib" ;;
   esac
 done

@@ -33,25 +33,6 @@ void ctxgen(const std::string& args) {
   ASSERT_EQ(result.exit_code, 0) << "ctxgen " << args << "\n" << result.output;
 }
 
-// Every output of `actual` equals the same-named output ORT's CPU EP computes on `original`.
-void expect_matches_original(Ort::Session& actual, const fs::path& original) {
-  const Feeds feeds = make_feeds(actual);
-  const Fetched got = run_all(actual, feeds);
-  Ort::Session reference(Plugin::env(), original.c_str(), Ort::SessionOptions{});
-  const Fetched want = run_all(reference, feeds);
-  ASSERT_EQ(got.names, want.names);
-  for (size_t o = 0; o < got.values.size(); ++o) {
-    const auto info = want.values[o].GetTensorTypeAndShapeInfo();
-    ASSERT_EQ(got.values[o].GetTensorTypeAndShapeInfo().GetShape(), info.GetShape()) << got.names[o];
-    ASSERT_EQ(info.GetElementType(), ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT) << got.names[o];
-    const float* a = got.values[o].GetTensorData<float>();
-    const float* b = want.values[o].GetTensorData<float>();
-    for (size_t i = 0; i < info.GetElementCount(); ++i) {
-      ASSERT_NEAR(a[i], b[i], 1e-4f * (1.0f + std::fabs(b[i]))) << "output '" << got.names[o] << "' element " << i;
-    }
-  }
-}
-
 class CompiledModelTest : public ::testing::Test {
  protected:
   void SetUp() override { Plugin::register_library(); }

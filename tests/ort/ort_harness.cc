@@ -1,6 +1,7 @@
 #include "ort_harness.h"
 
 #include <dlfcn.h>
+#include <gtest/gtest.h>
 
 #include <cmath>
 #include <fstream>
@@ -177,6 +178,24 @@ std::vector<char> read_bytes(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error("cannot read " + path.string());
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void expect_matches_original(Ort::Session& actual, const std::filesystem::path& original) {
+  const Feeds feeds = make_feeds(actual);
+  const Fetched got = run_all(actual, feeds);
+  Ort::Session reference(Plugin::env(), original.c_str(), Ort::SessionOptions{});
+  const Fetched want = run_all(reference, feeds);
+  ASSERT_EQ(got.names, want.names);
+  for (size_t o = 0; o < got.values.size(); ++o) {
+    const auto info = want.values[o].GetTensorTypeAndShapeInfo();
+    ASSERT_EQ(got.values[o].GetTensorTypeAndShapeInfo().GetShape(), info.GetShape()) << got.names[o];
+    ASSERT_EQ(info.GetElementType(), ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT) << got.names[o];
+    const float* a = got.values[o].GetTensorData<float>();
+    const float* b = want.values[o].GetTensorData<float>();
+    for (size_t i = 0; i < info.GetElementCount(); ++i) {
+      ASSERT_NEAR(a[i], b[i], 1e-4f * (1.0f + std::fabs(b[i]))) << "output '" << got.names[o] << "' element " << i;
+    }
+  }
 }
 
 }  // namespace ctxgen::ort_test

@@ -57,6 +57,10 @@ struct Fetched {
 };
 Fetched run_all(Ort::Session& session, const Feeds& feeds);
 
+// Every output of `actual` equals, within 1e-4 relative, the same-named output ORT's CPU EP
+// computes on `original` from the same feeds (make_feeds); float outputs only.
+void expect_matches_original(Ort::Session& actual, const std::filesystem::path& original);
+
 struct Failure {
   OrtErrorCode code = ORT_OK;
   std::string message;

@@ -109,14 +109,25 @@ struct ParsedModel {
   std::unique_ptr<onnx::ModelProto> proto;
   std::shared_ptr<const MappedFile> file;  // set when a tensor was cut
   std::vector<EmbeddedSpan> spans;
+  // Bytes a host already holds (ONNX Runtime's initializers, for the plugin EP): a tensor marked
+  // with kHeldKey and an index here is a view of them, as a cut tensor is a view of the file.
+  std::vector<TensorData> held;
   // Bytes a tensor embeds in the file: its cut span's, or its raw_data's.
   uint64_t held_bytes(const onnx::TensorProto& tensor) const;
 };
 ParsedModel parse_model(const std::filesystem::path& path, bool views = true);
 
+// Marks a tensor of a ParsedModel as the view ParsedModel::held[index] (data_location EXTERNAL,
+// so onnx's shape inference skips it, as it skips external data).
+inline constexpr const char* kHeldKey = "ctxgen_held";
+void mark_held(onnx::TensorProto& tensor, size_t index);
+
 // Loads, validates (onnx checker), hoists constants, applies fixed dims/shapes and runs shape
 // inference. Throws Error(kInvalidModel) naming the file and the problem.
 Model load_model(const std::filesystem::path& path, const LoadOptions& options = {});
+// The same for a model already parsed, or built in memory by a host; `path` names it in messages
+// and is where its external data is looked for.
+Model load_model(ParsedModel parsed, const std::filesystem::path& path, const LoadOptions& options = {});
 
 // The ValueType a declared type gives (tensor types only; other types are unknown).
 ValueType value_type_of(const onnx::TypeProto& type);

@@ -118,6 +118,8 @@ struct PartitionedModel {
   PartitionPlan plan;
 };
 PartitionedModel partition_model(const std::filesystem::path& input, const LoadOptions& load, const Backend& backend);
+// The same for a model already loaded (the plugin EP's, from ONNX Runtime's graph).
+PartitionedModel partition_model(Model model, const Backend& backend);
 
 // "<folder>/<stem>_ctx.onnx" naming: the stem is the file name without its last extension.
 std::string file_stem(const std::filesystem::path& path);

@@ -1,0 +1,53 @@
+#pragma once
+// A session on an ordinary model (one without this EP's EPContext nodes): GetCapability runs
+// ctxgen's load, specialise and partition stages on ORT's graph with the plugin's backend, claims
+// each partition as one fused node, and keeps what it decided; Compile then lowers the partitions
+// ORT fused with the backend's compiler, exactly as `ctxgen compile` would.
+
+#include <onnxruntime_c_api.h>
+
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ctxgen/backend.h"
+#include "ctxgen/model.h"
+#include "ctxgen/partition.h"
+
+namespace ctxgen::ort_ep {
+
+class OrdinaryGraph {
+ public:
+  // Throws Error when ctxgen cannot read the graph (the caller then claims nothing).
+  OrdinaryGraph(const OrtGraph* graph, const Backend& backend);
+
+  // The ORT nodes of each partition, to fuse into one node each. A node the specialise stage
+  // folded into a constant joins the partition that alone reads it, so it does not run on CPU.
+  const std::vector<std::vector<const OrtNode*>>& groups() const { return groups_; }
+  // Why each node left out stays on CPU, one line per node, for ORT's log.
+  const std::vector<std::string>& reasons() const { return reasons_; }
+  size_t folded_nodes() const { return folded_; }
+  // The symbolic dims the graph's inputs leave open: fixing them (ORT's free dimension overrides)
+  // is what lets shape-dependent nodes compile.
+  const std::vector<std::string>& open_dims() const { return open_dims_; }
+  size_t node_count() const { return node_count_; }
+
+  // The partition ORT fused into `fused` (a graph of one of groups()), compiled under `name`, its
+  // weights read from `fused` (ORT's bytes are valid for this call only: the binary must be
+  // written before it returns). Throws Error(kInternal) when the fused graph is not one of them.
+  CompiledGraph compile(const OrtGraph* fused, const std::string& name, WeightStore& store);
+
+ private:
+  const Backend& backend_;
+  Model model_;  // after specialisation
+  PartitionPlan plan_;
+  std::vector<std::vector<const OrtNode*>> groups_;  // groups_[p] is plan_.partitions[p]
+  std::unordered_map<std::string, size_t> partition_of_;  // first output of a claimed node -> partition
+  std::vector<std::string> reasons_;
+  std::vector<std::string> open_dims_;
+  size_t folded_ = 0;
+  size_t node_count_ = 0;
+};
+
+}  // namespace ctxgen::ort_ep

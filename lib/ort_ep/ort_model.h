@@ -1,0 +1,27 @@
+#pragma once
+// ONNX Runtime's view of a graph (OrtGraph) as a model ctxgen's stages read, so a session on an
+// ordinary model is loaded, specialised, partitioned and compiled by the same code as a model file
+// given to the CLI.
+
+#include <onnxruntime_c_api.h>
+
+#include <string>
+
+#include "ctxgen/model.h"
+
+namespace ctxgen::ort_ep {
+
+// A node whose subgraphs (If, Loop, Scan) are not converted stands in as an op of this domain with
+// its inputs, outputs and their types: no backend supports it, so it stays with ORT.
+inline constexpr const char* kOpaqueDomain = "ctxgen.ort_opaque";
+
+// `graph` as a parsed ONNX model (load_model takes it from there): its nodes in ORT's topological
+// order, so node i of the proto is node i of Graph_GetNodes; every value typed as ORT inferred it
+// (symbolic dims by name); small and integer initializers copied, as shape inference reads them,
+// larger ones views of ORT's memory, valid while ORT holds them (GetCapability, Compile).
+ParsedModel parse_ort_graph(const OrtGraph* graph);
+
+// Names the graph in messages and reports: its model file, or "<model in memory>".
+std::string graph_label(const OrtGraph* graph);
+
+}  // namespace ctxgen::ort_ep
