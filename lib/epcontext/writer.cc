@@ -28,14 +28,16 @@ void set_string(onnx::NodeProto& node, const std::string& name, const std::strin
   a->set_s(value);
 }
 
-onnx::NodeProto epcontext_node(const Model& model, const Partition& part, const CompiledGraph& graph, bool main,
-                               const EpContextSettings& s) {
+}  // namespace
+
+onnx::NodeProto epcontext_node(const CompiledGraph& graph, bool main, const EpContextSettings& s,
+                               const std::string& model_filename) {
   onnx::NodeProto node;
   node.set_op_type("EPContext");
   node.set_domain(kMsDomain);
   node.set_name(graph.name);
-  for (const auto& in : part.inputs) node.add_input(in);
-  for (const auto& out : part.outputs) node.add_output(out);
+  for (const auto& in : graph.inputs) node.add_input(in.name);
+  for (const auto& out : graph.outputs) node.add_output(out.name);
   set_int(node, "main_context", main ? 1 : 0);
   if (main) set_string(node, "ep_cache_context", s.cache_context);
   set_int(node, "embed_mode", s.embed ? 1 : 0);
@@ -43,11 +45,13 @@ onnx::NodeProto epcontext_node(const Model& model, const Partition& part, const 
   set_string(node, "hardware_architecture", s.identity.hardware_architecture);
   set_string(node, "partition_name", graph.name);
   set_string(node, "source", s.identity.backend);
-  set_string(node, "onnx_model_filename", model.path.filename().string());
+  set_string(node, "onnx_model_filename", model_filename);
   set_string(node, "notes", "ctxgen " + s.producer_version + ": " + std::to_string(graph.node_count) +
                                 " ONNX nodes compiled into graph '" + graph.name + "'");
   return node;
 }
+
+namespace {
 
 // Nodes of the new graph in a topological order that stays as close as possible to the original:
 // each fused node takes the place of its first member. A valid partition plan guarantees an order.
@@ -157,7 +161,7 @@ onnx::ModelProto build_epcontext_model(const Model& model, const PartitionPlan& 
     rank.push_back(cpu.node);
   }
   for (size_t p = 0; p < plan.partitions.size(); ++p) {
-    items.push_back(epcontext_node(model, plan.partitions[p], graphs[p], p == 0, settings));
+    items.push_back(epcontext_node(graphs[p], p == 0, settings, model.path.filename().string()));
     rank.push_back(plan.partitions[p].nodes.front());
   }
   for (auto& node : ordered_nodes(src, std::move(items), rank)) *g.add_node() = std::move(node);

@@ -56,13 +56,13 @@ ActualTensor actual_tensor(const OrtValue* value) {
 
 CompiledNode::CompiledNode(std::string node_name, std::shared_ptr<const GraphRunner> executable,
                            std::vector<size_t> input_slots, std::vector<std::optional<size_t>> output_slots,
-                           bool virtual_device)
+                           std::string cannot_run)
     : OrtNodeComputeInfo{},
       node_name_(std::move(node_name)),
       executable_(std::move(executable)),
       input_slots_(std::move(input_slots)),
       output_slots_(std::move(output_slots)),
-      virtual_device_(virtual_device) {
+      cannot_run_(std::move(cannot_run)) {
   ort_version_supported = ORT_API_VERSION;
   CreateState = CreateStateImpl;
   Compute = ComputeImpl;
@@ -70,12 +70,7 @@ CompiledNode::CompiledNode(std::string node_name, std::shared_ptr<const GraphRun
 }
 
 void CompiledNode::compute(OrtKernelContext* context) const {
-  if (virtual_device_)
-    throw OrtCodeError(ORT_NOT_IMPLEMENTED,
-                       "EPContext node '" + node_name_ + "': this session uses " + backend_identity().backend +
-                           "'s virtual device (offered when the environment allows virtual devices, as a library "
-                           "registered under a name ending in '.virtual' does); it loads and checks models but "
-                           "cannot run them. Run on the EP's CPU device instead");
+  if (!cannot_run_.empty()) throw OrtCodeError(ORT_NOT_IMPLEMENTED, "node '" + node_name_ + "': " + cannot_run_);
   const GraphRecord& graph = executable_->graph();
   std::vector<const void*> inputs(graph.inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {

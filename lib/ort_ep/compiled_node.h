@@ -1,5 +1,5 @@
 #pragma once
-// One compiled EPContext node as ORT sees it: an OrtNodeComputeInfo whose Compute feeds the
+// One compiled node (an EPContext node, or a partition compiled in the session) as ORT sees it: an OrtNodeComputeInfo whose Compute feeds the
 // kernel context's tensors to a graph of the backend's runtime.
 
 #include <onnxruntime_c_api.h>
@@ -19,11 +19,11 @@ class CompiledNode : public OrtNodeComputeInfo {
   // dedups repeated inputs and omits outputs nobody reads), so values are matched by name:
   // `input_slots[i]` is the kernel input feeding graph input i, `output_slots[i]` the kernel
   // output for graph output i, or nullopt when ORT does not want it.
-  // virtual_device: the session's device stands for a target this machine does not have; the node
-  // is compiled, and a run says it cannot run.
+  // cannot_run: why a run must fail instead (a virtual device, a compile-only session); the
+  // executable may then be null. Empty for a node that runs.
   CompiledNode(std::string node_name, std::shared_ptr<const GraphRunner> executable,
                std::vector<size_t> input_slots, std::vector<std::optional<size_t>> output_slots,
-               bool virtual_device);
+               std::string cannot_run);
 
  private:
   void compute(OrtKernelContext* context) const;
@@ -38,7 +38,7 @@ class CompiledNode : public OrtNodeComputeInfo {
   std::shared_ptr<const GraphRunner> executable_;
   std::vector<size_t> input_slots_;
   std::vector<std::optional<size_t>> output_slots_;
-  bool virtual_device_;
+  std::string cannot_run_;
 };
 
 // Slot of each of `wanted` among `available` by value name, for the mapping above. Throws

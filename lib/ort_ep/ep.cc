@@ -7,9 +7,13 @@
 #include "compiled_node.h"
 #include "context_path.h"
 #include "ctxgen/error.h"
+#include "ctxgen/pipeline.h"
 #include "ctxgen/weights.h"
+#include "generate.h"
 #include "ort_api.h"
 #include "plugin_backend.h"
+
+namespace fs = std::filesystem;
 
 namespace ctxgen::ort_ep {
 namespace {
@@ -49,10 +53,26 @@ std::string join_labels(const std::vector<std::string>& labels) {
 }  // namespace
 
 SessionConfig SessionConfig::read(const OrtSessionOptions* options) {
+  const auto set = [options](const char* key) { return session_config(options, key) == std::string("1"); };
   SessionConfig config;
   config.context_file_path = session_config(options, "ep.context_file_path");
-  config.share_contexts = session_config(options, "ep.share_ep_contexts") == std::string("1");
+  config.share_contexts = set("ep.share_ep_contexts");
+  config.context_enable = set("ep.context_enable");
+  config.embed_mode = set("ep.context_embed_mode");
+  config.node_name_prefix = session_config(options, "ep.context_node_name_prefix").value_or("");
+  config.stop_share = set("ep.stop_share_ep_contexts");
+  config.compile_only = set("session.compile_only");
   return config;
+}
+
+std::string CtxgenEp::cannot_run() const {
+  if (config_.virtual_device)
+    return "this session uses " + backend_identity().backend +
+           "'s virtual device (offered when the environment allows virtual devices, as a library registered under a "
+           "name ending in '.virtual' does); it loads and checks models but cannot run them. Run on the EP's CPU "
+           "device instead";
+  if (config_.compile_only) return "this session only compiles (session.compile_only=1, as ORT's Compile API sets it)";
+  return {};
 }
 
 CtxgenEp::CtxgenEp(SessionConfig config, const OrtLogger* logger)
@@ -185,8 +205,8 @@ CtxgenEp::LoadedBinary CtxgenEp::find_graph(const EpContextNode& node, const Loa
   return hits.front();
 }
 
-void CtxgenEp::compile(const OrtGraph** graphs, const OrtNode** fused_nodes, size_t count,
-                       OrtNodeComputeInfo** infos) {
+void CtxgenEp::compile(const OrtGraph** graphs, const OrtNode** fused_nodes, size_t count, OrtNodeComputeInfo** infos,
+                       OrtNode** ep_context_nodes) {
   struct Pending {
     size_t index;  // into graphs
     const OrtNode* ort_node;
@@ -237,57 +257,114 @@ void CtxgenEp::compile(const OrtGraph** graphs, const OrtNode** fused_nodes, siz
         node.name, std::move(executable),
         required_slots(node.name, value_names(inputs), value_names(node_inputs(fused_nodes[p.index]))),
         match_by_name(node.name, "output", value_names(outputs), value_names(node_outputs(fused_nodes[p.index])), false),
-        config_.virtual_device);
+        cannot_run());
   }
   if (!ordinary.empty()) {
-    std::vector<const OrtGraph*> ordinary_graphs;
-    std::vector<const OrtNode*> ordinary_nodes;
-    for (size_t i : ordinary) {
-      ordinary_graphs.push_back(graphs[i]);
-      ordinary_nodes.push_back(fused_nodes[i]);
-    }
-    auto nodes = compile_ordinary(ordinary_graphs, ordinary_nodes);
-    for (size_t k = 0; k < ordinary.size(); ++k) compiled[ordinary[k]] = std::move(nodes[k]);
+    if (!pending.empty())
+      throw Error(ErrorCode::kInternal, "Compile was given EPContext nodes and ordinary nodes together");
+    auto nodes = compile_ordinary(std::vector<const OrtGraph*>(graphs, graphs + count),
+                                  std::vector<const OrtNode*>(fused_nodes, fused_nodes + count), ep_context_nodes);
+    for (size_t i = 0; i < count; ++i) compiled[i] = std::move(nodes[i]);
   }
   for (size_t i = 0; i < count; ++i) infos[i] = compiled[i].release();
 }
 
 std::vector<std::unique_ptr<CompiledNode>> CtxgenEp::compile_ordinary(const std::vector<const OrtGraph*>& graphs,
-                                                                      const std::vector<const OrtNode*>& fused_nodes) {
+                                                                      const std::vector<const OrtNode*>& fused_nodes,
+                                                                      OrtNode** ep_context_nodes) {
   if (!ordinary_) throw Error(ErrorCode::kInternal, "Compile was given nodes no GetCapability of this EP claimed");
-  WeightStore store;
-  std::vector<CompiledGraph> compiled;
-  for (size_t i = 0; i < graphs.size(); ++i) compiled.push_back(ordinary_->compile(graphs[i], node_name(fused_nodes[i]), store));
-  std::vector<WeightPayload> payloads;
-  for (uint32_t id = 0; id < store.size(); ++id) payloads.push_back({store.entry(id).hash, store.entry(id).blob});
-  std::string bytes;
-  write_context_binary(
-      backend().identity(), compiled, payloads,
-      [&](const uint8_t* data, size_t size) { bytes.append(reinterpret_cast<const char*>(data), size); },
-      [&](uint64_t offset, const uint8_t* data, size_t size) {
-        bytes.replace(offset, size, reinterpret_cast<const char*>(data), size);
-      });
-  // The binary holds its own copy of every weight: ORT may drop the initializers it fused away.
-  ordinary_.reset();
-  const std::string label = "compiled in session from " + std::to_string(graphs.size()) + " partition(s)";
-  auto data = aligned_copy(bytes);
-  const size_t size = bytes.size();
-  std::string().swap(bytes);
-  auto binary = ContextBinary::from_memory(data.get(), size, data, label);
-  log(ORT_LOGGING_LEVEL_INFO, "compiled " + std::to_string(compiled.size()) + " partition(s) into a context binary of " +
-                                  std::to_string(size) + " bytes held in memory");
+  const bool generate = config_.context_enable && ep_context_nodes != nullptr;
+  const bool shared = generate && config_.share_contexts;
+  if (shared && config_.embed_mode)
+    throw Error(ErrorCode::kUsage, "ep.context_embed_mode=1 cannot be combined with ep.share_ep_contexts=1: an "
+                                   "embedded context belongs to one model, so the models cannot share one binary");
+  const std::string input_model = graph_model_path(graphs.front());
+  const GenerationPaths paths = generation_paths(input_model, config_.context_file_path, backend().name());
 
-  std::vector<std::unique_ptr<CompiledNode>> nodes;
+  // A shared group compiles into the process's workspace, holding its own copies of the weights
+  // (the binary is written by a later session); otherwise into this call's store.
+  CompileWorkspace local;
+  std::optional<HeldWorkspace> held;
+  if (shared) held.emplace(shared_workspace());
+  CompileWorkspace& workspace = held ? held->workspace : local;
+  // A session of a shared group that fails takes the group's work with it: a binary missing its
+  // graphs is never written; the sessions after it start a new group.
+  struct Abandon {
+    CompileWorkspace* workspace;
+    ~Abandon() {
+      if (workspace != nullptr) *workspace = CompileWorkspace();
+    }
+  } abandon{shared ? &workspace : nullptr};
+  const size_t first = workspace.graphs.size();
   for (size_t i = 0; i < graphs.size(); ++i) {
-    const std::string& name = compiled[i].name;
-    std::shared_ptr<const GraphRunner> executable = backend_runtime().load(binary, name);
+    // Named as the CLI names a model's partitions, so a binary ORT compiled reads like one ctxgen wrote.
+    const size_t partition = ordinary_->partition_of(graphs[i]);
+    const std::string name = generate ? config_.node_name_prefix + paths.stem + "_" + backend().name() + "_" +
+                                            std::to_string(partition)
+                                      : node_name(fused_nodes[i]);
+    for (const CompiledGraph& earlier : workspace.graphs)
+      if (earlier.name == name)
+        throw Error(ErrorCode::kUsage, "graph '" + name + "' is already in the context binary this session group shares (" +
+                                           "two models with the same file name?); give each session its own "
+                                           "ep.context_node_name_prefix");
+    workspace.graphs.push_back(ordinary_->compile(graphs[i], name, workspace.store, shared));
+  }
+  ordinary_.reset();
+  const std::vector<CompiledGraph> mine(workspace.graphs.begin() + static_cast<std::ptrdiff_t>(first),
+                                        workspace.graphs.end());
+
+  std::string cache_context;  // the main node's: the payload, or the binary's file name
+  std::shared_ptr<const ContextBinary> binary;
+  const BinaryIdentity identity = backend().identity();
+  if (generate && shared) {
+    if (workspace.binary.empty()) workspace.binary = paths.binary_or_throw();
+    if (workspace.binary.parent_path() != paths.binary_or_throw().parent_path())
+      throw Error(ErrorCode::kUsage, "the sessions of a shared group must write their models into one folder: this "
+                                     "one writes " + paths.model.string() + ", the group's context binary is " +
+                                     workspace.binary.string());
+    cache_context = workspace.binary.filename().string();
+  } else if (generate && !config_.embed_mode) {
+    write_context_binary_file(paths.binary_or_throw(), identity, workspace.graphs, workspace.store);
+    log(ORT_LOGGING_LEVEL_INFO, "wrote context binary " + paths.binary.string());
+    cache_context = paths.binary.filename().string();
+    if (cannot_run().empty()) binary = BinaryRegistry::instance().open(paths.binary.string(), false);
+  }
+  if (cannot_run().empty() && !binary) {
+    // Held in memory, aligned like a mapped file so weights are used in place.
+    const std::string bytes = context_binary_bytes(identity, workspace.graphs, workspace.store);
+    auto data = aligned_copy(bytes);
+    binary = ContextBinary::from_memory(data.get(), bytes.size(), data,
+                                        "compiled in session from " + std::to_string(mine.size()) + " partition(s)");
+    if (generate && config_.embed_mode) cache_context = bytes;
+  } else if (generate && config_.embed_mode) {
+    cache_context = context_binary_bytes(identity, workspace.graphs, workspace.store);
+  }
+  if (shared && config_.stop_share) {
+    write_context_binary_file(workspace.binary, identity, workspace.graphs, workspace.store);
+    log(ORT_LOGGING_LEVEL_INFO, "wrote the shared context binary " + workspace.binary.string() + " (" +
+                                    std::to_string(workspace.graphs.size()) + " graphs, " +
+                                    std::to_string(workspace.store.size()) + " distinct weights)");
+    workspace = CompileWorkspace();
+  }
+  abandon.workspace = nullptr;
+  log(ORT_LOGGING_LEVEL_INFO, "compiled " + std::to_string(mine.size()) + " partition(s)" +
+                                  (generate ? " into EPContext nodes" : std::string()));
+
+  const EpContextSettings settings{identity, config_.embed_mode, cache_context, CTXGEN_VERSION, ""};
+  std::vector<std::unique_ptr<CompiledNode>> nodes;
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const CompiledGraph& graph = mine[i];
+    if (generate)
+      ep_context_nodes[i] = create_ep_context_node(graph, node_name(fused_nodes[i]), i == 0, settings,
+                                                   fs::path(input_model).filename().string());
+    std::shared_ptr<const GraphRunner> executable;
+    if (binary) executable = backend_runtime().load(binary, graph.name);
     std::vector<std::string> inputs, outputs;
-    for (const auto& in : executable->graph().inputs) inputs.push_back(in.name);
-    for (const auto& out : executable->graph().outputs) outputs.push_back(out.name);
+    for (const auto& in : graph.inputs) inputs.push_back(in.name);
+    for (const auto& out : graph.outputs) outputs.push_back(out.name);
     nodes.push_back(std::make_unique<CompiledNode>(
-        name, std::move(executable), required_slots(name, inputs, value_names(node_inputs(fused_nodes[i]))),
-        match_by_name(name, "output", outputs, value_names(node_outputs(fused_nodes[i])), false),
-        config_.virtual_device));
+        graph.name, std::move(executable), required_slots(graph.name, inputs, value_names(node_inputs(fused_nodes[i]))),
+        match_by_name(graph.name, "output", outputs, value_names(node_outputs(fused_nodes[i])), false), cannot_run()));
   }
   return nodes;
 }
@@ -300,8 +377,10 @@ OrtStatus* ORT_API_CALL CtxgenEp::GetCapabilityImpl(OrtEp* self, const OrtGraph*
 }
 
 OrtStatus* ORT_API_CALL CtxgenEp::CompileImpl(OrtEp* self, const OrtGraph** graphs, const OrtNode** fused_nodes,
-                                              size_t count, OrtNodeComputeInfo** infos, OrtNode**) noexcept {
-  return guarded(ORT_EP_FAIL, [&] { static_cast<CtxgenEp*>(self)->compile(graphs, fused_nodes, count, infos); });
+                                              size_t count, OrtNodeComputeInfo** infos,
+                                              OrtNode** ep_context_nodes) noexcept {
+  return guarded(ORT_EP_FAIL,
+                 [&] { static_cast<CtxgenEp*>(self)->compile(graphs, fused_nodes, count, infos, ep_context_nodes); });
 }
 
 void ORT_API_CALL CtxgenEp::ReleaseNodeComputeInfosImpl(OrtEp*, OrtNodeComputeInfo** infos, size_t count) noexcept {

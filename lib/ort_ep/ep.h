@@ -22,6 +22,12 @@ struct SessionConfig {
   std::optional<std::string> context_file_path;  // ep.context_file_path
   bool share_contexts = false;                   // ep.share_ep_contexts=1
   bool virtual_device = false;                   // the session's device is a virtual one: no runs
+  // Generating EPContext models (ep.context_enable=1, as ORT's Compile API sets it):
+  bool context_enable = false;
+  bool embed_mode = false;       // ep.context_embed_mode=1: the binary goes into the main node
+  std::string node_name_prefix;  // ep.context_node_name_prefix
+  bool stop_share = false;       // ep.stop_share_ep_contexts=1: the last session of a shared group
+  bool compile_only = false;     // session.compile_only=1: the session never runs
 
   static SessionConfig read(const OrtSessionOptions* options);
 };
@@ -41,11 +47,16 @@ class CtxgenEp : public OrtEp {
 
   void claim(const OrtGraph* graph, OrtEpGraphSupportInfo* support);
   void claim_ordinary(const OrtGraph* graph, OrtEpGraphSupportInfo* support);
-  void compile(const OrtGraph** graphs, const OrtNode** fused_nodes, size_t count,
-               OrtNodeComputeInfo** infos);
-  // The fused nodes of an ordinary model, compiled into one context binary held in memory.
+  void compile(const OrtGraph** graphs, const OrtNode** fused_nodes, size_t count, OrtNodeComputeInfo** infos,
+               OrtNode** ep_context_nodes);
+  // The fused nodes of an ordinary model, compiled into one context binary: held in memory, or,
+  // when the session generates an EPContext model, written as the CLI writes it (shared across the
+  // sessions of a group) with one EPContext node per fused node in `ep_context_nodes`.
   std::vector<std::unique_ptr<CompiledNode>> compile_ordinary(const std::vector<const OrtGraph*>& graphs,
-                                                              const std::vector<const OrtNode*>& fused_nodes);
+                                                              const std::vector<const OrtNode*>& fused_nodes,
+                                                              OrtNode** ep_context_nodes);
+  // Why a node of this session cannot run (a virtual device, a compile-only session), or empty.
+  std::string cannot_run() const;
   const LoadedBinary& load_main_context(const EpContextNode& node, const std::string& model_path);
   const LoadedBinary& keep(LoadedBinary loaded);
   LoadedBinary find_graph(const EpContextNode& node, const LoadedBinary* own) const;

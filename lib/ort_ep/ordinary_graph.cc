@@ -115,16 +115,21 @@ OrdinaryGraph::OrdinaryGraph(const OrtGraph* graph, const Backend& backend) : ba
   }
 }
 
-CompiledGraph OrdinaryGraph::compile(const OrtGraph* fused, const std::string& name, WeightStore& store) {
+size_t OrdinaryGraph::partition_of(const OrtGraph* fused) const {
   std::optional<size_t> partition;
   for (const OrtNode* node : graph_nodes(fused)) {
     auto it = partition_of_.find(key_of(node));
     if (it == partition_of_.end() || (partition && *partition != it->second))
-      throw Error(ErrorCode::kInternal, "fused node '" + name + "' is not a partition this EP proposed");
+      throw Error(ErrorCode::kInternal, "a fused graph is not a partition this EP proposed");
     partition = it->second;
   }
-  if (!partition) throw Error(ErrorCode::kInternal, "fused node '" + name + "' has no nodes");
-  const Partition& chosen = plan_.partitions[*partition];
+  if (!partition) throw Error(ErrorCode::kInternal, "a fused graph has no nodes");
+  return *partition;
+}
+
+CompiledGraph OrdinaryGraph::compile(const OrtGraph* fused, const std::string& name, WeightStore& store,
+                                     bool copy_weights) {
+  const Partition& chosen = plan_.partitions[partition_of(fused)];
   std::unordered_set<std::string> reads(chosen.constants.begin(), chosen.constants.end());
   for (const OrtValueInfo* info : graph_initializers(fused)) {
     const std::string weight_name = value_name(info);
@@ -143,6 +148,11 @@ CompiledGraph OrdinaryGraph::compile(const OrtGraph* fused, const std::string& n
                                             std::to_string(size) + " bytes, " + std::to_string(data.size) +
                                             " when its nodes were claimed");
     data.data = static_cast<const uint8_t*>(bytes);
+    if (copy_weights && size > 0) {
+      auto copy = std::make_shared<std::vector<uint8_t>>(data.data, data.data + size);
+      data.data = copy->data();
+      data.owner = std::move(copy);
+    }
   }
   for (const auto& constant : chosen.constants) {
     const Weight* weight = model_.constant(constant);

@@ -33,10 +33,12 @@ class OrdinaryGraph {
   const std::vector<std::string>& open_dims() const { return open_dims_; }
   size_t node_count() const { return node_count_; }
 
-  // The partition ORT fused into `fused` (a graph of one of groups()), compiled under `name`, its
-  // weights read from `fused` (ORT's bytes are valid for this call only: the binary must be
-  // written before it returns). Throws Error(kInternal) when the fused graph is not one of them.
-  CompiledGraph compile(const OrtGraph* fused, const std::string& name, WeightStore& store);
+  // The partition ORT fused into `fused` (a graph of one of groups()). Throws Error(kInternal)
+  // when the fused graph is not one of them.
+  size_t partition_of(const OrtGraph* fused) const;
+  // That partition compiled under `name`, its weights read from `fused`. ORT lends its bytes for
+  // the Compile call only: unless `copy_weights`, the binary must be written before it returns.
+  CompiledGraph compile(const OrtGraph* fused, const std::string& name, WeightStore& store, bool copy_weights);
 
  private:
   const Backend& backend_;

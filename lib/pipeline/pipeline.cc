@@ -370,6 +370,42 @@ PartitionedModel partition_model(Model model, const Backend& backend) {
 
 std::string file_stem(const fs::path& path) { return path.filename().stem().string(); }
 
+namespace {
+
+std::vector<WeightPayload> payloads_of(const WeightStore& store) {
+  std::vector<WeightPayload> payloads;
+  for (uint32_t id = 0; id < store.size(); ++id) payloads.push_back({store.entry(id).hash, store.entry(id).blob});
+  return payloads;
+}
+
+WrittenBinary write_to_string(const BinaryIdentity& identity, const std::vector<CompiledGraph>& graphs,
+                              const std::vector<WeightPayload>& payloads, std::string& bytes) {
+  return write_context_binary(
+      identity, graphs, payloads,
+      [&](const uint8_t* data, size_t size) { bytes.append(reinterpret_cast<const char*>(data), size); },
+      [&](uint64_t offset, const uint8_t* data, size_t size) {
+        bytes.replace(offset, size, reinterpret_cast<const char*>(data), size);
+      });
+}
+
+}  // namespace
+
+std::string context_binary_bytes(const BinaryIdentity& identity, const std::vector<CompiledGraph>& graphs,
+                                 const WeightStore& store) {
+  std::string bytes;
+  write_to_string(identity, graphs, payloads_of(store), bytes);
+  return bytes;
+}
+
+void write_context_binary_file(const fs::path& path, const BinaryIdentity& identity,
+                               const std::vector<CompiledGraph>& graphs, const WeightStore& store) {
+  OutputSet outputs({path}, true);
+  OutputFile& file = outputs.open(path);
+  write_context_binary(identity, graphs, payloads_of(store), file.sink(), file.patcher());
+  outputs.finished(file.finish(path));
+  outputs.commit();
+}
+
 std::string phase_name(Phase phase) {
   switch (phase) {
     case Phase::kLoad: return "load";
@@ -457,17 +493,11 @@ void run_pipeline(const std::vector<fs::path>& inputs, const CompileOptions& opt
   WrittenBinary written;
   if (!options.stop_after) {
     const BinaryIdentity identity = backend.identity();
-    std::vector<WeightPayload> payloads;
-    for (uint32_t id = 0; id < store.size(); ++id) payloads.push_back({store.entry(id).hash, store.entry(id).blob});
+    const std::vector<WeightPayload> payloads = payloads_of(store);
     std::vector<CompiledGraph> all_graphs;
     for (const auto& job : jobs) all_graphs.insert(all_graphs.end(), job.graphs.begin(), job.graphs.end());
     if (options.embed && !all_graphs.empty()) {
-      written = write_context_binary(
-          identity, all_graphs, payloads,
-          [&](const uint8_t* data, size_t size) { embedded.append(reinterpret_cast<const char*>(data), size); },
-          [&](uint64_t offset, const uint8_t* data, size_t size) {
-            embedded.replace(offset, size, reinterpret_cast<const char*>(data), size);
-          });
+      written = write_to_string(identity, all_graphs, payloads, embedded);
     } else if (!all_graphs.empty()) {
       uint64_t total = 0;
       for (const auto& p : payloads) total += p.blob.size;

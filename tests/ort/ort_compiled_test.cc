@@ -20,14 +20,6 @@ namespace {
 
 using testing::quote;
 
-// Copies a generated model, with its external data, into `folder`.
-fs::path copy_model(const std::string& name, const fs::path& folder) {
-  const fs::path source = testing::generated_models() / name;
-  fs::copy_file(source, folder / source.filename());
-  if (name == "external.onnx") fs::copy_file(source.parent_path() / "external.weights", folder / "external.weights");
-  return folder / source.filename();
-}
-
 void ctxgen(const std::string& args) {
   const testing::CommandResult result = testing::run_command(std::string(CTXGEN_BINARY) + " " + args);
   ASSERT_EQ(result.exit_code, 0) << "ctxgen " << args << "\n" << result.output;

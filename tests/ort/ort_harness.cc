@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "ctxgen/ref_identity.h"
+#include "test_util.h"
 
 namespace ctxgen::ort_test {
 namespace {
@@ -178,6 +179,20 @@ std::vector<char> read_bytes(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error("cannot read " + path.string());
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+std::filesystem::path copy_model(const std::string& name, const std::filesystem::path& folder) {
+  const std::filesystem::path source = testing::generated_models() / name;
+  std::filesystem::create_directories(folder);
+  std::filesystem::copy_file(source, folder / source.filename());
+  if (name == "external.onnx")
+    std::filesystem::copy_file(source.parent_path() / "external.weights", folder / "external.weights");
+  return folder / source.filename();
+}
+
+bool is_virtual(const Ort::ConstEpDevice& device) {
+  const char* value = device.Device().Metadata().GetValue("is_virtual");
+  return value != nullptr && std::string(value) == "1";
 }
 
 void expect_matches_original(Ort::Session& actual, const std::filesystem::path& original) {

@@ -29,6 +29,9 @@ class Plugin {
   static PluginStats stats();
 };
 
+// A device whose hardware metadata says is_virtual=1 (offered when virtual devices are allowed).
+bool is_virtual(const Ort::ConstEpDevice& device);
+
 using Config = std::map<std::string, std::string>;
 
 // Session options with the plugin EP appended and `config` as session config entries.
@@ -56,6 +59,10 @@ struct Fetched {
   std::vector<Ort::Value> values;
 };
 Fetched run_all(Ort::Session& session, const Feeds& feeds);
+
+// Copies a model testdata/generate.py made (name relative to its output), with its external data,
+// into `folder` (made if needed); returns the copy's path.
+std::filesystem::path copy_model(const std::string& name, const std::filesystem::path& folder);
 
 // Every output of `actual` equals, within 1e-4 relative, the same-named output ORT's CPU EP
 // computes on `original` from the same feeds (make_feeds); float outputs only.

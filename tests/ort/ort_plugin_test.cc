@@ -260,11 +260,6 @@ TEST_F(OrtPluginTest, EpContextNodeOfAnotherEpIsNotClaimed) {
                    std::string(ref::kEpName) + ", CPUExecutionProvider");
 }
 
-bool is_virtual(const Ort::ConstEpDevice& device) {
-  const char* value = device.Device().Metadata().GetValue("is_virtual");
-  return value != nullptr && std::string(value) == "1";
-}
-
 // Cross-compiling: registered under a name ending in ".virtual" (ORT then allows virtual devices),
 // the plugin also offers a virtual device; a session on it alone loads a model but a run says it
 // cannot, and a session given both devices runs.

@@ -26,6 +26,12 @@ struct EpContextSettings {
   std::string content_id;  // hex; recorded under kContentIdMetadataKey
 };
 
+// The EPContext node that runs one compiled graph: the graph's inputs and outputs, and the
+// attributes every ctxgen output carries (main_context, with ep_cache_context on the main node,
+// embed_mode, the identity, partition_name, onnx_model_filename, notes).
+onnx::NodeProto epcontext_node(const CompiledGraph& graph, bool main, const EpContextSettings& settings,
+                               const std::string& model_filename);
+
 // Builds the EPContext model. `graphs[i]` is the compiled form of `plan.partitions[i]`. Weights
 // are still references (see kWeightRefKey); attach them with one of the functions below.
 onnx::ModelProto build_epcontext_model(const Model& model, const PartitionPlan& plan,

@@ -121,6 +121,14 @@ PartitionedModel partition_model(const std::filesystem::path& input, const LoadO
 // The same for a model already loaded (the plugin EP's, from ONNX Runtime's graph).
 PartitionedModel partition_model(Model model, const Backend& backend);
 
+// One context binary of `graphs` over every weight in `store`, as the CLI writes it: in memory
+// (what embed mode puts in a node, or what a session compiles for itself), or to `path` all or
+// nothing (a temporary renamed into place, replacing an earlier file; Error kIo naming the path).
+std::string context_binary_bytes(const BinaryIdentity& identity, const std::vector<CompiledGraph>& graphs,
+                                 const WeightStore& store);
+void write_context_binary_file(const std::filesystem::path& path, const BinaryIdentity& identity,
+                               const std::vector<CompiledGraph>& graphs, const WeightStore& store);
+
 // "<folder>/<stem>_ctx.onnx" naming: the stem is the file name without its last extension.
 std::string file_stem(const std::filesystem::path& path);
 
