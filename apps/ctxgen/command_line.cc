@@ -55,6 +55,13 @@ Parsed parse(int argc, const char* const* argv, bool with_verify, const std::str
     cmd->add_option("--fix-value", line.shapes.fix_values,
                     "Replace an input by a constant: [MODEL:]INPUT=V[,V...], MODEL a file stem (repeatable)");
     cmd->add_option("--report", given.report_file, "Write a JSON report of the run to this file");
+    if (with_verify) {
+      cmd->add_option("--ep-lib", line.ep_lib, "Compile with an ONNX Runtime plugin EP library, through ORT's Compile API");
+      cmd->add_option("--ep", line.ep, "With --ep-lib: the EP of the library to compile with");
+      cmd->add_option("--ep-option", line.ep_options, "With --ep-lib: a provider option KEY=VALUE (repeatable)");
+      cmd->add_option("--session-config", line.session_config,
+                      "With --ep-lib: a session config entry KEY=VALUE (repeatable)");
+    }
     cmd->add_option("--stop-after", line.stop_after,
                     "Write <stem>_<PHASE>.onnx, the model after that phase, instead of compiling: load, specialise "
                     "or partition")
@@ -159,6 +166,20 @@ Parsed parse(int argc, const char* const* argv, bool with_verify, const std::str
     if (cmd->count(std::string("--") + key) > 0) line.given_keys.emplace_back(key);
   }
   if (*inspect && inspect->count("--backend") > 0) line.given_keys.emplace_back("backend");
+  // The EP of another library compiles instead of a built-in backend, and only with its library.
+  const bool compiling = *compile || *share;
+  if (compiling && line.ep_lib.empty() &&
+      (!line.ep.empty() || !line.ep_options.empty() || !line.session_config.empty())) {
+    parsed.exit_code = exit_code(ErrorCode::kUsage);
+    parsed.err = "error: --ep, --ep-option and --session-config need --ep-lib LIB (see 'ctxgen help " + cmd->get_name() + "')\n";
+    return parsed;
+  }
+  if (compiling && !line.ep_lib.empty() && cmd->count("--backend") > 0) {
+    parsed.exit_code = exit_code(ErrorCode::kUsage);
+    parsed.err = "error: -e names a built-in backend; with --ep-lib the library's EP (--ep) compiles (see 'ctxgen help " +
+                 cmd->get_name() + "')\n";
+    return parsed;
+  }
   // A ratio to the float32 baseline only exists with a float64 reference: alone it would do nothing.
   if (verify && *verify && verify->count("--max-error-ratio") > 0 && line.reference_precision != "float64") {
     parsed.exit_code = exit_code(ErrorCode::kUsage);

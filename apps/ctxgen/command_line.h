@@ -27,6 +27,9 @@ struct CommandLine {
   std::vector<std::string> model_args;
   ShapeArgs shapes;
   std::string manifest_path, stop_after;
+  // --ep-lib: compile through ONNX Runtime's Compile API with that library's EP (builds with ORT).
+  std::string ep_lib, ep;
+  std::vector<std::string> ep_options, session_config;  // KEY=VALUE each
 
   std::string inspect_path;
   bool json = false;  // inspect and verify

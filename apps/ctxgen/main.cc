@@ -20,6 +20,7 @@
 #include "ctxgen/report.h"
 #ifdef CTXGEN_WITH_VERIFY
 #include "ctxgen/runtime.h"
+#include "ctxgen/ort_compile.h"
 #include "ctxgen/verify.h"
 #endif
 
@@ -242,7 +243,21 @@ int main(int argc, char** argv) {
         const auto models = ctxgen::cli::compile_options(line, manifest ? &*manifest : nullptr, options);
         ctxgen::cli::ProgressDisplay display(!line.quiet);
         options.progress = [&](const ctxgen::Progress& p) { display.show(p); };
-        auto summary = ctxgen::compile_models(models, options, backends);
+        ctxgen::RunSummary summary;
+        if (line.ep_lib.empty()) {
+          summary = ctxgen::compile_models(models, options, backends);
+        } else {
+#ifdef CTXGEN_WITH_VERIFY
+          ctxgen::EpTarget target{line.ep_lib, line.ep, {}, {}};
+          const auto add = [](std::map<std::string, std::string>& to, const std::string& text, const std::string& option) {
+            if (!to.insert(ctxgen::key_value(text, option)).second)
+              throw Error(ErrorCode::kUsage, option + " '" + text + "': that key is given twice");
+          };
+          for (const auto& option : line.ep_options) add(target.ep_options, option, "--ep-option");
+          for (const auto& entry : line.session_config) add(target.session_config, entry, "--session-config");
+          summary = ctxgen::compile_with_ep(models, options, target);
+#endif
+        }
         display.clear();
         // With --report -, standard output carries the JSON alone.
         if (!line.quiet) (options.report_file == ctxgen::kStdoutReport ? std::cerr : std::cout) << ctxgen::report_text(summary);

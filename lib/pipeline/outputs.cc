@@ -1,4 +1,4 @@
-#include "outputs.h"
+#include "ctxgen/outputs.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -10,12 +10,18 @@
 #include <cstring>
 #include <vector>
 
+#include <xxhash.h>
+
+#include "ctxgen/bytes.h"
 #include "ctxgen/error.h"
+#include "ctxgen/report.h"
 
 namespace fs = std::filesystem;
 
 namespace ctxgen {
 namespace {
+
+XXH3_state_t* hash_state(void* state) { return static_cast<XXH3_state_t*>(state); }
 
 Error io_error(const fs::path& path, const std::string& what) {
   return Error(ErrorCode::kIo, path.string() + ": " + what);
@@ -37,16 +43,16 @@ OutputFile::OutputFile(const fs::path& temp_path) : temp_(temp_path) {
   fd_ = ::open(temp_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) throw io_error(temp_.parent_path(), std::string("cannot create output: ") + std::strerror(errno));
   state_ = XXH3_createState();
-  XXH3_128bits_reset(state_);
+  XXH3_128bits_reset(hash_state(state_));
 }
 
 OutputFile::~OutputFile() {
   if (fd_ >= 0) ::close(fd_);
-  XXH3_freeState(state_);
+  XXH3_freeState(hash_state(state_));
 }
 
 void OutputFile::write(const uint8_t* data, size_t size) {
-  XXH3_128bits_update(state_, data, size);
+  XXH3_128bits_update(hash_state(state_), data, size);
   size_ += size;
   while (size > 0) {
     ssize_t n = ::write(fd_, data, std::min<size_t>(size, size_t{1} << 30));
@@ -80,13 +86,13 @@ void OutputFile::patch(uint64_t offset, const uint8_t* data, size_t size) {
 // The hash of what the file holds after patches, read back from the page cache while the disk is
 // still writing it out.
 void OutputFile::rehash() {
-  XXH3_128bits_reset(state_);
+  XXH3_128bits_reset(hash_state(state_));
   std::vector<uint8_t> buffer(size_t{16} << 20);
   for (uint64_t at = 0; at < size_;) {
     ssize_t n = ::pread(fd_, buffer.data(), std::min<uint64_t>(buffer.size(), size_ - at), static_cast<off_t>(at));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) throw io_error(temp_, std::string("cannot read back: ") + (n < 0 ? std::strerror(errno) : "file shrank"));
-    XXH3_128bits_update(state_, buffer.data(), static_cast<size_t>(n));
+    XXH3_128bits_update(hash_state(state_), buffer.data(), static_cast<size_t>(n));
     at += static_cast<uint64_t>(n);
   }
 }
@@ -99,11 +105,11 @@ OutputSummary OutputFile::finish(const fs::path& final_path) {
     throw io_error(temp_, std::string("close failed: ") + std::strerror(errno));
   }
   fd_ = -1;
-  XXH128_hash_t h = XXH3_128bits_digest(state_);
+  XXH128_hash_t h = XXH3_128bits_digest(hash_state(state_));
   return OutputSummary{final_path, size_, Hash128{h.low64, h.high64}};
 }
 
-OutputSet::OutputSet(std::vector<fs::path> paths, bool force) : paths_(std::move(paths)) {
+OutputSet::OutputSet(std::vector<fs::path> paths, bool force) : paths_(std::move(paths)), force_(force) {
   for (size_t i = 0; i < paths_.size(); ++i)
     for (size_t j = i + 1; j < paths_.size(); ++j)
       if (fs::weakly_canonical(fs::absolute(paths_[i])) == fs::weakly_canonical(fs::absolute(paths_[j])))
@@ -164,7 +170,7 @@ void OutputSet::lock(const fs::path& folder) {
   }
   locks_.emplace_back(folder, fd);
   for (const auto& e : fs::directory_iterator(folder, ec))
-    if (is_temporary(e.path().filename().string())) fs::remove(e.path(), ec);
+    if (is_temporary(e.path().filename().string())) fs::remove_all(e.path(), ec);
 }
 
 OutputSet::~OutputSet() {
@@ -186,10 +192,28 @@ OutputFile& OutputSet::open(const fs::path& path) {
   return *files_.back();
 }
 
+void OutputSet::adopt(const fs::path& written, const fs::path& path) {
+  std::error_code ec;
+  const auto same = [&](const fs::path& other) {
+    return fs::weakly_canonical(fs::absolute(other)) == fs::weakly_canonical(fs::absolute(path));
+  };
+  for (const auto& [source, target] : adopted_)
+    if (same(target)) throw Error(ErrorCode::kUsage, "two outputs would both be written to " + path.string());
+  // A planned path passed its checks when the set was made.
+  if (std::none_of(paths_.begin(), paths_.end(), same) && fs::exists(path, ec) && !force_)
+    throw Error(ErrorCode::kOutputExists, path.string() + ": output exists already; remove it or pass --force");
+  const auto file = MappedFile::open(written);
+  written_.push_back({path, file->size(), xxh3_128(file->data(), file->size())});
+  adopted_.emplace_back(written, path);
+}
+
 void OutputSet::commit() {
   for (const auto& out : written_) {
     std::error_code ec;
-    fs::rename(temp_for(out.path), out.path, ec);
+    fs::path from = temp_for(out.path);
+    for (const auto& [source, target] : adopted_)
+      if (target == out.path) from = source;
+    fs::rename(from, out.path, ec);
     if (ec) {
       std::string why = ec.message();
       // Take back what was already published so no half set of outputs is left behind.
@@ -219,6 +243,13 @@ void OutputSet::commit() {
       throw io_error(folder, std::string("the outputs are in place, but flushing the folder to disk failed: ") +
                                  std::strerror(err));
   }
+}
+
+void write_report(OutputSet& outputs, const fs::path& path, const nlohmann::json& report) {
+  const std::string json = json_text(report, 2) + "\n";
+  OutputFile& file = outputs.open(path);
+  file.write(reinterpret_cast<const uint8_t*>(json.data()), json.size());
+  outputs.finished(file.finish(path));
 }
 
 }  // namespace ctxgen

@@ -17,7 +17,7 @@
 #include "ctxgen/format.h"
 #include "ctxgen/log.h"
 #include "ctxgen/report.h"
-#include "outputs.h"
+#include "ctxgen/outputs.h"
 
 namespace fs = std::filesystem;
 
@@ -423,8 +423,6 @@ std::optional<Phase> parse_phase(const std::string& name) {
 
 namespace {
 
-void write_report(OutputSet& outputs, const fs::path& path, const nlohmann::json& report);
-
 // `outputs_checked` becomes true once every planned output, the report among them, passed the
 // checks (nothing overwritten without --force, no input replaced, folders made and locked).
 void run_pipeline(const std::vector<fs::path>& inputs, const CompileOptions& options, const BackendRegistry& backends,
@@ -566,13 +564,6 @@ void run_pipeline(const std::vector<fs::path>& inputs, const CompileOptions& opt
   summary.outputs = outputs.written();
 }
 
-void write_report(OutputSet& outputs, const fs::path& path, const nlohmann::json& report) {
-  const std::string json = json_text(report, 2) + "\n";
-  OutputFile& file = outputs.open(path);
-  file.write(reinterpret_cast<const uint8_t*>(json.data()), json.size());
-  outputs.finished(file.finish(path));
-}
-
 bool is_report(const fs::path& path) {
   std::ifstream in(path);
   const auto json = nlohmann::json::parse(in, nullptr, false);
@@ -608,10 +599,16 @@ void write_failure_report(const std::vector<fs::path>& inputs, const CompileOpti
 
 RunSummary compile_models(const std::vector<fs::path>& inputs, const CompileOptions& options,
                           const BackendRegistry& backends) {
+  return run_reported(inputs, options, [&](RunSummary& summary, bool& outputs_checked) {
+    run_pipeline(inputs, options, backends, summary, outputs_checked);
+  });
+}
+
+RunSummary run_reported(const std::vector<fs::path>& inputs, const CompileOptions& options, const ReportedRun& run) {
   RunSummary summary;
   bool outputs_checked = false;
   try {
-    run_pipeline(inputs, options, backends, summary, outputs_checked);
+    run(summary, outputs_checked);
   } catch (const Error& e) {
     if (!options.report_file.empty()) write_failure_report(inputs, options, summary, e, outputs_checked);
     throw;

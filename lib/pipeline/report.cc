@@ -135,8 +135,11 @@ std::string report_text(const RunSummary& summary) {
     for (const auto& [reason, count] : fallback_counts(m)) out << "  CPU: " << count << " x " << reason << "\n";
   }
   const auto& w = summary.weights;
-  out << "weights: " << w.tensors_seen << " tensors, " << human_bytes(w.bytes_seen) << " -> " << w.tensors_unique
-      << " unique, " << human_bytes(w.bytes_unique) << "\n";
+  if (summary.weights_known)
+    out << "weights: " << w.tensors_seen << " tensors, " << human_bytes(w.bytes_seen) << " -> " << w.tensors_unique
+        << " unique, " << human_bytes(w.bytes_unique) << "\n";
+  else
+    out << "weights: in " << summary.backend << "'s own context binaries, which ctxgen does not read\n";
   for (const auto& f : summary.outputs) out << "wrote " << f.path.string() << " (" << human_bytes(f.size) << ")\n";
   return out.str();
 }

@@ -42,12 +42,6 @@ std::vector<onnx::NodeProto> ep_context_nodes(const onnx::ModelProto& model) {
   return nodes;
 }
 
-std::set<std::string> files_in(const fs::path& folder) {
-  std::set<std::string> names;
-  for (const auto& e : fs::directory_iterator(folder)) names.insert(e.path().filename().string());
-  return names;
-}
-
 // Compiles `input` to `output` through ORT's Compile API with CtxgenRef.
 void compile_with_ort(const fs::path& input, const fs::path& output, const Config& config = {}, uint32_t flags = 0,
                       bool embed = false) {

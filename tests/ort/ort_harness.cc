@@ -190,6 +190,12 @@ std::filesystem::path copy_model(const std::string& name, const std::filesystem:
   return folder / source.filename();
 }
 
+std::set<std::string> files_in(const std::filesystem::path& folder) {
+  std::set<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(folder)) names.insert(e.path().filename().string());
+  return names;
+}
+
 bool is_virtual(const Ort::ConstEpDevice& device) {
   const char* value = device.Device().Metadata().GetValue("is_virtual");
   return value != nullptr && std::string(value) == "1";

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,9 @@ Fetched run_all(Ort::Session& session, const Feeds& feeds);
 // Copies a model testdata/generate.py made (name relative to its output), with its external data,
 // into `folder` (made if needed); returns the copy's path.
 std::filesystem::path copy_model(const std::string& name, const std::filesystem::path& folder);
+
+// The names of the files in `folder`.
+std::set<std::string> files_in(const std::filesystem::path& folder);
 
 // Every output of `actual` equals, within 1e-4 relative, the same-named output ORT's CPU EP
 // computes on `original` from the same feeds (make_feeds); float outputs only.

@@ -63,10 +63,10 @@ std::string describe_model(const Model& model) {
   for (onnx::NodeProto node : graph.node()) {
     // An attribute left out means its default: spelled out, a node reads the same either way.
     if (const auto* schema = onnx::OpSchemaRegistry::Schema(node.op_type(), default_opset(*model.proto), node.domain()))
-      for (const auto& [name, attribute] : schema->attributes()) {
+      for (const auto& entry : schema->attributes()) {
         const bool set = std::any_of(node.attribute().begin(), node.attribute().end(),
-                                     [&](const auto& a) { return a.name() == name; });
-        if (!set && attribute.default_value.has_type()) *node.add_attribute() = attribute.default_value;
+                                     [&](const auto& a) { return a.name() == entry.first; });
+        if (!set && entry.second.default_value.has_type()) *node.add_attribute() = entry.second.default_value;
       }
     if (node.domain().empty()) node.clear_domain();
     std::sort(node.mutable_attribute()->begin(), node.mutable_attribute()->end(),

@@ -103,6 +103,7 @@ struct RunSummary {
   std::vector<ModelSummary> models;
   std::vector<OutputSummary> outputs;  // every file written, in the order written
   WeightStoreStats weights;            // the context binary's store
+  bool weights_known = true;           // false: another EP wrote binaries ctxgen cannot read (--ep-lib)
   WeightStoreStats external_weights;   // the external initializers file's store, if any
   std::vector<StageTiming> timings;    // in the order the stages ran
 };
@@ -111,6 +112,14 @@ struct RunSummary {
 // report, when one was asked for, which then records the error.
 RunSummary compile_models(const std::vector<std::filesystem::path>& inputs, const CompileOptions& options,
                           const BackendRegistry& backends);
+
+// A compile or share run another way (ctxgen/ort_compile.h), reported as compile_models reports its
+// own: `run` fills the summary, and sets `outputs_checked` once its outputs passed their checks;
+// the report is then written with the outputs by `run`, or alone with the error when it throws
+// (an exception other than Error becomes kInternal); --report - prints it.
+using ReportedRun = std::function<void(RunSummary& summary, bool& outputs_checked)>;
+RunSummary run_reported(const std::vector<std::filesystem::path>& inputs, const CompileOptions& options,
+                        const ReportedRun& run);
 
 // A model through load, specialise and partition, cut as compile would cut it, nothing written.
 struct PartitionedModel {

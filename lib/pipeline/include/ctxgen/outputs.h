@@ -3,10 +3,11 @@
 // final folder and renamed into place only when every output has been written.
 
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include <xxhash.h>
+#include <nlohmann/json.hpp>
 
 #include "ctxgen/format.h"
 #include "ctxgen/pipeline.h"
@@ -40,7 +41,7 @@ class OutputFile {
   uint64_t size_ = 0;
   uint64_t flushed_ = 0;  // bytes whose writeback has been started
   bool patched_ = false;
-  XXH3_state_t* state_ = nullptr;
+  void* state_ = nullptr;  // xxHash's streaming state, known only to outputs.cc
 };
 
 class OutputSet {
@@ -53,7 +54,11 @@ class OutputSet {
 
   // Opens the temporary for planned output `path`.
   OutputFile& open(const std::filesystem::path& path);
-  // Renames every finished temporary into place.
+  // A file another program wrote (`written`, in a staging folder on the same file system) that
+  // becomes `path` at commit: a planned output, or one refused (Error kOutputExists) like a planned
+  // output when `path` exists without force. Its size and hash are taken now.
+  void adopt(const std::filesystem::path& written, const std::filesystem::path& path);
+  // Renames every finished temporary and adopted file into place.
   void commit();
   // A planned output this run does not write after all: an existing file of that name (allowed by
   // --force) is removed at commit, so nothing of an earlier run stays beside the new outputs.
@@ -65,6 +70,8 @@ class OutputSet {
   std::filesystem::path temp_for(const std::filesystem::path& path) const;
   void lock(const std::filesystem::path& folder);
   std::vector<std::filesystem::path> paths_;
+  bool force_;
+  std::vector<std::pair<std::filesystem::path, std::filesystem::path>> adopted_;  // (written, path)
   std::vector<std::unique_ptr<OutputFile>> files_;
   std::vector<OutputSummary> written_;
   std::vector<std::filesystem::path> unwritten_;
@@ -72,5 +79,8 @@ class OutputSet {
   std::vector<std::pair<std::filesystem::path, int>> locks_;  // output folders this run holds (flock)
   bool committed_ = false;
 };
+
+// The JSON report as one of `outputs`, written to its temporary now.
+void write_report(OutputSet& outputs, const std::filesystem::path& path, const nlohmann::json& report);
 
 }  // namespace ctxgen

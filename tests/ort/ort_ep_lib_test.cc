@@ -1,0 +1,118 @@
+// `ctxgen compile|share --ep-lib LIB --ep NAME`: any plugin EP compiles through ONNX Runtime's Compile
+// API, and ctxgen publishes what it wrote as it publishes its own outputs. Driven here with
+// CtxgenRef's own library, which the path treats as any other: its outputs must be what the built-in
+// path writes, and they run.
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <set>
+
+#include "ort_harness.h"
+#include "test_util.h"
+
+namespace fs = std::filesystem;
+
+namespace ctxgen::ort_test {
+namespace {
+
+using testing::quote;
+
+testing::CommandResult ctxgen(const std::string& args) {
+  return testing::run_command(std::string(CTXGEN_BINARY) + " " + args + " 2>&1");
+}
+
+std::string with_ep(const std::string& args) {
+  return args + " --ep-lib " + quote(CTXGEN_ORT_EP_PATH) + " --ep CtxgenRef";
+}
+
+class EpLibTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Plugin::register_library(); }
+  testing::TempDir dir_;
+};
+
+TEST_F(EpLibTest, ShareThroughAPluginWritesWhatTheBuiltInPathWrites) {
+  const fs::path first = copy_model("share/fallback/cpu1.onnx", dir_ / "in");
+  const fs::path second = copy_model("share/fallback/cpu2.onnx", dir_ / "in");
+  const std::string models = quote(first) + "," + quote(second);
+  auto r = ctxgen(with_ep("share " + models + " --output-dir " + quote(dir_ / "ep") + " --report " +
+                          quote(dir_ / "ep" / "report.json")));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = ctxgen("share " + models + " --output-dir " + quote(dir_ / "cli"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+
+  EXPECT_EQ(files_in(dir_ / "ep"),
+            (std::set<std::string>{"cpu1_ctx.onnx", "cpu2_ctx.onnx", "cpu1_ref.bin", "report.json"}));
+  EXPECT_EQ(testing::read_file(dir_ / "ep" / "cpu1_ref.bin"), testing::read_file(dir_ / "cli" / "cpu1_ref.bin"));
+  const auto report = nlohmann::json::parse(testing::read_file(dir_ / "ep" / "report.json"));
+  EXPECT_EQ(report["status"], "ok");
+  EXPECT_EQ(report["backend"], "CtxgenRef");
+  EXPECT_EQ(report["models"].size(), 2u);
+  EXPECT_EQ(report["models"][0]["partitions"].size(), 2u);
+  EXPECT_EQ(report["outputs"].size(), 3u);  // the binary and the two models; the report describes them
+
+  Ort::SessionOptions shared = plugin_options({{"ep.share_ep_contexts", "1"}});
+  Ort::Session a = open_session(dir_ / "ep" / "cpu1_ctx.onnx", shared);
+  Ort::Session b = open_session(dir_ / "ep" / "cpu2_ctx.onnx", shared);
+  expect_matches_original(a, first);
+  expect_matches_original(b, second);
+}
+
+TEST_F(EpLibTest, CompileTakesFixedDimsOutputPathsAndEmbedding) {
+  const fs::path dynamic = copy_model("dynamic.onnx", dir_ / "in");
+  auto r = ctxgen(with_ep("compile " + quote(dynamic) + " --fix-dim batch=3 -o " + quote(dir_ / "out" / "m.onnx") +
+                          " --embed -q"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(files_in(dir_ / "out"), (std::set<std::string>{"m.onnx"}));
+  Ort::Session session = open_session(dir_ / "out" / "m.onnx", plugin_options());
+  expect_matches_original(session, dynamic);
+}
+
+TEST_F(EpLibTest, FailuresExitAsTheBuiltInPathDoesAndLeaveNothing) {
+  const fs::path cnn = copy_model("cnn.onnx", dir_ / "in");
+  const fs::path unsupported = copy_model("unsupported.onnx", dir_ / "in");
+  const std::string out = " --output-dir " + quote(dir_ / "out");
+
+  auto r = ctxgen(with_ep("compile " + quote(unsupported) + out));
+  EXPECT_EQ(r.exit_code, 4) << r.output;
+  EXPECT_NE(r.output.find("pass --allow-empty"), std::string::npos) << r.output;
+  EXPECT_TRUE(!fs::exists(dir_ / "out") || files_in(dir_ / "out").empty()) << "a failed run left files";
+  r = ctxgen(with_ep("compile " + quote(unsupported) + out + " --allow-empty -q"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(files_in(dir_ / "out"), (std::set<std::string>{"unsupported_ctx.onnx"}));
+
+  ASSERT_EQ(ctxgen(with_ep("compile " + quote(cnn) + out + " -q")).exit_code, 0);
+  const std::string before = testing::read_file(dir_ / "out" / "cnn_ref.bin");
+  r = ctxgen(with_ep("compile " + quote(cnn) + out));
+  EXPECT_EQ(r.exit_code, 5) << r.output;
+  EXPECT_NE(r.output.find("output exists already; remove it or pass --force"), std::string::npos) << r.output;
+  EXPECT_EQ(testing::read_file(dir_ / "out" / "cnn_ref.bin"), before);
+  EXPECT_EQ(ctxgen(with_ep("compile " + quote(cnn) + out + " --force -q")).exit_code, 0);
+  EXPECT_EQ(files_in(dir_ / "out"), (std::set<std::string>{"unsupported_ctx.onnx", "cnn_ctx.onnx", "cnn_ref.bin"}))
+      << "a staging folder was left behind";
+
+  r = ctxgen("compile " + quote(cnn) + out + " --ep-lib " + quote(CTXGEN_ORT_EP_PATH) + " --ep NoSuchEp --force");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--ep NoSuchEp: no device of ONNX Runtime offers that EP (offered: "), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("CtxgenRef"), std::string::npos) << r.output;
+  r = ctxgen("compile " + quote(cnn) + out + " --ep-lib " + quote(cnn) + " --ep CtxgenRef --force");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("ONNX Runtime cannot load it as a plugin EP library"), std::string::npos) << r.output;
+  r = ctxgen("compile " + quote(cnn) + out + " --ep CtxgenRef");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("need --ep-lib LIB"), std::string::npos) << r.output;
+  r = ctxgen(with_ep("compile " + quote(cnn) + out + " -e ref"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  r = ctxgen(with_ep("compile " + quote(cnn) + out + " --ep-option novalue --force"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--ep-option 'novalue': give KEY=VALUE"), std::string::npos) << r.output;
+  r = ctxgen(with_ep("compile " + quote(cnn) + out + " --stop-after partition"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--stop-after cannot be used with --ep-lib"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace ctxgen::ort_test
