@@ -83,6 +83,29 @@ def islands():
     return model(g)
 
 
+def folded_shapes():
+    """Shape of a runtime value, folded by ctxgen but a node with an edge in ONNX Runtime's graph:
+    `shared` also feeds a CPU-only op (Floor) through a Cast, `through_cpu` reads it from a CPU-only
+    op whose input comes from the partition. A fused node must be a valid cut of ORT's graph."""
+    def graph(name, nodes, outputs):
+        return model(helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                                       [helper.make_tensor_value_info(n, t, d) for n, t, d in outputs]))
+    shared = graph("shared", [
+        helper.make_node("Relu", ["x"], ["a"], name="relu"),
+        helper.make_node("Shape", ["a"], ["s"], name="shape"),
+        helper.make_node("Reshape", ["a", "s"], ["y"], name="reshape"),
+        helper.make_node("Cast", ["s"], ["sf"], name="cast", to=TensorProto.FLOAT),
+        helper.make_node("Floor", ["sf"], ["z"], name="floor"),
+    ], [("y", TensorProto.FLOAT, [2, 8]), ("z", TensorProto.FLOAT, [2])])
+    through_cpu = graph("through_cpu", [
+        helper.make_node("Relu", ["x"], ["a"], name="relu"),
+        helper.make_node("Floor", ["a"], ["c"], name="floor"),
+        helper.make_node("Shape", ["c"], ["s"], name="shape"),
+        helper.make_node("Reshape", ["a", "s"], ["y"], name="reshape"),
+    ], [("y", TensorProto.FLOAT, [2, 8]), ("c", TensorProto.FLOAT, [2, 8])])
+    return shared, through_cpu
+
+
 def constants():
     """Weights in Constant nodes: a tensor value and a value_floats list."""
     w = weight("unused", [4, 4], 21)
@@ -384,6 +407,9 @@ def main():
     save(cnn(), outdir, "cnn.onnx")
     save(islands(), outdir, "islands.onnx")
     save(constants(), outdir, "constants.onnx")
+    shared, through_cpu = folded_shapes()
+    save(shared, outdir, "folded/shared.onnx")
+    save(through_cpu, outdir, "folded/through_cpu.onnx")
     save(subgraph(), outdir, "subgraph.onnx")
     external(outdir)
     save(dynamic(), outdir, "dynamic.onnx")

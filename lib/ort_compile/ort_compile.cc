@@ -21,6 +21,7 @@ namespace ctxgen {
 namespace {
 
 constexpr const char* kRegistration = "ctxgen_ep_lib";
+constexpr size_t kMaxOrtConfigValue = 1024;  // ConfigOptions::kMaxValueLength
 
 void check_options(const std::vector<fs::path>& inputs, const CompileOptions& options, const EpTarget& target) {
   if (inputs.empty()) throw Error(ErrorCode::kUsage, "no input model given");
@@ -185,6 +186,10 @@ void run(const std::vector<fs::path>& inputs, const CompileOptions& options, con
       for (const auto& [name, value] : options.per_model[m].fix_dims) session.AddFreeDimensionOverrideByName(name.c_str(), value);
     if (options.progress) options.progress({"compile", inputs[m], m + 1, inputs.size(), {}, 0, 0});
     const fs::path staged = staging.path() / planned[m].filename();
+    // ORT hands EPs no output path longer than this, and they would write beside the input instead.
+    if (staged.string().size() > kMaxOrtConfigValue)
+      throw Error(ErrorCode::kUsage, staged.string() + ": the output path is longer than the " +
+                                         std::to_string(kMaxOrtConfigValue) + " characters ONNX Runtime passes to EPs; use a shorter --output-dir");
     try {
       Ort::ModelCompilationOptions compile(env, session);
       compile.SetInputModelPath(inputs[m].c_str());
@@ -196,6 +201,20 @@ void run(const std::vector<fs::path>& inputs, const CompileOptions& options, con
       throw ort_error(e, inputs[m], target, options.allow_empty);
     }
     summary.models.push_back(summarize(inputs[m], planned[m], staged, target));
+  }
+  // A model must not point at a binary that is not there (a shared group whose last session
+  // compiled nothing, an EP that failed to write): checked before anything is published.
+  for (const auto& m : planned) {
+    const ParsedModel compiled = parse_model(staging.path() / m.filename());
+    for (const auto& node : compiled.proto->graph().node()) {
+      if (node.op_type() != "EPContext" || attribute(node, "source") != target.ep) continue;
+      const std::string cache = attribute(node, "ep_cache_context");
+      bool embedded = false;
+      for (const auto& a : node.attribute()) embedded = embedded || (a.name() == "embed_mode" && a.i() == 1);
+      if (!embedded && !cache.empty() && !fs::exists(staging.path() / cache))
+        throw Error(ErrorCode::kRuntime, m.string() + ": ONNX Runtime with " + target.ep + " wrote no '" + cache +
+                                             "', which its EPContext node '" + node.name() + "' points at");
+    }
   }
   env.UnregisterExecutionProviderLibrary(kRegistration);
   const auto now = std::chrono::steady_clock::now();

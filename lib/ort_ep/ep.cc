@@ -114,6 +114,21 @@ void CtxgenEp::claim_ordinary(const OrtGraph* graph, OrtEpGraphSupportInfo* supp
                                        node_op_type(parent) + "): control flow stays with ONNX Runtime");
     return;
   }
+  // The last session of a shared compile group ends it even when it compiles nothing (ORT then
+  // never calls Compile): the group's binary is written for the models before it.
+  struct EndGroup {
+    CtxgenEp& ep;
+    bool claimed = false;
+    ~EndGroup() {
+      if (claimed || !ep.config_.context_enable || !ep.config_.share_contexts || !ep.config_.stop_share) return;
+      try {
+        HeldWorkspace held = shared_workspace();
+        ep.finish_group(held.workspace);
+      } catch (const std::exception& e) {
+        ep.log(ORT_LOGGING_LEVEL_ERROR, std::string("the shared context binary was not written: ") + e.what());
+      }
+    }
+  } end_group{*this};
   std::unique_ptr<OrdinaryGraph> analysed;
   try {
     analysed = std::make_unique<OrdinaryGraph>(graph, backend());
@@ -139,6 +154,7 @@ void CtxgenEp::claim_ordinary(const OrtGraph* graph, OrtEpGraphSupportInfo* supp
                ? std::string()
                : "; the inputs leave dims open (" + open +
                      "): fixing them with free dimension overrides lets shape-dependent nodes compile"));
+  end_group.claimed = claimed > 0;
   ordinary_ = std::move(analysed);
 }
 
@@ -273,6 +289,11 @@ std::vector<std::unique_ptr<CompiledNode>> CtxgenEp::compile_ordinary(const std:
                                                                       const std::vector<const OrtNode*>& fused_nodes,
                                                                       OrtNode** ep_context_nodes) {
   if (!ordinary_) throw Error(ErrorCode::kInternal, "Compile was given nodes no GetCapability of this EP claimed");
+  // Its views of ORT's memory end with this call, whatever happens.
+  struct Done {
+    std::unique_ptr<OrdinaryGraph>& graph;
+    ~Done() { graph.reset(); }
+  } done{ordinary_};
   const bool generate = config_.context_enable && ep_context_nodes != nullptr;
   const bool shared = generate && config_.share_contexts;
   if (shared && config_.embed_mode)
@@ -280,6 +301,12 @@ std::vector<std::unique_ptr<CompiledNode>> CtxgenEp::compile_ordinary(const std:
                                    "embedded context belongs to one model, so the models cannot share one binary");
   const std::string input_model = graph_model_path(graphs.front());
   const GenerationPaths paths = generation_paths(input_model, config_.context_file_path, backend().name());
+  // Named as the CLI names a model's partitions, so a binary ORT compiled reads like one ctxgen wrote.
+  std::vector<std::string> names;
+  for (size_t i = 0; i < graphs.size(); ++i)
+    names.push_back(generate ? config_.node_name_prefix + paths.stem + "_" + backend().name() + "_" +
+                                   std::to_string(ordinary_->partition_of(graphs[i]))
+                             : node_name(fused_nodes[i]));
 
   // A shared group compiles into the process's workspace, holding its own copies of the weights
   // (the binary is written by a later session); otherwise into this call's store.
@@ -287,8 +314,22 @@ std::vector<std::unique_ptr<CompiledNode>> CtxgenEp::compile_ordinary(const std:
   std::optional<HeldWorkspace> held;
   if (shared) held.emplace(shared_workspace());
   CompileWorkspace& workspace = held ? held->workspace : local;
-  // A session of a shared group that fails takes the group's work with it: a binary missing its
-  // graphs is never written; the sessions after it start a new group.
+  if (shared) {
+    // Refusals leave the group as it was.
+    const fs::path& binary = paths.binary_or_throw();
+    if (!workspace.binary.empty() && workspace.binary.parent_path() != binary.parent_path())
+      throw Error(ErrorCode::kUsage, "the sessions of a shared group must write their models into one folder: this "
+                                     "one writes " + paths.model.string() + ", the group's context binary is " +
+                                     workspace.binary.string());
+    for (const CompiledGraph& earlier : workspace.graphs)
+      if (std::find(names.begin(), names.end(), earlier.name) != names.end())
+        throw Error(ErrorCode::kUsage, "graph '" + earlier.name + "' is already in the context binary this session " +
+                                           "group shares (two models with the same file name?); give each session "
+                                           "its own ep.context_node_name_prefix");
+    if (workspace.binary.empty()) workspace.binary = binary;
+  }
+  // A session of a shared group that fails from here takes the group's work with it: a binary
+  // missing its graphs is never written; the sessions after it start a new group.
   struct Abandon {
     CompileWorkspace* workspace;
     ~Abandon() {
@@ -296,77 +337,68 @@ std::vector<std::unique_ptr<CompiledNode>> CtxgenEp::compile_ordinary(const std:
     }
   } abandon{shared ? &workspace : nullptr};
   const size_t first = workspace.graphs.size();
-  for (size_t i = 0; i < graphs.size(); ++i) {
-    // Named as the CLI names a model's partitions, so a binary ORT compiled reads like one ctxgen wrote.
-    const size_t partition = ordinary_->partition_of(graphs[i]);
-    const std::string name = generate ? config_.node_name_prefix + paths.stem + "_" + backend().name() + "_" +
-                                            std::to_string(partition)
-                                      : node_name(fused_nodes[i]);
-    for (const CompiledGraph& earlier : workspace.graphs)
-      if (earlier.name == name)
-        throw Error(ErrorCode::kUsage, "graph '" + name + "' is already in the context binary this session group shares (" +
-                                           "two models with the same file name?); give each session its own "
-                                           "ep.context_node_name_prefix");
-    workspace.graphs.push_back(ordinary_->compile(graphs[i], name, workspace.store, shared));
-  }
-  ordinary_.reset();
+  for (size_t i = 0; i < graphs.size(); ++i)
+    workspace.graphs.push_back(ordinary_->compile(graphs[i], names[i], workspace.store, shared));
   const std::vector<CompiledGraph> mine(workspace.graphs.begin() + static_cast<std::ptrdiff_t>(first),
                                         workspace.graphs.end());
 
-  std::string cache_context;  // the main node's: the payload, or the binary's file name
-  std::shared_ptr<const ContextBinary> binary;
+  // Everything that can fail before any file is written: the node ORT will place, the slots.
   const BinaryIdentity identity = backend().identity();
-  if (generate && shared) {
-    if (workspace.binary.empty()) workspace.binary = paths.binary_or_throw();
-    if (workspace.binary.parent_path() != paths.binary_or_throw().parent_path())
-      throw Error(ErrorCode::kUsage, "the sessions of a shared group must write their models into one folder: this "
-                                     "one writes " + paths.model.string() + ", the group's context binary is " +
-                                     workspace.binary.string());
-    cache_context = workspace.binary.filename().string();
-  } else if (generate && !config_.embed_mode) {
-    write_context_binary_file(paths.binary_or_throw(), identity, workspace.graphs, workspace.store);
+  std::string payload;  // the binary in memory: to embed, or to run from when nothing is written
+  const bool written = generate && !config_.embed_mode;
+  if (!written || (shared && cannot_run().empty())) payload = context_binary_bytes(identity, workspace.graphs, workspace.store);
+  const std::string cache_context = !generate            ? std::string()
+                                    : config_.embed_mode ? payload
+                                    : shared             ? workspace.binary.filename().string()
+                                                         : paths.binary_or_throw().filename().string();
+  const EpContextSettings settings{identity, config_.embed_mode, cache_context, CTXGEN_VERSION, ""};
+  std::vector<std::vector<size_t>> input_slots;
+  std::vector<std::vector<std::optional<size_t>>> output_slots;
+  for (size_t i = 0; i < mine.size(); ++i) {
+    std::vector<std::string> inputs, outputs;
+    for (const auto& in : mine[i].inputs) inputs.push_back(in.name);
+    for (const auto& out : mine[i].outputs) outputs.push_back(out.name);
+    input_slots.push_back(required_slots(mine[i].name, inputs, value_names(node_inputs(fused_nodes[i]))));
+    output_slots.push_back(match_by_name(mine[i].name, "output", outputs, value_names(node_outputs(fused_nodes[i])), false));
+    if (generate)
+      ep_context_nodes[i] = create_ep_context_node(mine[i], node_name(fused_nodes[i]), i == 0, settings,
+                                                   fs::path(input_model).filename().string());
+  }
+
+  std::shared_ptr<const ContextBinary> binary;
+  if (written && !shared) {
+    write_context_binary_file(paths.binary, identity, workspace.graphs, workspace.store);
     log(ORT_LOGGING_LEVEL_INFO, "wrote context binary " + paths.binary.string());
-    cache_context = paths.binary.filename().string();
     if (cannot_run().empty()) binary = BinaryRegistry::instance().open(paths.binary.string(), false);
-  }
-  if (cannot_run().empty() && !binary) {
+  } else if (cannot_run().empty()) {
     // Held in memory, aligned like a mapped file so weights are used in place.
-    const std::string bytes = context_binary_bytes(identity, workspace.graphs, workspace.store);
-    auto data = aligned_copy(bytes);
-    binary = ContextBinary::from_memory(data.get(), bytes.size(), data,
+    auto data = aligned_copy(payload);
+    binary = ContextBinary::from_memory(data.get(), payload.size(), data,
                                         "compiled in session from " + std::to_string(mine.size()) + " partition(s)");
-    if (generate && config_.embed_mode) cache_context = bytes;
-  } else if (generate && config_.embed_mode) {
-    cache_context = context_binary_bytes(identity, workspace.graphs, workspace.store);
   }
-  if (shared && config_.stop_share) {
-    write_context_binary_file(workspace.binary, identity, workspace.graphs, workspace.store);
-    log(ORT_LOGGING_LEVEL_INFO, "wrote the shared context binary " + workspace.binary.string() + " (" +
-                                    std::to_string(workspace.graphs.size()) + " graphs, " +
-                                    std::to_string(workspace.store.size()) + " distinct weights)");
-    workspace = CompileWorkspace();
-  }
+  if (shared && config_.stop_share) finish_group(workspace);
   abandon.workspace = nullptr;
   log(ORT_LOGGING_LEVEL_INFO, "compiled " + std::to_string(mine.size()) + " partition(s)" +
                                   (generate ? " into EPContext nodes" : std::string()));
 
-  const EpContextSettings settings{identity, config_.embed_mode, cache_context, CTXGEN_VERSION, ""};
   std::vector<std::unique_ptr<CompiledNode>> nodes;
   for (size_t i = 0; i < mine.size(); ++i) {
-    const CompiledGraph& graph = mine[i];
-    if (generate)
-      ep_context_nodes[i] = create_ep_context_node(graph, node_name(fused_nodes[i]), i == 0, settings,
-                                                   fs::path(input_model).filename().string());
     std::shared_ptr<const GraphRunner> executable;
-    if (binary) executable = backend_runtime().load(binary, graph.name);
-    std::vector<std::string> inputs, outputs;
-    for (const auto& in : graph.inputs) inputs.push_back(in.name);
-    for (const auto& out : graph.outputs) outputs.push_back(out.name);
-    nodes.push_back(std::make_unique<CompiledNode>(
-        graph.name, std::move(executable), required_slots(graph.name, inputs, value_names(node_inputs(fused_nodes[i]))),
-        match_by_name(graph.name, "output", outputs, value_names(node_outputs(fused_nodes[i])), false), cannot_run()));
+    if (binary) executable = backend_runtime().load(binary, mine[i].name);
+    nodes.push_back(std::make_unique<CompiledNode>(mine[i].name, std::move(executable), std::move(input_slots[i]),
+                                                   std::move(output_slots[i]), cannot_run()));
   }
   return nodes;
+}
+
+void CtxgenEp::finish_group(CompileWorkspace& workspace) {
+  if (!workspace.graphs.empty()) {
+    write_context_binary_file(workspace.binary, backend().identity(), workspace.graphs, workspace.store);
+    log(ORT_LOGGING_LEVEL_INFO, "wrote the shared context binary " + workspace.binary.string() + " (" +
+                                    std::to_string(workspace.graphs.size()) + " graphs, " +
+                                    std::to_string(workspace.store.size()) + " distinct weights)");
+  }
+  workspace = CompileWorkspace();
 }
 
 const char* ORT_API_CALL CtxgenEp::GetNameImpl(const OrtEp*) noexcept { return backend_identity().backend.c_str(); }

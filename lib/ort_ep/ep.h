@@ -13,6 +13,7 @@
 
 #include "ctxgen/format.h"
 #include "ep_context.h"
+#include "generate.h"
 #include "ordinary_graph.h"
 
 namespace ctxgen::ort_ep {
@@ -57,6 +58,8 @@ class CtxgenEp : public OrtEp {
                                                               OrtNode** ep_context_nodes);
   // Why a node of this session cannot run (a virtual device, a compile-only session), or empty.
   std::string cannot_run() const;
+  // Writes a shared compile group's binary (when it has graphs) and empties the workspace.
+  void finish_group(CompileWorkspace& workspace);
   const LoadedBinary& load_main_context(const EpContextNode& node, const std::string& model_path);
   const LoadedBinary& keep(LoadedBinary loaded);
   LoadedBinary find_graph(const EpContextNode& node, const LoadedBinary* own) const;

@@ -27,7 +27,11 @@ GenerationPaths generation_paths(const std::string& input_model, const std::opti
   }
   paths.stem = (input_model.empty() ? paths.model : fs::path(input_model)).stem().string();
   if (paths.stem.empty()) paths.stem = "model";
-  if (!paths.model.empty()) paths.binary = paths.model.parent_path() / (paths.stem + "_" + backend_name + ".bin");
+  // As the CLI names it: after the input model when the compiled model has the default name, else
+  // after the compiled model (-o out/app.onnx -> out/app_<backend>.bin).
+  std::string binary_stem = paths.model.stem().string();
+  if (binary_stem == paths.stem + "_ctx") binary_stem = paths.stem;
+  if (!paths.model.empty()) paths.binary = paths.model.parent_path() / (binary_stem + "_" + backend_name + ".bin");
   return paths;
 }
 

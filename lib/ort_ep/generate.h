@@ -36,8 +36,10 @@ HeldWorkspace shared_workspace();
 
 // Where a generating session's outputs go: the EPContext model ORT writes (ep.context_file_path,
 // else the input model's path minus its extension plus _ctx.onnx), and beside it the binary, named
-// after the input model as the CLI names it: <stem>_<backend>.bin. Both are empty for a model
-// loaded from memory without ep.context_file_path (it can only embed its context).
+// as the CLI names it: <input stem>_<backend>.bin for the default model name, else after the
+// model (out/app.onnx -> out/app_<backend>.bin). An existing binary of that name is replaced, as
+// ORT's own EPs replace theirs. Both are empty for a model loaded from memory without
+// ep.context_file_path (it can only embed its context).
 struct GenerationPaths {
   std::filesystem::path model;
   std::filesystem::path binary;

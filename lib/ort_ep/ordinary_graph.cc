@@ -5,7 +5,8 @@
 #include <unordered_set>
 
 #include "ctxgen/error.h"
-#include "ctxgen/pipeline.h"
+#include "ctxgen/partition.h"
+#include "ctxgen/specialise.h"
 #include "ort_api.h"
 #include "ort_model.h"
 
@@ -26,80 +27,96 @@ std::string key_of(const onnx::NodeProto& node) {
   return {};
 }
 
+// The EP a node is already assigned to (one ahead of this one in the session), or empty.
+std::string assigned_ep(const OrtNode* node) {
+  const char* ep = nullptr;
+  check(api().ort->Node_GetEpName(node, &ep), "Node_GetEpName");
+  return ep == nullptr ? std::string() : std::string(ep);
+}
+
 }  // namespace
 
+// ctxgen's partitioner runs on ORT's graph, not on the specialised one: a node the specialise
+// stage folded (a Shape of a runtime value, say) is gone from ctxgen's graph with its edges, but
+// ORT still has both, and a fused node must be a valid cut of ORT's graph. Folded nodes are
+// supported there (their value is a constant of the compiled partition); the backend decides for
+// the others, as it does for the CLI.
 OrdinaryGraph::OrdinaryGraph(const OrtGraph* graph, const Backend& backend) : backend_(backend) {
   const std::vector<const OrtNode*> nodes = graph_nodes(graph);
   node_count_ = nodes.size();
-  auto partitioned = partition_model(load_model(parse_ort_graph(graph), graph_label(graph)), backend);
-  model_ = std::move(partitioned.model);
-  plan_ = std::move(partitioned.plan);
-
-  // Where each ORT node went: a partition, folded into a constant, or CPU (-1).
-  std::unordered_map<std::string, size_t> ort_index;
-  for (size_t i = 0; i < nodes.size(); ++i) ort_index.emplace(key_of(nodes[i]), i);
-  constexpr int64_t kCpu = -1;
-  std::vector<int64_t> group(nodes.size(), kCpu);
-  std::unordered_set<std::string> kept;  // ORT nodes still in the specialised graph
+  model_ = load_model(parse_ort_graph(graph), graph_label(graph));
+  const onnx::GraphProto ort_view = model_.graph();  // node i is nodes[i]
+  if (static_cast<size_t>(ort_view.node_size()) != nodes.size())
+    throw Error(ErrorCode::kInternal, "ORT's graph has " + std::to_string(nodes.size()) + " nodes, its copy " +
+                                          std::to_string(ort_view.node_size()));
+  specialise(model_);
   const auto& specialised = model_.graph();
-  for (const auto& node : specialised.node()) kept.insert(key_of(node));
-  for (size_t p = 0; p < plan_.partitions.size(); ++p)
-    for (size_t k : plan_.partitions[p].nodes) {
-      auto it = ort_index.find(key_of(specialised.node(static_cast<int>(k))));
-      if (it == ort_index.end())
-        throw Error(ErrorCode::kInternal, "partition " + std::to_string(p) + " holds a node ORT's graph does not have");
-      group[it->second] = static_cast<int64_t>(p);
-    }
+  std::unordered_map<std::string, size_t> kept;  // ORT node key -> index in the specialised graph
+  for (int k = 0; k < specialised.node_size(); ++k) kept.emplace(key_of(specialised.node(k)), static_cast<size_t>(k));
 
-  // Readers of each value among ORT's nodes; graph outputs are read by the caller, never a group.
-  std::unordered_map<std::string, std::vector<size_t>> readers;
+  std::unordered_set<std::string> constants;
+  for (const auto& t : ort_view.initializer())
+    if (model_.constants.count(t.name())) constants.insert(t.name());
+  std::vector<bool> folded(nodes.size(), false);
+  const PartitionPlan ort_plan = partition_graph(ort_view, constants, [&](size_t i) {
+    if (const std::string ep = assigned_ep(nodes[i]); !ep.empty())
+      return NodeSupport::no("assigned to " + ep + ", an EP ahead of this one in the session");
+    const std::string key = key_of(ort_view.node(static_cast<int>(i)));
+    if (auto it = kept.find(key); it != kept.end()) return backend_.supports(model_, specialised.node(static_cast<int>(it->second)));
+    if (model_.constant(key)) {
+      folded[i] = true;
+      ++folded_;
+      return NodeSupport::yes();
+    }
+    return NodeSupport::no("its outputs are read by nothing");
+  });
+
+  // Who reads each value in ORT's graph, and in ctxgen's.
+  std::unordered_map<std::string, std::vector<size_t>> ort_readers, readers;
+  for (int i = 0; i < ort_view.node_size(); ++i)
+    for (const auto& value : node_reads(ort_view.node(i))) ort_readers[value].push_back(static_cast<size_t>(i));
+  for (int k = 0; k < specialised.node_size(); ++k)
+    for (const auto& value : node_reads(specialised.node(k))) readers[value].push_back(static_cast<size_t>(k));
   std::unordered_set<std::string> graph_outputs;
   for (const auto& out : specialised.output()) graph_outputs.insert(out.name());
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    for (const OrtValueInfo* in : node_inputs(nodes[i]))
-      if (in != nullptr) readers[value_name(in)].push_back(i);
-    size_t implicit = 0;
-    check(api().ort->Node_GetNumImplicitInputs(nodes[i], &implicit), "Node_GetNumImplicitInputs");
-    std::vector<const OrtValueInfo*> reads(implicit);
-    if (implicit > 0) check(api().ort->Node_GetImplicitInputs(nodes[i], reads.data(), implicit), "Node_GetImplicitInputs");
-    for (const OrtValueInfo* read : reads) readers[value_name(read)].push_back(i);
-  }
-  // A folded node joins the group that alone reads what it made; later nodes first, so a chain of
-  // folded nodes follows its last one.
-  std::vector<bool> folded(nodes.size(), false);
-  for (size_t i = nodes.size(); i-- > 0;) {
-    const std::string key = key_of(nodes[i]);
-    if (kept.count(key) || !model_.constant(key)) continue;
-    folded[i] = true;
-    ++folded_;
-    std::set<int64_t> targets;
-    for (const OrtValueInfo* out : node_outputs(nodes[i])) {
-      if (out == nullptr) continue;
-      const std::string name = value_name(out);
-      if (graph_outputs.count(name)) targets.insert(kCpu);
-      for (size_t reader : readers[name]) targets.insert(group[reader]);
+
+  for (const Partition& group : ort_plan.partitions) {
+    const std::unordered_set<size_t> members(group.nodes.begin(), group.nodes.end());
+    Partition partition;
+    for (size_t i : group.nodes)
+      if (!folded[i]) partition.nodes.push_back(kept.at(key_of(ort_view.node(static_cast<int>(i)))));
+    // A group of folded nodes alone computes nothing at run time: ORT keeps it.
+    if (partition.nodes.empty()) continue;
+    std::sort(partition.nodes.begin(), partition.nodes.end());
+    const std::unordered_set<size_t> compiled(partition.nodes.begin(), partition.nodes.end());
+    std::unordered_set<std::string> produced, listed;
+    for (size_t k : partition.nodes)
+      for (const auto& out : specialised.node(static_cast<int>(k)).output()) produced.insert(out);
+    for (size_t k : partition.nodes)
+      for (const auto& value : node_reads(specialised.node(static_cast<int>(k)))) {
+        if (value.empty() || produced.count(value) || !listed.insert(value).second) continue;
+        (model_.constant(value) ? partition.constants : partition.inputs).push_back(value);
+      }
+    // What leaves the fused node: whatever ORT's other nodes or the caller read, a folded member's
+    // constant among them, and whatever ctxgen's own graph reads outside the partition.
+    for (size_t i : group.nodes)
+      for (const auto& value : ort_view.node(static_cast<int>(i)).output()) {
+        if (value.empty()) continue;
+        bool outside = graph_outputs.count(value) > 0;
+        for (size_t reader : ort_readers[value]) outside = outside || !members.count(reader);
+        for (size_t reader : readers[value]) outside = outside || (!folded[i] && !compiled.count(reader));
+        if (outside) partition.outputs.push_back(value);
+      }
+    const size_t p = plan_.partitions.size();
+    std::vector<const OrtNode*> claimed;
+    for (size_t i : group.nodes) {
+      claimed.push_back(nodes[i]);
+      partition_of_.emplace(key_of(nodes[i]), p);
     }
-    if (targets.size() == 1) group[i] = *targets.begin();
+    groups_.push_back(std::move(claimed));
+    plan_.partitions.push_back(std::move(partition));
   }
 
-  // A value of a group read outside it must leave the fused node, even when ctxgen's own graph
-  // does not read it there (its reader was dead code that specialisation removed).
-  groups_.resize(plan_.partitions.size());
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    if (group[i] == kCpu) continue;
-    auto& partition = plan_.partitions[static_cast<size_t>(group[i])];
-    groups_[static_cast<size_t>(group[i])].push_back(nodes[i]);
-    partition_of_.emplace(key_of(nodes[i]), static_cast<size_t>(group[i]));
-    if (folded[i]) continue;
-    for (const OrtValueInfo* out : node_outputs(nodes[i])) {
-      if (out == nullptr) continue;
-      const std::string name = value_name(out);
-      bool outside = graph_outputs.count(name) > 0;
-      for (size_t reader : readers[name]) outside = outside || group[reader] != group[i];
-      if (outside && std::find(partition.outputs.begin(), partition.outputs.end(), name) == partition.outputs.end())
-        partition.outputs.push_back(name);
-    }
-  }
   // ORT lends its initializers for one call only (an external one is mapped for it): Compile binds
   // the bytes of the weights a partition reads again, from the graph ORT gives it.
   for (auto& weight : model_.weights)
@@ -109,8 +126,8 @@ OrdinaryGraph::OrdinaryGraph(const OrtGraph* graph, const Backend& backend) : ba
     for (const auto& dim : input.type().tensor_type().shape().dim())
       if (!dim.has_dim_value() && !dim.dim_param().empty()) open.insert(dim.dim_param());
   open_dims_.assign(open.begin(), open.end());
-  for (const auto& cpu : plan_.cpu_nodes) {
-    const auto& node = specialised.node(static_cast<int>(cpu.node));
+  for (const auto& cpu : ort_plan.cpu_nodes) {
+    const auto& node = ort_view.node(static_cast<int>(cpu.node));
     reasons_.push_back("node " + describe_node(node, cpu.node) + " stays on CPU: " + cpu.reason);
   }
 }

@@ -22,10 +22,11 @@ class OrdinaryGraph {
   // Throws Error when ctxgen cannot read the graph (the caller then claims nothing).
   OrdinaryGraph(const OrtGraph* graph, const Backend& backend);
 
-  // The ORT nodes of each partition, to fuse into one node each. A node the specialise stage
-  // folded into a constant joins the partition that alone reads it, so it does not run on CPU.
+  // The ORT nodes of each partition, to fuse into one node each; valid only during GetCapability.
+  // Nodes the specialise stage folded into constants ride along with the partitions around them.
   const std::vector<std::vector<const OrtNode*>>& groups() const { return groups_; }
-  // Why each node left out stays on CPU, one line per node, for ORT's log.
+  // Why each node left out stays on CPU, one line per node, for ORT's log (folded nodes ORT keeps
+  // because no partition reads them are not listed).
   const std::vector<std::string>& reasons() const { return reasons_; }
   size_t folded_nodes() const { return folded_; }
   // The symbolic dims the graph's inputs leave open: fixing them (ORT's free dimension overrides)

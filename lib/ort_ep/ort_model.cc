@@ -123,13 +123,18 @@ std::vector<T> read_array(const OrtOpAttr* attr, OrtOpAttrType type) {
   return values;
 }
 
-// ORT hands strings out NUL-terminated, a list of them back to back.
+// ORT hands a list of strings out NUL-terminated, back to back.
 std::vector<std::string> read_strings(const OrtOpAttr* attr, OrtOpAttrType type) {
   size_t bytes = 0;
   OrtStatus* sizing = api().ort->ReadOpAttr(attr, type, nullptr, 0, &bytes);
   if (sizing != nullptr) api().ort->ReleaseStatus(sizing);
   std::string text(bytes, '\0');
   if (bytes > 0) check(api().ort->ReadOpAttr(attr, type, text.data(), bytes, &bytes), "ReadOpAttr");
+  // One string is handed out whole, NULs and all; ORT versions differ on adding a terminator.
+  if (type == ORT_OP_ATTR_STRING) {
+    if (!text.empty() && text.back() == '\0') text.pop_back();
+    return {text};
+  }
   std::vector<std::string> values;
   size_t start = 0;
   for (size_t i = 0; i < bytes; ++i) {

@@ -170,7 +170,11 @@ void OutputSet::lock(const fs::path& folder) {
   }
   locks_.emplace_back(folder, fd);
   for (const auto& e : fs::directory_iterator(folder, ec))
-    if (is_temporary(e.path().filename().string())) fs::remove_all(e.path(), ec);
+    if (is_temporary(e.path().filename().string())) {
+      // A staging folder of --ep-lib (ctxgen/ort_compile.h) goes whole; anything else only if a file.
+      if (e.path().filename().string().rfind(".ep-compile.ctxgen-", 0) == 0) fs::remove_all(e.path(), ec);
+      else fs::remove(e.path(), ec);
+    }
 }
 
 OutputSet::~OutputSet() {

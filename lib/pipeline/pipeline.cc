@@ -357,12 +357,8 @@ OutputSummary write_external_weights(const ExternalWeightsFile& external, const 
 }  // namespace
 
 PartitionedModel partition_model(const fs::path& input, const LoadOptions& load, const Backend& backend) {
-  return partition_model(load_model(input, load), backend);
-}
-
-PartitionedModel partition_model(Model model, const Backend& backend) {
   Job job;
-  job.model = std::move(model);
+  phase_load(job, input, load);
   phase_specialise(job);
   phase_partition(job, backend);
   return {std::move(job.model), std::move(job.plan)};

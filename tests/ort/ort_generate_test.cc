@@ -94,7 +94,8 @@ TEST_F(GenerateTest, TheCompileApiWritesWhereItIsToldAndHonoursThePrefix) {
   const fs::path output = dir_ / "out" / "compiled.onnx";
   fs::create_directories(output.parent_path());
   compile_with_ort(original, output, {{"ep.context_node_name_prefix", "p_"}});
-  EXPECT_EQ(files_in(dir_ / "out"), (std::set<std::string>{"compiled.onnx", "cnn_ref.bin"}));
+  // Named after the compiled model, as the CLI names it for -o.
+  EXPECT_EQ(files_in(dir_ / "out"), (std::set<std::string>{"compiled.onnx", "compiled_ref.bin"}));
   const auto nodes = ep_context_nodes(read_model(output));
   ASSERT_FALSE(nodes.empty());
   // ORT places an EPContext node where its fused node was by name, so the node keeps ORT's name;
@@ -206,6 +207,23 @@ TEST_F(GenerateTest, WhatCannotBeWrittenIsRefusedSayingWhy) {
     EXPECT_NE(std::string(e.what()).find("cannot be combined with ep.share_ep_contexts=1"), std::string::npos)
         << e.what();
   }
+  // The refusals left the group as it was: its last session writes its binary.
+  compile_with_ort(other, dir_ / "a" / "cpu2_ctx.onnx", {{"ep.share_ep_contexts", "1"}, {"ep.stop_share_ep_contexts", "1"}});
+  EXPECT_EQ(files_in(dir_ / "a"), (std::set<std::string>{"cnn_ctx.onnx", "cpu2_ctx.onnx", "cnn_ref.bin"}));
+  Ort::Session first(Plugin::env(), (dir_ / "a" / "cnn_ctx.onnx").c_str(), plugin_options());
+  expect_matches_original(first, original);
+}
+
+// The last session of a shared group ends it even when it compiles nothing.
+TEST_F(GenerateTest, ALastSessionThatCompilesNothingStillWritesTheGroupsBinary) {
+  const fs::path cnn = copy_model("cnn.onnx", dir_ / "in");
+  const fs::path nothing = copy_model("unsupported.onnx", dir_ / "in");
+  compile_with_ort(cnn, dir_ / "in" / "cnn_ctx.onnx", {{"ep.share_ep_contexts", "1"}});
+  compile_with_ort(nothing, dir_ / "in" / "unsupported_ctx.onnx",
+                   {{"ep.share_ep_contexts", "1"}, {"ep.stop_share_ep_contexts", "1"}});
+  EXPECT_TRUE(fs::exists(dir_ / "in" / "cnn_ref.bin"));
+  Ort::Session session(Plugin::env(), (dir_ / "in" / "cnn_ctx.onnx").c_str(), plugin_options());
+  expect_matches_original(session, cnn);
 }
 
 // Cross-compiling: the library registered as virtual, the Compile API on the virtual device alone

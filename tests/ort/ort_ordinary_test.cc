@@ -123,6 +123,23 @@ TEST(OrdinaryModel, ControlFlowStaysWithOrtAndTheRestRunsOnTheEp) {
   expect_matches_original(session, model);
 }
 
+// A Shape ctxgen folds is still a node of ORT's graph, with an edge from the value it measures:
+// fused nodes must be valid cuts of that graph, or ORT would refuse them all. Shared with a CPU
+// node, the folded value leaves the partition as an output; read through a CPU node that reads the
+// partition, the folded node and its reader form a second partition after the CPU node.
+TEST(OrdinaryModel, FoldedShapesKeepTheFusedNodesValidInOrtsGraph) {
+  Plugin::register_library();
+  const std::map<std::string, size_t> partitions = {{"folded/shared.onnx", 1}, {"folded/through_cpu.onnx", 2}};
+  for (const auto& [name, expected] : partitions) {
+    const fs::path model = testing::generated_models() / name;
+    Ort::Session session = open_session(model, recording_options(ORT_DISABLE_ALL, {}));
+    const Assigned assigned = assigned_to_ctxgen(session);
+    EXPECT_EQ(assigned.subgraphs, expected) << name;
+    EXPECT_EQ(assigned.elsewhere, (std::set<std::string>{"floor"})) << name;
+    expect_matches_original(session, model);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Models, OrdinaryModelTest,
     ::testing::Values(Ordinary{"Cnn", "cnn.onnx", false}, Ordinary{"Islands", "islands.onnx", true},

@@ -127,8 +127,6 @@ struct PartitionedModel {
   PartitionPlan plan;
 };
 PartitionedModel partition_model(const std::filesystem::path& input, const LoadOptions& load, const Backend& backend);
-// The same for a model already loaded (the plugin EP's, from ONNX Runtime's graph).
-PartitionedModel partition_model(Model model, const Backend& backend);
 
 // One context binary of `graphs` over every weight in `store`, as the CLI writes it: in memory
 // (what embed mode puts in a node, or what a session compiles for itself), or to `path` all or
