@@ -42,7 +42,7 @@ std::string assigned_ep(const OrtNode* node) {
 // supported there (their value is a constant of the compiled partition); the backend decides for
 // the others, as it does for the CLI.
 OrdinaryGraph::OrdinaryGraph(const OrtGraph* graph, const Backend& backend) : backend_(backend) {
-  const std::vector<const OrtNode*> nodes = graph_nodes(graph);
+  const std::vector<const OrtNode*> nodes = model_order(graph);
   node_count_ = nodes.size();
   model_ = load_model(parse_ort_graph(graph), graph_label(graph));
   const onnx::GraphProto ort_view = model_.graph();  // node i is nodes[i]

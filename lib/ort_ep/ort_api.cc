@@ -148,6 +148,14 @@ std::vector<const OrtValueInfo*> node_outputs(const OrtNode* node) {
   return values;
 }
 
+std::vector<const OrtValueInfo*> node_implicit_inputs(const OrtNode* node) {
+  size_t count = 0;
+  check(api().ort->Node_GetNumImplicitInputs(node, &count), "Node_GetNumImplicitInputs");
+  std::vector<const OrtValueInfo*> values(count);
+  if (count > 0) check(api().ort->Node_GetImplicitInputs(node, values.data(), count), "Node_GetImplicitInputs");
+  return values;
+}
+
 namespace {
 
 // An attribute the schema knows but the node does not set comes back as nullptr; a name the

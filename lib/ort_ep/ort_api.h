@@ -68,6 +68,8 @@ std::string node_domain(const OrtNode* node);
 // Missing optional values come back as nullptr.
 std::vector<const OrtValueInfo*> node_inputs(const OrtNode* node);
 std::vector<const OrtValueInfo*> node_outputs(const OrtNode* node);
+// What a node reads from outside through its subgraphs (If, Loop, Scan).
+std::vector<const OrtValueInfo*> node_implicit_inputs(const OrtNode* node);
 // nullopt when the node has no such attribute. A string attribute may hold binary bytes
 // (the embedded context payload), so the result is a byte string, not a C string.
 std::optional<std::string> string_attribute(const OrtNode* node, const char* name);

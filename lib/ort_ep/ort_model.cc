@@ -1,5 +1,6 @@
 #include "ort_model.h"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <unordered_set>
@@ -206,11 +207,7 @@ void add_node(const OrtNode* node, onnx::GraphProto& graph) {
   for (const OrtValueInfo* o : node_outputs(node)) out.add_output(o == nullptr ? std::string() : value_name(o));
   if (count_subgraphs(node) > 0) {
     // What it reads from outside through its subgraphs is part of what it depends on.
-    size_t implicit = 0;
-    check(api().ort->Node_GetNumImplicitInputs(node, &implicit), "Node_GetNumImplicitInputs");
-    std::vector<const OrtValueInfo*> reads(implicit);
-    if (implicit > 0) check(api().ort->Node_GetImplicitInputs(node, reads.data(), implicit), "Node_GetImplicitInputs");
-    for (const OrtValueInfo* read : reads) out.add_input(value_name(read));
+    for (const OrtValueInfo* read : node_implicit_inputs(node)) out.add_input(value_name(read));
     out.set_domain(kOpaqueDomain);
     return;
   }
@@ -225,6 +222,34 @@ void add_node(const OrtNode* node, onnx::GraphProto& graph) {
 }
 
 }  // namespace
+
+std::vector<const OrtNode*> model_order(const OrtGraph* graph) {
+  const std::vector<const OrtNode*> topological = graph_nodes(graph);
+  std::vector<std::pair<size_t, const OrtNode*>> by_id;
+  for (const OrtNode* node : topological) {
+    size_t id = 0;
+    check(api().ort->Node_GetId(node, &id), "Node_GetId");
+    by_id.emplace_back(id, node);
+  }
+  std::sort(by_id.begin(), by_id.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  // Nodes ORT inserted get later numbers than the nodes that read them: then its order it is.
+  std::unordered_set<std::string> produced;
+  for (const auto& [id, node] : by_id)
+    for (const OrtValueInfo* out : node_outputs(node))
+      if (out != nullptr) produced.insert(value_name(out));
+  std::unordered_set<std::string> ready;
+  std::vector<const OrtNode*> ordered;
+  for (const auto& [id, node] : by_id) {
+    std::vector<const OrtValueInfo*> reads = node_inputs(node);
+    for (const OrtValueInfo* read : node_implicit_inputs(node)) reads.push_back(read);
+    for (const OrtValueInfo* in : reads)
+      if (in != nullptr && produced.count(value_name(in)) && !ready.count(value_name(in))) return topological;
+    for (const OrtValueInfo* out : node_outputs(node))
+      if (out != nullptr) ready.insert(value_name(out));
+    ordered.push_back(node);
+  }
+  return ordered;
+}
 
 std::string graph_label(const OrtGraph* graph) {
   const std::string path = graph_model_path(graph);
@@ -265,7 +290,7 @@ ParsedModel parse_ort_graph(const OrtGraph* graph) {
   std::unordered_set<std::string> declared;
   for (const auto& v : g.input()) declared.insert(v.name());
   for (const auto& v : g.output()) declared.insert(v.name());
-  for (const OrtNode* node : graph_nodes(graph)) {
+  for (const OrtNode* node : model_order(graph)) {
     add_node(node, g);
     opaque = opaque || g.node(g.node_size() - 1).domain() == kOpaqueDomain;
     for (const OrtValueInfo* o : node_outputs(node)) {

@@ -6,6 +6,7 @@
 #include <onnxruntime_c_api.h>
 
 #include <string>
+#include <vector>
 
 #include "ctxgen/model.h"
 
@@ -15,8 +16,13 @@ namespace ctxgen::ort_ep {
 // its inputs, outputs and their types: no backend supports it, so it stays with ORT.
 inline constexpr const char* kOpaqueDomain = "ctxgen.ort_opaque";
 
-// `graph` as a parsed ONNX model (load_model takes it from there): its nodes in ORT's topological
-// order, so node i of the proto is node i of Graph_GetNodes; every value typed as ORT inferred it
+// The nodes of `graph` in the order the model file had them (ORT numbers nodes as it adds them),
+// when that order is topological; otherwise in ORT's topological order. Partitions then list
+// their values in the order the CLI lists them for the same file.
+std::vector<const OrtNode*> model_order(const OrtGraph* graph);
+
+// `graph` as a parsed ONNX model (load_model takes it from there): node i of the proto is node i of
+// model_order(graph); every value typed as ORT inferred it
 // (symbolic dims by name); small and integer initializers copied, as shape inference reads them,
 // larger ones views of ORT's memory, valid while ORT holds them (GetCapability, Compile).
 ParsedModel parse_ort_graph(const OrtGraph* graph);

@@ -60,6 +60,21 @@ TEST_F(EpLibTest, ShareThroughAPluginWritesWhatTheBuiltInPathWrites) {
   expect_matches_original(b, second);
 }
 
+// The exported prefill/decode pair (testdata/exports), each model with its own dims: the same
+// binary, byte for byte, as the built-in path writes.
+TEST_F(EpLibTest, AnExportedPairGivesTheBuiltInPathsBinary) {
+  const fs::path exports = fs::path(CTXGEN_SOURCE_DIR) / "testdata" / "exports";
+  const std::string args = "share " + quote(exports / "decoder_prefill.onnx") + "," + quote(exports / "decoder_decode.onnx") +
+                           " --fix-dim batch=1 --fix-dim decoder_prefill:seq=16 --fix-dim decoder_decode:seq=1"
+                           " --fix-dim decoder_decode:past=15 -q --output-dir ";
+  auto r = ctxgen(with_ep(args + quote(dir_ / "ep")));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = ctxgen(args + quote(dir_ / "cli"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(testing::read_file(dir_ / "ep" / "decoder_prefill_ref.bin"),
+            testing::read_file(dir_ / "cli" / "decoder_prefill_ref.bin"));
+}
+
 TEST_F(EpLibTest, CompileTakesFixedDimsOutputPathsAndEmbedding) {
   const fs::path dynamic = copy_model("dynamic.onnx", dir_ / "in");
   auto r = ctxgen(with_ep("compile " + quote(dynamic) + " --fix-dim batch=3 -o " + quote(dir_ / "out" / "m.onnx") +
