@@ -62,33 +62,33 @@ OrtStatus* status_from_exception(OrtErrorCode fallback) noexcept {
 
 namespace {
 
-// One of a graph's lists, through its pair of count and fill functions.
-template <typename T>
-std::vector<T> graph_list(const OrtGraph* graph, OrtStatus*(ORT_API_CALL* count_of)(const OrtGraph*, size_t*),
-                          OrtStatus*(ORT_API_CALL* fill)(const OrtGraph*, T*, size_t), const char* what) {
+// One of a graph's or node's lists, through its pair of count and fill functions.
+template <typename Owner, typename T>
+std::vector<T> listed(const Owner* owner, OrtStatus*(ORT_API_CALL* count_of)(const Owner*, size_t*),
+                      OrtStatus*(ORT_API_CALL* fill)(const Owner*, T*, size_t), const char* what) {
   size_t count = 0;
-  check(count_of(graph, &count), what);
+  check(count_of(owner, &count), what);
   std::vector<T> items(count);
-  if (count > 0) check(fill(graph, items.data(), count), what);
+  if (count > 0) check(fill(owner, items.data(), count), what);
   return items;
 }
 
 }  // namespace
 
 std::vector<const OrtNode*> graph_nodes(const OrtGraph* graph) {
-  return graph_list(graph, api().ort->Graph_GetNumNodes, api().ort->Graph_GetNodes, "Graph_GetNodes");
+  return listed(graph, api().ort->Graph_GetNumNodes, api().ort->Graph_GetNodes, "Graph_GetNodes");
 }
 
 std::vector<const OrtValueInfo*> graph_inputs(const OrtGraph* graph) {
-  return graph_list(graph, api().ort->Graph_GetNumInputs, api().ort->Graph_GetInputs, "Graph_GetInputs");
+  return listed(graph, api().ort->Graph_GetNumInputs, api().ort->Graph_GetInputs, "Graph_GetInputs");
 }
 
 std::vector<const OrtValueInfo*> graph_outputs(const OrtGraph* graph) {
-  return graph_list(graph, api().ort->Graph_GetNumOutputs, api().ort->Graph_GetOutputs, "Graph_GetOutputs");
+  return listed(graph, api().ort->Graph_GetNumOutputs, api().ort->Graph_GetOutputs, "Graph_GetOutputs");
 }
 
 std::vector<const OrtValueInfo*> graph_initializers(const OrtGraph* graph) {
-  return graph_list(graph, api().ort->Graph_GetNumInitializers, api().ort->Graph_GetInitializers,
+  return listed(graph, api().ort->Graph_GetNumInitializers, api().ort->Graph_GetInitializers,
                     "Graph_GetInitializers");
 }
 
@@ -133,27 +133,15 @@ std::string node_domain(const OrtNode* node) {
 }
 
 std::vector<const OrtValueInfo*> node_inputs(const OrtNode* node) {
-  size_t count = 0;
-  check(api().ort->Node_GetNumInputs(node, &count), "Node_GetNumInputs");
-  std::vector<const OrtValueInfo*> values(count);
-  if (count > 0) check(api().ort->Node_GetInputs(node, values.data(), count), "Node_GetInputs");
-  return values;
+  return listed(node, api().ort->Node_GetNumInputs, api().ort->Node_GetInputs, "Node_GetInputs");
 }
 
 std::vector<const OrtValueInfo*> node_outputs(const OrtNode* node) {
-  size_t count = 0;
-  check(api().ort->Node_GetNumOutputs(node, &count), "Node_GetNumOutputs");
-  std::vector<const OrtValueInfo*> values(count);
-  if (count > 0) check(api().ort->Node_GetOutputs(node, values.data(), count), "Node_GetOutputs");
-  return values;
+  return listed(node, api().ort->Node_GetNumOutputs, api().ort->Node_GetOutputs, "Node_GetOutputs");
 }
 
 std::vector<const OrtValueInfo*> node_implicit_inputs(const OrtNode* node) {
-  size_t count = 0;
-  check(api().ort->Node_GetNumImplicitInputs(node, &count), "Node_GetNumImplicitInputs");
-  std::vector<const OrtValueInfo*> values(count);
-  if (count > 0) check(api().ort->Node_GetImplicitInputs(node, values.data(), count), "Node_GetImplicitInputs");
-  return values;
+  return listed(node, api().ort->Node_GetNumImplicitInputs, api().ort->Node_GetImplicitInputs, "Node_GetImplicitInputs");
 }
 
 namespace {
