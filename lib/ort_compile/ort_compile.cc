@@ -32,9 +32,19 @@ void check_options(const std::vector<fs::path>& inputs, const CompileOptions& op
   refuse(options.stop_after.has_value(), "--stop-after", "ONNX Runtime compiles the model in one step");
   refuse(!options.external_initializers_file.empty(), "--external-initializers-file",
          "ONNX Runtime decides where the initializers of the models it writes go");
-  for (const auto& load : options.per_model) {
+  for (size_t m = 0; m < options.per_model.size(); ++m) {
+    const LoadOptions& load = options.per_model[m];
     refuse(!load.input_shapes.empty(), "--input-shape", "ONNX Runtime fixes dims by name only; use --fix-dim");
     refuse(!load.fix_values.empty(), "--fix-value", "ONNX Runtime cannot turn an input into a constant");
+    if (load.fix_dims.empty() || m >= inputs.size()) continue;
+    // ORT ignores an override no input has: a typo would pass silently.
+    std::set<std::string> named;
+    const ParsedModel parsed = parse_model(inputs[m]);
+    for (const auto& input : parsed.proto->graph().input())
+      for (const auto& dim : input.type().tensor_type().shape().dim()) named.insert(dim.dim_param());
+    for (const auto& [name, value] : load.fix_dims)
+      if (!named.count(name))
+        throw Error(ErrorCode::kUsage, inputs[m].string() + ": --fix-dim " + name + ": no dimension of that name in the model's inputs");
   }
   if (inputs.size() > 1 && options.embed)
     throw Error(ErrorCode::kUsage, "--embed cannot be combined with several models: embedded contexts cannot share one binary");

@@ -124,6 +124,10 @@ TEST_F(EpLibTest, FailuresExitAsTheBuiltInPathDoesAndLeaveNothing) {
   r = ctxgen(with_ep("compile " + quote(cnn) + out + " --ep-option novalue --force"));
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--ep-option 'novalue': give KEY=VALUE"), std::string::npos) << r.output;
+  r = ctxgen(with_ep("compile " + quote(cnn) + out + " --fix-dim bacth=1 --force"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--fix-dim bacth: no dimension of that name in the model's inputs"), std::string::npos)
+      << r.output;
   r = ctxgen(with_ep("compile " + quote(cnn) + out + " --stop-after partition"));
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--stop-after cannot be used with --ep-lib"), std::string::npos) << r.output;
