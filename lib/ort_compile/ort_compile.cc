@@ -46,6 +46,18 @@ void check_options(const std::vector<fs::path>& inputs, const CompileOptions& op
       if (!named.count(name))
         throw Error(ErrorCode::kUsage, inputs[m].string() + ": --fix-dim " + name + ": no dimension of that name in the model's inputs");
   }
+  // What ctxgen sets itself, from its own options, would be overwritten without a word.
+  const std::map<std::string, std::string> reserved = {
+      {"ep.context_enable", "it is what compiling means"},
+      {"session.compile_only", "it is what compiling means"},
+      {"ep.context_file_path", "give -o or --output-dir"},
+      {"ep.context_embed_mode", "give --embed"},
+      {"ep.context_node_name_prefix", "give --node-name-prefix"},
+      {"ep.share_ep_contexts", "share sets it for a group"},
+      {"ep.stop_share_ep_contexts", "share sets it on the group's last model"}};
+  for (const auto& [key, value] : target.session_config)
+    if (auto it = reserved.find(key); it != reserved.end())
+      throw Error(ErrorCode::kUsage, "--session-config " + key + ": ctxgen sets it (" + it->second + ")");
   if (inputs.size() > 1 && options.embed)
     throw Error(ErrorCode::kUsage, "--embed cannot be combined with several models: embedded contexts cannot share one binary");
   if (inputs.size() > 1 && !options.output_file.empty())

@@ -246,4 +246,18 @@ std::optional<std::string> session_config(const OrtSessionOptions* options, cons
   return value;
 }
 
+std::vector<std::pair<std::string, std::string>> session_config_entries(const OrtSessionOptions* options) {
+  OrtKeyValuePairs* pairs = nullptr;
+  check(api().ort->GetSessionOptionsConfigEntries(options, &pairs), "GetSessionOptionsConfigEntries");
+  std::unique_ptr<OrtKeyValuePairs, void (*)(OrtKeyValuePairs*)> owned(
+      pairs, [](OrtKeyValuePairs* p) { api().ort->ReleaseKeyValuePairs(p); });
+  const char* const* keys = nullptr;
+  const char* const* values = nullptr;
+  size_t count = 0;
+  api().ort->GetKeyValuePairs(pairs, &keys, &values, &count);
+  std::vector<std::pair<std::string, std::string>> entries;
+  for (size_t i = 0; i < count; ++i) entries.emplace_back(keys[i], values[i] == nullptr ? "" : values[i]);
+  return entries;
+}
+
 }  // namespace ctxgen::ort_ep

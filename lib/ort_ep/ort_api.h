@@ -86,5 +86,7 @@ DeclaredTensor value_type(const OrtValueInfo* value);
 
 // nullopt when the session has no such config entry.
 std::optional<std::string> session_config(const OrtSessionOptions* options, const char* key);
+// Every config entry of the session.
+std::vector<std::pair<std::string, std::string>> session_config_entries(const OrtSessionOptions* options);
 
 }  // namespace ctxgen::ort_ep

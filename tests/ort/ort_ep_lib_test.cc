@@ -128,6 +128,15 @@ TEST_F(EpLibTest, FailuresExitAsTheBuiltInPathDoesAndLeaveNothing) {
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--fix-dim bacth: no dimension of that name in the model's inputs"), std::string::npos)
       << r.output;
+  r = ctxgen(with_ep("compile " + quote(cnn) + out + " --session-config ep.context_embed_mode=1 --force"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--session-config ep.context_embed_mode: ctxgen sets it (give --embed)"), std::string::npos)
+      << r.output;
+  // The EP itself refuses what it does not know (CtxgenRef has no provider options); ORT reports it
+  // as the EP failing to start, exit 9.
+  r = ctxgen(with_ep("compile " + quote(cnn) + out + " --ep-option threads=4 --force"));
+  EXPECT_EQ(r.exit_code, 9) << r.output;
+  EXPECT_NE(r.output.find("CtxgenRef takes no provider options; got 'threads=4'"), std::string::npos) << r.output;
   r = ctxgen(with_ep("compile " + quote(cnn) + out + " --stop-after partition"));
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--stop-after cannot be used with --ep-lib"), std::string::npos) << r.output;
