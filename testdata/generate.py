@@ -86,7 +86,8 @@ def islands():
 def folded_shapes():
     """Shape of a runtime value, folded by ctxgen but a node with an edge in ONNX Runtime's graph:
     `shared` also feeds a CPU-only op (Floor) through a Cast, `through_cpu` reads it from a CPU-only
-    op whose input comes from the partition. A fused node must be a valid cut of ORT's graph."""
+    op whose input comes from the partition, `split` concatenates shapes from both sides of a CPU-only
+    op. A fused node must be a valid cut of ORT's graph."""
     def graph(name, nodes, outputs):
         return model(helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
                                        [helper.make_tensor_value_info(n, t, d) for n, t, d in outputs]))
@@ -103,7 +104,20 @@ def folded_shapes():
         helper.make_node("Shape", ["c"], ["s"], name="shape"),
         helper.make_node("Reshape", ["a", "s"], ["y"], name="reshape"),
     ], [("y", TensorProto.FLOAT, [2, 8]), ("c", TensorProto.FLOAT, [2, 8])])
-    return shared, through_cpu
+    # A Concat of a shape from before a CPU-only op and one from after it: both shapes are folded
+    # into the Concat's value and only it is kept.
+    split = graph("split", [
+        helper.make_node("Relu", ["x"], ["a"], name="relu"),
+        helper.make_node("Shape", ["a"], ["s1"], name="shape1"),
+        helper.make_node("Floor", ["a"], ["c"], name="floor"),
+        helper.make_node("Shape", ["c"], ["s2"], name="shape2"),
+        helper.make_node("Concat", ["s1", "s2"], ["s3"], name="concat", axis=0),
+        helper.make_node("Slice", ["s3", "zero", "two"], ["s4"], name="slice"),
+        helper.make_node("Reshape", ["c", "s4"], ["y"], name="reshape"),
+    ], [("y", TensorProto.FLOAT, [2, 8]), ("a", TensorProto.FLOAT, [2, 8])])
+    split.graph.initializer.extend([helper.make_tensor("zero", TensorProto.INT64, [1], [0]),
+                                    helper.make_tensor("two", TensorProto.INT64, [1], [2])])
+    return shared, through_cpu, split
 
 
 def constants():
@@ -407,9 +421,10 @@ def main():
     save(cnn(), outdir, "cnn.onnx")
     save(islands(), outdir, "islands.onnx")
     save(constants(), outdir, "constants.onnx")
-    shared, through_cpu = folded_shapes()
+    shared, through_cpu, split = folded_shapes()
     save(shared, outdir, "folded/shared.onnx")
     save(through_cpu, outdir, "folded/through_cpu.onnx")
+    save(split, outdir, "folded/split.onnx")
     save(subgraph(), outdir, "subgraph.onnx")
     external(outdir)
     save(dynamic(), outdir, "dynamic.onnx")

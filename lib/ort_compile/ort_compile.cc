@@ -250,6 +250,12 @@ void run(const std::vector<fs::path>& inputs, const CompileOptions& options, con
   for (const auto& file : written) {
     const fs::path target_path = folder / file.filename();
     if (std::find(planned.begin(), planned.end(), target_path) != planned.end()) continue;
+    const auto same = [&](const fs::path& other) {
+      return fs::weakly_canonical(fs::absolute(other)) == fs::weakly_canonical(fs::absolute(target_path));
+    };
+    if (std::any_of(inputs.begin(), inputs.end(), same) || (!options.report_file.empty() && same(options.report_file)))
+      throw Error(ErrorCode::kUsage, target_path.string() + ": " + target.ep + " wrote a file of that name, which " +
+                                         "would replace an input model or the report");
     outputs.adopt(file, target_path);
     count_weights(file, summary);
   }
@@ -271,7 +277,10 @@ std::pair<std::string, std::string> key_value(const std::string& text, const std
   return {text.substr(0, eq), text.substr(eq + 1)};
 }
 
-RunSummary compile_with_ep(const std::vector<fs::path>& inputs, const CompileOptions& options, const EpTarget& target) {
+RunSummary compile_with_ep(const std::vector<fs::path>& inputs, const CompileOptions& given, const EpTarget& target) {
+  // The EP compiles: the report names it where it would name the backend.
+  CompileOptions options = given;
+  options.backend = target.ep;
   return run_reported(inputs, options, [&](RunSummary& summary, bool& outputs_checked) {
     run(inputs, options, target, summary, outputs_checked);
   });

@@ -325,7 +325,7 @@ std::vector<std::unique_ptr<CompiledNode>> CtxgenEp::compile_ordinary(const std:
   if (shared) held.emplace(shared_workspace());
   CompileWorkspace& workspace = held ? held->workspace : local;
   if (shared) {
-    // Refusals leave the group as it was.
+    // Refusals leave the group as it was: a refused last session can be given again.
     const fs::path& binary = paths.binary_or_throw();
     if (!workspace.binary.empty() && workspace.binary.parent_path() != binary.parent_path())
       throw Error(ErrorCode::kUsage, "the sessions of a shared group must write their models into one folder: this "

@@ -49,7 +49,9 @@ OrdinaryGraph::OrdinaryGraph(const OrtGraph* graph, const Backend& backend) : ba
   if (static_cast<size_t>(ort_view.node_size()) != nodes.size())
     throw Error(ErrorCode::kInternal, "ORT's graph has " + std::to_string(nodes.size()) + " nodes, its copy " +
                                           std::to_string(ort_view.node_size()));
-  specialise(model_);
+  SpecialiseOptions keep;
+  keep.keep_folded_values = true;
+  specialise(model_, keep);
   const auto& specialised = model_.graph();
   std::unordered_map<std::string, size_t> kept;  // ORT node key -> index in the specialised graph
   for (int k = 0; k < specialised.node_size(); ++k) kept.emplace(key_of(specialised.node(k)), static_cast<size_t>(k));

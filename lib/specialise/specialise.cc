@@ -190,6 +190,7 @@ SpecialiseSummary specialise(Model& model, const SpecialiseOptions& options) {
   uint64_t folded_bytes = 0;
   auto readers = count_readers(graph, removed);
   auto drop_reads = [&](const onnx::NodeProto& node) {
+    if (options.keep_folded_values) return;
     for (const auto& name : node_reads(node)) {
       if (--readers[name] > 0) continue;
       auto it = model.constants.find(name);

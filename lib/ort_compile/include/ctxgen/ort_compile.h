@@ -21,8 +21,9 @@ struct EpTarget {
   std::map<std::string, std::string> session_config;  // --session-config KEY=VALUE: session config entries
 };
 
-// `options.backend`, `external_initializers_file`, `stop_after` and shape options other than
-// fixed dims do not apply (Error kUsage says so). Throws Error as compile_models does.
+// The EP takes the place of `options.backend` (the report names it); `external_initializers_file`,
+// `stop_after` and shape options other than fixed dims do not apply (Error kUsage says so).
+// Throws Error as compile_models does.
 RunSummary compile_with_ep(const std::vector<std::filesystem::path>& inputs, const CompileOptions& options,
                            const EpTarget& target);
 

@@ -18,6 +18,9 @@ namespace ctxgen {
 struct SpecialiseOptions {
   uint64_t max_folded_bytes = uint64_t{64} << 20;         // larger results stay nodes, computed at run time
   uint64_t max_total_folded_bytes = uint64_t{256} << 20;  // past this, nothing more is folded
+  // Keep every folded value's bytes, also when only other folded nodes read it: the plugin EP needs
+  // them, since ONNX Runtime's graph still has the nodes that read them (they may leave a partition).
+  bool keep_folded_values = false;
 };
 
 struct SpecialiseSummary {
