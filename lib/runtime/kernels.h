@@ -120,6 +120,19 @@ void parallel_ranges(const ParallelFor* parallel, int64_t count, int64_t cost, B
   (*parallel)(static_cast<size_t>(pieces), std::cref(piece));
 }
 
+// Calls f(n) with n = lanes as a compile-time constant (std::integral_constant) for the counts of
+// values kernels keep side by side most often (1, and the channel blocks 8 and 16), else as it is:
+// a loop over a constant count of floats becomes vector code.
+template <typename F>
+decltype(auto) with_lanes(int64_t lanes, F&& f) {
+  switch (lanes) {
+    case 1: return f(std::integral_constant<int64_t, 1>{});
+    case 8: return f(std::integral_constant<int64_t, 8>{});
+    case 16: return f(std::integral_constant<int64_t, 16>{});
+    default: return f(lanes);
+  }
+}
+
 // What a GEMM's caller does to columns [j0, j0 + cols) of every row of y once they are computed
 // (bias, activation), inside the same task while they are in cache.
 using Epilogue = FunctionRef<void(int64_t j0, int64_t cols)>;

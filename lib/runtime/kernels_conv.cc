@@ -101,6 +101,24 @@ Desc plain_desc(const Dims& dims) {
   return Desc(dnnl::memory::dims(dims.begin(), dims.end()), dnnl::memory::data_type::f32, plain(dims.size()));
 }
 
+// An image [N, C, H, W] as a ref program holds it: row-major, or in channel blocks of `block`
+// ([N, C/block, H, W, block], oneDNN's aBcd8b or aBcd16b).
+Desc image_desc(const Dims& dims, int64_t block) {
+  if (block == 0) return plain_desc(dims);
+  return Desc(dnnl::memory::dims(dims.begin(), dims.end()), dnnl::memory::data_type::f32,
+              block == 8 ? Tag::aBcd8b : Tag::aBcd16b);
+}
+
+// The channel block of a layout oneDNN chose for an image, 0 when it is not [N, C/b, H, W, b]
+// without padding.
+int64_t block_of(const Desc& desc) {
+  for (int64_t block : {8, 16}) {
+    const auto& d = desc.dims();
+    if (d.size() == 4 && d[1] % block == 0 && desc == image_desc(Dims(d.begin(), d.end()), block)) return block;
+  }
+  return 0;
+}
+
 // The weight as oneDNN counts it: [group, M/group, C/group, k...] when grouped.
 Dims grouped(const Dims& w, int64_t group) {
   if (group == 1) return w;
@@ -173,8 +191,8 @@ struct Part {
 };
 
 struct Packed {
-  Desc src, dst, src_plain, dst_plain;
-  std::optional<dnnl::reorder> to_src, from_dst;  // when the primitive's layouts are not row-major
+  Desc src, dst, src_given, dst_given;
+  std::optional<dnnl::reorder> to_src, from_dst;  // when the primitive's layouts are not the given ones
   bool act_fused = false;  // else the plan's activation runs after
   Part part;
   uint64_t src_at = 0, dst_at = 0, pad_at = 0, pad_step = 0;  // bytes in the run's scratch
@@ -275,7 +293,7 @@ void reorder(const dnnl::reorder& primitive, const dnnl::memory& from, const dnn
 
 void run_packed(const Packed& p, const FusedActivation& act, Ins in, const Output& out) {
   onednn::OneThread one;
-  dnnl::memory x = memory_at(p.src_plain, in[0].data), y = memory_at(p.dst_plain, out.data);
+  dnnl::memory x = memory_at(p.src_given, in[0].data), y = memory_at(p.dst_given, out.data);
   dnnl::memory src = p.to_src ? memory_at(p.src, out.scratch + p.src_at) : x;
   auto* dst = static_cast<float*>(p.from_dst ? static_cast<void*>(out.scratch + p.dst_at) : out.data);
   if (p.to_src) reorder(*p.to_src, x, src);
@@ -326,6 +344,15 @@ uint64_t packed_conv_weight_bytes(const ref::Op& op, const Dims& x, const Dims& 
   }
 }
 
+ConvBlocks packed_conv_blocks(const ref::Op& op, const Dims& x, const Dims& w, const Dims& y, bool bias) {
+  try {
+    const Setup s = setup(op, x, w, y, bias);
+    return {block_of(s.pd.src_desc()), block_of(s.pd.dst_desc())};
+  } catch (const dnnl::error& e) {
+    throw Error(ErrorCode::kInternal, std::string("oneDNN cannot run this convolution: ") + e.what());
+  }
+}
+
 namespace kernels {
 
 std::unique_ptr<OpPlan> plan_conv(const ref::Op& op, const std::vector<const ref::Value*>& in, const ref::Value& out) {
@@ -349,9 +376,14 @@ std::unique_ptr<OpPlan> plan_conv(const ref::Op& op, const std::vector<const ref
   }
   const Dims w = op.get_ints("weight_shape");
   const bool bias = in.size() > 2 && in[2] != nullptr;
+  const int64_t src_block = op.get_int("src_block", 0), dst_block = op.get_int("dst_block", 0);
+  const Dims image = src_block ? Dims{x[0], x[1] * src_block, x[2], x[3]} : x;
+  const Dims y = dst_block ? Dims{out.dims[0], out.dims[1] * dst_block, out.dims[2], out.dims[3]} : out.dims;
   Packed p;
   try {
-    const Setup s = setup(op, x, w, out.dims, bias);
+    // Made as the compiler made it when it packed the weight, so the weight's layout is the one
+    // this primitive reads; the given layouts are reordered when they are not the primitive's.
+    const Setup s = setup(op, image, w, y, bias);
     const uint64_t weight_bytes = s.pd.weights_desc().get_size();
     if (weight_bytes != in[1]->byte_size())
       throw Error(ErrorCode::kInvalidBinary,
@@ -359,22 +391,22 @@ std::unique_ptr<OpPlan> plan_conv(const ref::Op& op, const std::vector<const ref
                       onednn::architecture() + " lays it out in " + std::to_string(weight_bytes));
     p.src = s.pd.src_desc();
     p.dst = s.pd.dst_desc();
-    p.src_plain = plain_desc(x);
-    p.dst_plain = plain_desc(out.dims);
+    p.src_given = image_desc(image, src_block);
+    p.dst_given = image_desc(y, dst_block);
     p.act_fused = s.act_fused;
     onednn::OneThread one;
     uint64_t at = 0;
-    if (p.src != p.src_plain) {
-      p.to_src = dnnl::reorder(dnnl::reorder::primitive_desc(onednn::engine(), p.src_plain, onednn::engine(), p.src));
+    if (p.src != p.src_given) {
+      p.to_src = dnnl::reorder(dnnl::reorder::primitive_desc(onednn::engine(), p.src_given, onednn::engine(), p.src));
       p.src_at = at;
       at += aligned(p.src.get_size());
     }
-    if (p.dst != p.dst_plain) {
-      p.from_dst = dnnl::reorder(dnnl::reorder::primitive_desc(onednn::engine(), p.dst, onednn::engine(), p.dst_plain));
+    if (p.dst != p.dst_given) {
+      p.from_dst = dnnl::reorder(dnnl::reorder::primitive_desc(onednn::engine(), p.dst, onednn::engine(), p.dst_given));
       p.dst_at = at;
       at += aligned(p.dst.get_size());
     }
-    p.part = cut_into_pieces(op, s, w, out.dims, bias);
+    p.part = cut_into_pieces(op, s, w, y, bias);
     p.pad_at = at;  // each piece a scratchpad of its own: they run at once
     p.pad_step = aligned(p.part.scratchpad.get_size());
     plan->scratch_bytes = at + static_cast<uint64_t>(p.part.pieces) * p.pad_step;

@@ -16,6 +16,9 @@ struct Window final : OpPlan {
   Window(const ref::Op& op, const std::vector<const ref::Value*>& x, const ref::Value& y);
   Dims in, out, kernel, strides, pads, dilations, in_strides;  // pads: begins then ends
   bool include_pad;                                             // AveragePool's count_include_pad
+  // The fast path's: 2-D windows without dilation over images (1), or over images in channel
+  // blocks (the block: a last spatial axis the window does not move along); else 0.
+  int64_t lanes = 0;
 };
 
 }  // namespace kernels
@@ -76,24 +79,35 @@ void for_each_tap(const Window& w, const AxisIndex& start, const Dims& in_stride
 }
 
 // Images without dilation, the common case: each window clipped to the input once, then read row
-// by row, no index vector per output; planes shared out over the caller's threads.
-// reduce(plane, ys, ye, xs, xe, y0, x0) gets the clipped window [ys, ye) x [xs, xe) and its
-// unclipped start (y0, x0).
-bool is_plain_2d(const Window& w) { return w.in.size() == 2 && w.dilations[0] == 1 && w.dilations[1] == 1; }
+// by row, no index vector per output; planes shared out over the caller's threads. Each window
+// position holds `lanes` values side by side (channels of a block), reduced in one loop.
+// reduce(plane, ys, ye, xs, xe, y0, x0, dst) gets the clipped window [ys, ye) x [xs, xe), its
+// unclipped start (y0, x0), and writes the window's `lanes` outputs to dst.
+// The running max and sum of a window position's `lanes` values: separate functions so that the
+// compiler knows `acc` and `v` do not overlap, and makes vector code of them.
+template <typename Lanes>
+void max_into(float* __restrict acc, const float* __restrict v, Lanes lanes) {
+  // A NaN input propagates: it wins, and once the running max is NaN nothing beats it.
+  for (int64_t l = 0; l < lanes; ++l) acc[l] = v[l] > acc[l] || v[l] != v[l] ? v[l] : acc[l];
+}
+template <typename Lanes>
+void add_into(float* __restrict acc, const float* __restrict v, Lanes lanes) {
+  for (int64_t l = 0; l < lanes; ++l) acc[l] += v[l];
+}
 
 template <typename Reduce>
 void for_each_window_2d(const Window& w, const Tensor& x, const Output& y, Reduce&& reduce) {
-  const int64_t ih = w.in[0], iw = w.in[1], oh = w.out[0], ow = w.out[1];
+  const int64_t ih = w.in[0], iw = w.in[1], oh = w.out[0], ow = w.out[1], lanes = w.lanes;
   const int64_t kh = w.kernel[0], kw = w.kernel[1], sh = w.strides[0], sw = w.strides[1];
-  parallel_ranges(y.parallel, x.dims()[0] * x.dims()[1], oh * ow * kh * kw, [&](int64_t begin, int64_t end) {
+  parallel_ranges(y.parallel, x.dims()[0] * x.dims()[1], oh * ow * kh * kw * lanes, [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
-      const float* plane = x.f32() + p * ih * iw;
-      float* dst = y.f32() + p * oh * ow;
+      const float* plane = x.f32() + p * ih * iw * lanes;
+      float* dst = y.f32() + p * oh * ow * lanes;
       for (int64_t oy = 0; oy < oh; ++oy) {
         const int64_t y0 = oy * sh - w.pads[0], ys = std::max<int64_t>(y0, 0), ye = std::min(y0 + kh, ih);
-        for (int64_t ox = 0; ox < ow; ++ox) {
+        for (int64_t ox = 0; ox < ow; ++ox, dst += lanes) {
           const int64_t x0 = ox * sw - w.pads[1], xs = std::max<int64_t>(x0, 0), xe = std::min(x0 + kw, iw);
-          *dst++ = reduce(plane, ys, ye, xs, xe, y0, x0);
+          reduce(plane, ys, ye, xs, xe, y0, x0, dst);
         }
       }
     }
@@ -111,23 +125,27 @@ Window::Window(const ref::Op& op, const std::vector<const ref::Value*>& x, const
       include_pad(op.get_int("count_include_pad", 0) != 0) {
   // AveragePool has no dilations (validate() does not check a `dilations` attribute on it).
   if (op.type != "MaxPool" || dilations.empty()) dilations.assign(in.size(), 1);
+  const size_t n = in.size();
+  const bool plain_2d = n >= 2 && dilations[0] == 1 && dilations[1] == 1;
+  if (plain_2d && n == 2) lanes = 1;
+  if (plain_2d && n == 3 && kernel[2] == 1 && strides[2] == 1 && pads[2] == 0 && pads[5] == 0 && dilations[2] == 1)
+    lanes = in[2];
 }
 const Planner plan_window = plan_as<Window>;
 
 void max_pool(Ins in, const Output& out) {
   const auto& w = plan_of<Window>(out);
-  if (is_plain_2d(w)) {
+  if (w.lanes) {
     const int64_t iw = w.in[1];
-    return for_each_window_2d(w, in[0], out, [iw](const float* plane, int64_t ys, int64_t ye, int64_t xs, int64_t xe, int64_t,
-                                                  int64_t) {
-      if (ys >= ye || xs >= xe) return 0.0f;  // a ceil_mode window lying wholly in the padding
-      float best = -std::numeric_limits<float>::infinity();
-      for (int64_t r = ys; r < ye; ++r)
-        for (int64_t c = xs; c < xe; ++c) {
-          const float v = plane[r * iw + c];
-          if (!std::isnan(best) && !(v <= best)) best = v;  // a NaN input propagates
-        }
-      return best;
+    return with_lanes(w.lanes, [&](auto lanes) {
+      for_each_window_2d(w, in[0], out, [iw, lanes](const float* plane, int64_t ys, int64_t ye, int64_t xs, int64_t xe,
+                                                    int64_t, int64_t, float* dst) {
+        // A ceil_mode window lying wholly in the padding gives 0.
+        const float start = ys >= ye || xs >= xe ? 0.0f : -std::numeric_limits<float>::infinity();
+        for (int64_t l = 0; l < lanes; ++l) dst[l] = start;
+        for (int64_t r = ys; r < ye; ++r)
+          for (int64_t c = xs; c < xe; ++c) max_into(dst, plane + (r * iw + c) * lanes, lanes);
+      });
     });
   }
   for_each_window(w, in[0], out, [&](const float* plane, const AxisIndex& start) {
@@ -146,17 +164,21 @@ void average_pool(Ins in, const Output& out) {
   const auto& w = plan_of<Window>(out);
   const bool include_pad = w.include_pad;
   size_t n = w.in.size();
-  if (is_plain_2d(w)) {
-    return for_each_window_2d(w, in[0], out, [&](const float* plane, int64_t ys, int64_t ye, int64_t xs, int64_t xe,
-                                                 int64_t y0, int64_t x0) {
-      float sum = 0.0f;
-      for (int64_t r = ys; r < ye; ++r)
-        for (int64_t c = xs; c < xe; ++c) sum += plane[r * w.in[1] + c];
-      int64_t count = std::max<int64_t>(ye - ys, 0) * std::max<int64_t>(xe - xs, 0);
-      if (include_pad)  // up to the padded edge, not beyond it
-        count = std::max<int64_t>(std::min(y0 + w.kernel[0], w.in[0] + w.pads[2]) - std::max(y0, -w.pads[0]), 0) *
-                std::max<int64_t>(std::min(x0 + w.kernel[1], w.in[1] + w.pads[3]) - std::max(x0, -w.pads[1]), 0);
-      return count > 0 ? sum / static_cast<float>(count) : 0.0f;
+  if (w.lanes) {
+    const int64_t iw = w.in[1];
+    return with_lanes(w.lanes, [&](auto lanes) {
+      for_each_window_2d(w, in[0], out, [&](const float* plane, int64_t ys, int64_t ye, int64_t xs, int64_t xe,
+                                            int64_t y0, int64_t x0, float* dst) {
+        for (int64_t l = 0; l < lanes; ++l) dst[l] = 0.0f;
+        for (int64_t r = ys; r < ye; ++r)
+          for (int64_t c = xs; c < xe; ++c) add_into(dst, plane + (r * iw + c) * lanes, lanes);
+        int64_t count = std::max<int64_t>(ye - ys, 0) * std::max<int64_t>(xe - xs, 0);
+        if (include_pad)  // up to the padded edge, not beyond it
+          count = std::max<int64_t>(std::min(y0 + w.kernel[0], w.in[0] + w.pads[n]) - std::max(y0, -w.pads[0]), 0) *
+                  std::max<int64_t>(std::min(x0 + w.kernel[1], w.in[1] + w.pads[n + 1]) - std::max(x0, -w.pads[1]), 0);
+        const float divisor = static_cast<float>(count);
+        for (int64_t l = 0; l < lanes; ++l) dst[l] = count > 0 ? dst[l] / divisor : 0.0f;
+      });
     });
   }
   for_each_window(w, in[0], out, [&](const float* plane, const AxisIndex& start) {

@@ -2,6 +2,7 @@
 // (float, the same rounding rules), so a compiled model gives ORT's results.
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -74,12 +75,36 @@ Taps axis_taps(const ref::Op& op, float scale, int64_t out_len, int64_t in_len) 
   return t;
 }
 
-// The taps of every axis and the axes that blend, worked out once per program.
+// One output position's `lanes` values from its taps' (separate functions so that the compiler
+// knows the output does not overlap the input, and makes vector code of them): w * a, and the
+// bilinear w[0] a + w[1] b + w[2] c + w[3] d in that order.
+template <typename Lanes>
+void scale(float* __restrict y, const float* __restrict a, float w, Lanes lanes) {
+  for (int64_t l = 0; l < lanes; ++l) y[l] = w * a[l];
+}
+template <typename Lanes>
+void blend(float* __restrict y, const float* __restrict a, const float* __restrict b, const float* __restrict c,
+           const float* __restrict d, std::array<float, 4> w, Lanes lanes) {
+  for (int64_t l = 0; l < lanes; ++l) y[l] = ((w[0] * a[l] + w[1] * b[l]) + w[2] * c[l]) + w[3] * d[l];
+}
+
+// Does every output position of the axis read the input position it has, whole?
+bool is_identity(const Taps& t, int64_t in_len) {
+  if (static_cast<int64_t>(t.lo.size()) != in_len) return false;
+  for (size_t j = 0; j < t.lo.size(); ++j)
+    if (t.lo[j] != static_cast<int64_t>(j) || t.w_lo[j] != 1.0f || t.w_hi[j] != 0.0f) return false;
+  return true;
+}
+
+// The taps of every axis and the axes that blend, worked out once per program. Trailing axes the
+// resize leaves as they are (the channels of an image in channel blocks) are not axes here but
+// `lanes`: runs of values each tap reads and writes whole.
 struct ResizePlan final : OpPlan {
-  Dims in_strides;
+  Dims in_strides, out_dims;  // of the axes that remain
   std::vector<Taps> taps;
   std::vector<size_t> blended;  // axes where an output reads two positions, but the last
   bool last_blended = false;
+  int64_t lanes = 1;
 };
 
 }  // namespace
@@ -89,41 +114,45 @@ namespace kernels {
 std::unique_ptr<OpPlan> plan_resize(const ref::Op& op, const std::vector<const ref::Value*>& in, const ref::Value& out) {
   const Dims& xd = in[0]->dims;
   auto plan = std::make_unique<ResizePlan>();
-  plan->in_strides = strides_of(xd);
   const auto* scales = op.attr("scales");
-  for (size_t a = 0; a < xd.size(); ++a) {
-    plan->taps.push_back(axis_taps(op, scales->floats[a], out.dims[a], xd[a]));
+  for (size_t a = 0; a < xd.size(); ++a) plan->taps.push_back(axis_taps(op, scales->floats[a], out.dims[a], xd[a]));
+  size_t rank = xd.size();
+  while (rank > 1 && is_identity(plan->taps[rank - 1], xd[rank - 1])) plan->lanes *= xd[--rank];
+  plan->taps.resize(rank);
+  plan->in_strides = strides_of(xd);
+  plan->in_strides.resize(rank);
+  plan->out_dims.assign(out.dims.begin(), out.dims.begin() + static_cast<long>(rank));
+  for (size_t a = 0; a < rank; ++a) {
     const auto& w_hi = plan->taps[a].w_hi;
     if (std::any_of(w_hi.begin(), w_hi.end(), [](float w) { return w != 0.0f; })) plan->blended.push_back(a);
   }
-  plan->last_blended = !xd.empty() && !plan->blended.empty() && plan->blended.back() == xd.size() - 1;
+  plan->last_blended = rank > 0 && !plan->blended.empty() && plan->blended.back() == rank - 1;
   if (plan->last_blended) plan->blended.pop_back();
   return plan;
 }
 
 void resize(Ins in, const Output& out) {
   const auto& plan = plan_of<ResizePlan>(out);
-  const Dims& xd = in[0].dims();
-  const Dims& yd = out.dims();
-  const size_t rank = xd.size();
   const float* x = in[0].f32();
   float* y = out.f32();
-  if (rank == 0) {  // a scalar: nothing to interpolate
+  if (plan.out_dims.empty()) {  // a scalar: nothing to interpolate
     y[0] = x[0];
     return;
   }
   // Row by row of the last axis: the corners of the other blended axes are found once per row.
   // Sums and products keep the order of a corner-by-corner sum over all blended axes (the last
   // axis is the highest corner bit), so the result does not depend on this split.
+  const Dims& yd = plan.out_dims;
   const Dims& xs = plan.in_strides;
-  const size_t last = rank - 1;
+  const size_t last = yd.size() - 1;
   const std::vector<Taps>& taps = plan.taps;
   const std::vector<size_t>& blended = plan.blended;
   const bool last_blended = plan.last_blended;
   const Taps& inner = taps[last];
   const size_t corners = size_t{1} << blended.size();
   const int64_t width = yd[last];
-  parallel_ranges(out.parallel, out.size() / width, width * static_cast<int64_t>(2 * corners),
+  with_lanes(plan.lanes, [&](auto lanes) {
+  parallel_ranges(out.parallel, out.size() / (width * lanes), width * lanes * static_cast<int64_t>(2 * corners),
                   [&](int64_t begin, int64_t end) {
     SmallArray<float, 16> corner_weight(corners);
     SmallArray<int64_t, 16> corner_offset(corners);
@@ -148,33 +177,37 @@ void resize(Ins in, const Output& out) {
         corner_weight[corner] = weight;
         corner_offset[corner] = offset;
       }
-      float* dst = y + row * width;
+      float* dst = y + row * width * lanes;
       const int64_t step = xs[last];
       // The common cases, in the same order of sums and products as the general loop below:
       // one corner read along the row (nearest, or linear along other axes only), and bilinear.
       if (corners == 1 && !last_blended) {
         const float w0 = corner_weight[0];
         const float* src = x + corner_offset[0];
-        for (int64_t i = 0; i < width; ++i) dst[i] = w0 * src[inner.lo[static_cast<size_t>(i)] * step];
+        for (int64_t i = 0; i < width; ++i, dst += lanes) {
+          scale(dst, src + inner.lo[static_cast<size_t>(i)] * step, w0, lanes);
+        }
       } else if (corners == 2 && last_blended) {
         const float w0 = corner_weight[0], w1 = corner_weight[1];
         const float *r0 = x + corner_offset[0], *r1 = x + corner_offset[1];
-        for (int64_t i = 0; i < width; ++i) {
+        for (int64_t i = 0; i < width; ++i, dst += lanes) {
           const auto j = static_cast<size_t>(i);
           const int64_t lo = inner.lo[j] * step, hi = inner.hi[j] * step;
           const float wl = inner.w_lo[j], wh = inner.w_hi[j];
-          dst[i] = (((w0 * wl) * r0[lo] + (w1 * wl) * r1[lo]) + (w0 * wh) * r0[hi]) + (w1 * wh) * r1[hi];
+          blend(dst, r0 + lo, r1 + lo, r0 + hi, r1 + hi, {w0 * wl, w1 * wl, w0 * wh, w1 * wh}, lanes);
         }
       } else {
-        for (int64_t i = 0; i < width; ++i) {
+        for (int64_t i = 0; i < width; ++i, dst += lanes) {
           const auto j = static_cast<size_t>(i);
-          float sum = 0.0f;
-          for (size_t c = 0; c < corners; ++c)
-            sum += (last_blended ? corner_weight[c] * inner.w_lo[j] : corner_weight[c]) * x[corner_offset[c] + inner.lo[j] * xs[last]];
-          if (last_blended)
+          for (int64_t l = 0; l < lanes; ++l) {
+            float sum = 0.0f;
             for (size_t c = 0; c < corners; ++c)
-              sum += (corner_weight[c] * inner.w_hi[j]) * x[corner_offset[c] + inner.hi[j] * xs[last]];
-          dst[i] = sum;
+              sum += (last_blended ? corner_weight[c] * inner.w_lo[j] : corner_weight[c]) * x[corner_offset[c] + inner.lo[j] * step + l];
+            if (last_blended)
+              for (size_t c = 0; c < corners; ++c)
+                sum += (corner_weight[c] * inner.w_hi[j]) * x[corner_offset[c] + inner.hi[j] * step + l];
+            dst[l] = sum;
+          }
         }
       }
       for (size_t a = last; a-- > 0;) {
@@ -182,6 +215,7 @@ void resize(Ins in, const Output& out) {
         at[a] = 0;
       }
     }
+  });
   });
 }
 

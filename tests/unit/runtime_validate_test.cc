@@ -226,6 +226,28 @@ ref::Program single(const std::string& type, const std::vector<std::pair<Dims, r
 constexpr ref::DType kF = ref::DType::kFloat32, kI = ref::DType::kInt64, kI32 = ref::DType::kInt32,
                      kB = ref::DType::kBool;
 
+// A packed Conv may read and write images in channel blocks, [N, C/b, H, W, b].
+TEST(RuntimeValidate, BlockedConvImagesHaveTheirBlockedDims) {
+  const auto conv = [](Dims x, Dims y, std::vector<ref::Attr> blocks) {
+    std::vector<ref::Attr> attrs = {ints_attr("kernel_shape", {3, 3}), ints_attr("strides", {1, 1}),
+                                    ints_attr("pads", {1, 1, 1, 1}), ints_attr("dilations", {1, 1}), int_attr("group", 1),
+                                    int_attr("packed", 1), ints_attr("weight_shape", {16, 8, 3, 3})};
+    attrs.insert(attrs.end(), blocks.begin(), blocks.end());
+    return single("Conv", {{x, kF}, {{16 * 8 * 9}, kF}}, y, attrs);
+  };
+  EXPECT_NO_THROW(runtime::validate(conv({1, 1, 4, 4, 8}, {1, 2, 4, 4, 8}, {int_attr("src_block", 8), int_attr("dst_block", 8)}), 1));
+  EXPECT_NO_THROW(runtime::validate(conv({1, 8, 4, 4}, {1, 1, 4, 4, 16}, {int_attr("dst_block", 16)}), 1));
+  expect_invalid(conv({1, 8, 4, 4}, {1, 16, 4, 4}, {int_attr("src_block", 8)}),
+                 "input 0 has dims [1,8,4,4], expected [N, C/8, H, W, 8] (blocked)", 1);
+  expect_invalid(conv({1, 1, 4, 4, 8}, {1, 16, 4, 4}, {int_attr("src_block", 8), int_attr("dst_block", 8)}),
+                 "output has dims [1,16,4,4], expected [1,2,4,4,8]", 1);
+  expect_invalid(conv({1, 2, 4, 4, 4}, {1, 16, 4, 4}, {int_attr("src_block", 4)}), "channel block 4 is not 8 or 16", 1);
+  auto plain = conv({1, 1, 4, 4, 8}, {1, 16, 4, 4}, {int_attr("src_block", 8)});
+  std::erase_if(plain.ops[0].attrs, [](const ref::Attr& a) { return a.name == "packed" || a.name == "weight_shape"; });
+  plain.values[1].dims = {16, 8, 3, 3};
+  expect_invalid(plain, "channel blocks on a convolution whose weight is not packed", 1);
+}
+
 TEST(RuntimeValidate, PerOpShapeRules) {
   expect_invalid(single("MatMul", {{{2, 3}, kF}, {{4, 5}, kF}}, {2, 5}, {}), "inner dims differ: [2,3] x [4,5]", 0);
   expect_invalid(single("MatMul", {{{2, 2, 3}, kF}, {{3, 3, 5}, kF}}, {2, 2, 5}, {}), "batch dims of", 0);

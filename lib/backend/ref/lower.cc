@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <set>
 #include <unordered_map>
 
 #include "ctxgen/error.h"
@@ -396,6 +397,199 @@ void pack_conv_weights(Draft& d) {
   }
 }
 
+// Images in channel blocks. oneDNN convolves images laid out [N, C/b, H, W, b] (b = 8 on AVX2, 16
+// on AVX-512) and reorders a row-major image to that and back around every convolution: on the
+// exported CNN those reorders cost more than the pools and upsampling between the convolutions.
+// So a convolution whose readers can all take blocked images writes its image blocked, and the
+// ops that do not mix channels (pools, Resize over H and W, Concat of whole blocks, elementwise
+// activations and same-shape arithmetic) run on blocks as they are, until an op that needs the
+// row-major image: there one Transpose (and Reshape) lays it out again, once per image. Blocked
+// values are plain ref tensors of the physical dims, so every other stage sees ordinary ops.
+class ImageBlocker {
+ public:
+  explicit ImageBlocker(Draft& d) : d_(d), reads_(readers(d)), layout_(d.program.values.size(), 0) {}
+
+  void run() {
+    std::vector<ref::Op> ops = std::move(d_.program.ops);
+    d_.program.ops.clear();
+    conv_blocks_.assign(ops.size(), {});
+    for (size_t i = 0; i < ops.size(); ++i)
+      if (is_packed_image_conv(ops[i])) conv_blocks_[i] = blocks_of(ops[i]);
+    ops_ = &ops;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      ref::Op op = ops[i];
+      if (is_packed_image_conv(op)) {
+        place_conv(op, i);
+      } else if (const int64_t b = common_block(op); b != 0 && runs_blocked(op, b) && writes_arena(op)) {
+        for (auto& v : op.inputs) v = blocked(v, b);
+        block_attrs(op, b);
+        set_blocked(op.outputs[0], b);
+      } else {
+        for (auto& v : op.inputs) v = plain(v);
+      }
+      d_.program.ops.push_back(std::move(op));
+    }
+  }
+
+ private:
+  static bool is_packed_image_conv(const ref::Op& op) {
+    return op.type == "Conv" && op.get_int("packed", 0) == 1 && op.get_ints("weight_shape").size() == 4;
+  }
+
+  runtime::ConvBlocks blocks_of(const ref::Op& op) {
+    const bool bias = op.inputs.size() > 2 && op.inputs[2] >= 0;
+    return runtime::packed_conv_blocks(op, d_.value(op.inputs[0]).dims, op.get_ints("weight_shape"),
+                                       d_.value(op.outputs[0]).dims, bias);
+  }
+
+  bool writes_arena(const ref::Op& op) { return d_.value(op.outputs[0]).kind == ValueKind::kArena; }
+
+  // The block of an op's blocked inputs when they share one, else 0.
+  int64_t common_block(const ref::Op& op) const {
+    int64_t b = 0;
+    for (int32_t v : op.inputs) {
+      const int64_t l = v < 0 ? 0 : layout_[static_cast<size_t>(v)];
+      if (l != 0 && b != 0 && l != b) return 0;
+      if (l != 0) b = l;
+    }
+    return b;
+  }
+
+  // Can `op` run on images in blocks of b (every input blocked), giving what it gives on the
+  // row-major images in blocks? True for ops that keep each channel apart and whose channel
+  // counts are whole blocks.
+  bool runs_blocked(const ref::Op& op, int64_t b) {
+    const auto image = [&](int32_t v) {
+      const auto dims = image_dims(v);
+      return d_.value(v).dtype == ref::DType::kFloat32 && dims.size() == 4 && dims[1] % b == 0;
+    };
+    if (op.inputs.empty() || op.inputs[0] < 0 || !image(op.inputs[0])) return false;
+    const auto x = image_dims(op.inputs[0]);
+    if (op.type == "MaxPool" || op.type == "AveragePool") return true;
+    if (op.type == "Resize") {
+      // Channels stay where they are at scale 1 under every coordinate rule but
+      // tf_half_pixel_for_nearest (4), which moves them by half a position.
+      const auto* scales = op.attr("scales");
+      const auto sizes = op.get_ints("sizes");
+      return op.get_int("coord", 0) != 4 && scales->floats[0] == 1.0f && scales->floats[1] == 1.0f && sizes[0] == x[0] &&
+             sizes[1] == x[1];
+    }
+    if (op.type == "Concat")
+      return op.get_int("axis", 0) == 1 && std::all_of(op.inputs.begin(), op.inputs.end(), image);
+    if (activation_of(op.type) != ref::Activation::kNone) return op.inputs.size() == 1;
+    static const std::set<std::string> arithmetic = {"Add", "Sub", "Mul", "Div", "Max", "Min"};
+    if (arithmetic.count(op.type))
+      return op.inputs.size() == 2 && !d_.is_weight(op.inputs[0]) && !d_.is_weight(op.inputs[1]) &&
+             image_dims(op.inputs[0]) == image_dims(op.inputs[1]);
+    return false;
+  }
+
+  // The dims of v as an image: a blocked value's [N, C/b, H, W, b] are [N, C, H, W].
+  std::vector<int64_t> image_dims(int32_t v) const {
+    const auto& dims = d_.value(v).dims;
+    if (layout_[static_cast<size_t>(v)] == 0) return dims;
+    return {dims[0], dims[1] * dims[4], dims[2], dims[3]};
+  }
+
+  void place_conv(ref::Op& op, size_t index) {
+    const runtime::ConvBlocks blocks = conv_blocks_[index];
+    int32_t& x = op.inputs[0];
+    if (blocks.src != 0 && layout_[static_cast<size_t>(x)] == blocks.src) {
+      set_attr(op, int_attr("src_block", blocks.src));
+    } else {
+      x = plain(x);
+    }
+    const int32_t y = op.outputs[0];
+    const auto& readers = reads_[static_cast<size_t>(y)];
+    const bool all_take_blocks =
+        blocks.dst != 0 && writes_arena(op) && !readers.empty() &&
+        std::all_of(readers.begin(), readers.end(), [&](size_t r) { return reads_blocked(r, y, blocks.dst); });
+    if (!all_take_blocks) return;
+    set_attr(op, int_attr("dst_block", blocks.dst));
+    set_blocked(y, blocks.dst);
+  }
+
+  // Would op `reader` read value v in blocks of b as it is, with no layout change?
+  bool reads_blocked(size_t reader, int32_t v, int64_t b) {
+    const ref::Op& op = (*ops_)[reader];
+    if (is_packed_image_conv(op)) return op.inputs[0] == v && conv_blocks_[reader].src == b;
+    return d_.value(op.outputs[0]).kind == ValueKind::kArena && runs_blocked(op, b);
+  }
+
+  static std::vector<int64_t> blocked_dims(const std::vector<int64_t>& image, int64_t b) {
+    return {image[0], image[1] / b, image[2], image[3], b};
+  }
+
+  void set_blocked(int32_t v, int64_t b) {
+    auto& dims = d_.value(v).dims;
+    dims = blocked_dims(dims, b);
+    layout_[static_cast<size_t>(v)] = b;
+  }
+
+  // The attributes of a pool or Resize over [N, C/b, H, W, b]: the block axis is a third spatial
+  // axis the window does not move along, or an axis Resize leaves as it is.
+  static void block_attrs(ref::Op& op, int64_t b) {
+    if (op.type == "MaxPool" || op.type == "AveragePool") {
+      for (const char* name : {"kernel_shape", "strides", "dilations"}) {
+        if (!op.attr(name)) continue;
+        auto v = op.get_ints(name);
+        v.push_back(1);
+        set_attr(op, ints_attr(name, v));
+      }
+      const auto pads = op.get_ints("pads");
+      set_attr(op, ints_attr("pads", {pads[0], pads[1], 0, pads[2], pads[3], 0}));
+    } else if (op.type == "Resize") {
+      auto scales = op.attr("scales")->floats;
+      scales.push_back(1.0f);
+      set_attr(op, floats_attr("scales", scales));
+      set_attr(op, ints_attr("sizes", blocked_dims(op.get_ints("sizes"), b)));
+    }
+  }
+
+  int32_t add_op(const std::string& type, std::vector<ref::Attr> attrs, int32_t in, std::vector<int64_t> dims,
+                 const std::string& suffix) {
+    const ref::Value& from = d_.value(in);
+    const int32_t out = d_.add(d_.names[static_cast<size_t>(in)] + suffix, from.dtype, std::move(dims), ValueKind::kArena);
+    layout_.push_back(0);
+    ref::Op op;
+    op.type = type;
+    op.attrs = std::move(attrs);
+    op.inputs = {in};
+    op.outputs = {out};
+    d_.program.ops.push_back(std::move(op));
+    return out;
+  }
+
+  // v row-major: itself, or its blocks laid out again (once per value).
+  int32_t plain(int32_t v) {
+    if (v < 0 || layout_[static_cast<size_t>(v)] == 0) return v;
+    if (auto it = plain_.find(v); it != plain_.end()) return it->second;
+    const std::vector<int64_t> p = d_.value(v).dims;  // [N, C/b, H, W, b]
+    const int32_t t = add_op("Transpose", {ints_attr("perm", {0, 1, 4, 2, 3})}, v, {p[0], p[1], p[4], p[2], p[3]}, "/unblocked");
+    const std::vector<int64_t> image = {p[0], p[1] * p[4], p[2], p[3]};
+    return plain_[v] = add_op("Reshape", {ints_attr("shape", image)}, t, image, "/image");
+  }
+
+  // v in blocks of b: itself, or the row-major image cut into blocks (once per value).
+  int32_t blocked(int32_t v, int64_t b) {
+    if (v < 0 || layout_[static_cast<size_t>(v)] == b) return v;
+    if (auto it = blocked_.find(v); it != blocked_.end()) return it->second;
+    const std::vector<int64_t> x = d_.value(v).dims;  // [N, C, H, W]
+    const std::vector<int64_t> split = {x[0], x[1] / b, b, x[2], x[3]};
+    const int32_t r = add_op("Reshape", {ints_attr("shape", split)}, v, split, "/split");
+    const int32_t t = add_op("Transpose", {ints_attr("perm", {0, 1, 3, 4, 2})}, r, blocked_dims(x, b), "/blocked");
+    layout_[static_cast<size_t>(t)] = b;
+    return blocked_[v] = t;
+  }
+
+  Draft& d_;
+  std::vector<std::vector<size_t>> reads_;  // by the ops' positions before this pass
+  std::vector<int64_t> layout_;             // per value: its channel block, 0 row-major
+  std::vector<runtime::ConvBlocks> conv_blocks_;
+  const std::vector<ref::Op>* ops_ = nullptr;
+  std::map<int32_t, int32_t> plain_, blocked_;
+};
+
 // ---- finishing ---------------------------------------------------------------------------------
 
 // Keeps only values the program uses, numbered inputs first and then in order of first use, so
@@ -444,6 +638,7 @@ LoweredPartition lower_partition(const Model& model, const Partition& partition,
   fold_transposes_into_matmuls(draft);
   pack_matmul_weights(draft);
   pack_conv_weights(draft);
+  ImageBlocker(draft).run();
   Draft done = compact(draft);
 
   LoweredPartition lowered;

@@ -33,6 +33,7 @@ std::vector<std::string> supported_op_types();
 
 using ref::float_attr;
 using ref::int_attr;
+using ref::floats_attr;
 using ref::ints_attr;
 
 // Op types an activation may be fused from, and its Activation code (kNone when it is none).
