@@ -89,7 +89,8 @@ Dims broadcast_inputs(const OpCheck& c) {
   Dims dims = c.in(0).dims;
   for (size_t i = 1; i < c.input_count(); ++i) {
     auto next = broadcast(dims, c.in(i).dims);
-    c.expect(next.has_value(), "input dims " + dims_text(dims) + " and " + dims_text(c.in(i).dims) + " do not broadcast");
+    c.expect(next.has_value(),
+        [&] { return "input dims " + dims_text(dims) + " and " + dims_text(c.in(i).dims) + " do not broadcast"; });
     dims = *next;
   }
   return dims;
@@ -187,16 +188,19 @@ OutType matmul(const OpCheck& c) {
   c.expect_inputs(DType::kFloat32);
   const Dims& a = c.in(0).dims;
   const Dims& b = c.in(1).dims;
-  c.expect(!a.empty() && !b.empty(), "inputs have dims " + dims_text(a) + " and " + dims_text(b) + ", expected rank >= 1 each");
+  c.expect(!a.empty() && !b.empty(),
+      [&] { return "inputs have dims " + dims_text(a) + " and " + dims_text(b) + ", expected rank >= 1 each"; });
   // transB: B stored with its last two dims swapped ([..., N, K]), as the compiler packs a constant
   // B or folds a Transpose into it.
   const bool trans_b = c.int_attr_or("transB", 0, 0, 1) != 0;
-  c.expect(!trans_b || b.size() >= 2, "transB with B of dims " + dims_text(b) + ", which has no two dims to swap");
+  c.expect(!trans_b || b.size() >= 2,
+      [&] { return "transB with B of dims " + dims_text(b) + ", which has no two dims to swap"; });
   Dims a2 = a.size() == 1 ? Dims{1, a[0]} : a, b2 = b.size() == 1 ? Dims{b[0], 1} : b;
   if (trans_b) std::swap(b2[b2.size() - 2], b2.back());
-  c.expect(a2.back() == b2[b2.size() - 2], "inner dims differ: " + dims_text(a) + " x " + dims_text(b));
+  c.expect(a2.back() == b2[b2.size() - 2], [&] { return "inner dims differ: " + dims_text(a) + " x " + dims_text(b); });
   auto out = broadcast({a2.begin(), a2.end() - 2}, {b2.begin(), b2.end() - 2});
-  c.expect(out.has_value(), "batch dims of " + dims_text(a) + " and " + dims_text(b) + " do not broadcast");
+  c.expect(out.has_value(),
+      [&] { return "batch dims of " + dims_text(a) + " and " + dims_text(b) + " do not broadcast"; });
   if (a.size() > 1) out->push_back(a2[a2.size() - 2]);
   if (b.size() > 1) out->push_back(b2.back());
   fused_activation(c);
@@ -211,14 +215,15 @@ OutType gemm(const OpCheck& c) {
   c.float_attr("beta");
   const Dims& a = c.in(0).dims;
   const Dims& b = c.in(1).dims;
-  c.expect(a.size() == 2 && b.size() == 2, "A " + dims_text(a) + " and B " + dims_text(b) + " must be 2-D");
+  c.expect(a.size() == 2 && b.size() == 2,
+      [&] { return "A " + dims_text(a) + " and B " + dims_text(b) + " must be 2-D"; });
   int64_t m = trans_a ? a[1] : a[0], k = trans_a ? a[0] : a[1];
   int64_t kb = trans_b ? b[1] : b[0], n = trans_b ? b[0] : b[1];
-  c.expect(k == kb, "inner dims differ: A " + dims_text(a) + ", B " + dims_text(b));
+  c.expect(k == kb, [&] { return "inner dims differ: A " + dims_text(a) + ", B " + dims_text(b); });
   const Dims mn = {m, n};
   if (const ref::Value* cv = c.optional_in(2))
     c.expect(cv->dims.size() <= 2 && broadcast(cv->dims, mn) == mn,
-             "C dims " + dims_text(cv->dims) + " do not broadcast to " + dims_text(mn));
+             [&] { return "C dims " + dims_text(cv->dims) + " do not broadcast to " + dims_text(mn); });
   fused_activation(c);
   return {DType::kFloat32, mn};
 }
@@ -231,7 +236,7 @@ struct Window {
 
 // The window attributes of an N-D op over `x`, each checked for count and range.
 Window window(const OpCheck& c, const ref::Value& x, bool has_dilations) {
-  c.expect(x.dims.size() >= 3, "input 0 has dims " + dims_text(x.dims) + ", expected N x C x D1 ...");
+  c.expect(x.dims.size() >= 3, [&] { return "input 0 has dims " + dims_text(x.dims) + ", expected N x C x D1 ..."; });
   size_t n = x.dims.size() - 2;
   Window w;
   w.kernel = c.ints_attr("kernel_shape", n, 1, kMaxWindow);
@@ -248,8 +253,8 @@ int64_t window_output(const OpCheck& c, const ref::Value& x, const Window& w, si
   int64_t in = x.dims[a + 2];
   int64_t span = (w.kernel[a] - 1) * w.dilations[a] + 1;
   int64_t room = in + w.pads[a] + w.pads[a + n] - span;
-  c.expect(room >= 0, "window " + dims_text(w.kernel) + " on axis " + std::to_string(a + 2) +
-                          " is larger than the padded input " + dims_text(x.dims));
+  c.expect(room >= 0, [&] { return "window " + dims_text(w.kernel) + " on axis " + std::to_string(a + 2) +
+                          " is larger than the padded input " + dims_text(x.dims); });
   if (!ceil) return room / w.strides[a] + 1;
   int64_t out = (room + w.strides[a] - 1) / w.strides[a] + 1;
   if ((out - 1) * w.strides[a] >= in + w.pads[a]) --out;
@@ -260,8 +265,9 @@ int64_t window_output(const OpCheck& c, const ref::Value& x, const Window& w, si
 // programs' one layout besides row-major); checks the tensor is one.
 ref::Value unblocked(const OpCheck& c, const ref::Value& v, int64_t block, const std::string& what) {
   const Dims& d = v.dims;
-  c.expect(d.size() == 5 && d[4] == block, what + " has dims " + dims_text(d) + ", expected [N, C/" + std::to_string(block) +
-                                               ", H, W, " + std::to_string(block) + "] (blocked)");
+  c.expect(d.size() == 5 && d[4] == block,
+      [&] { return what + " has dims " + dims_text(d) + ", expected [N, C/" + std::to_string(block) +
+                                               ", H, W, " + std::to_string(block) + "] (blocked)"; });
   ref::Value image = v;
   image.dims = {d[0], d[1] * block, d[2], d[3]};
   return image;
@@ -277,24 +283,25 @@ OutType conv(const OpCheck& c) {
   const bool packed = c.int_attr_or("packed", 0, 0, 1) != 0;
   const int64_t src_block = c.int_attr_or("src_block", 0, 0, 16), dst_block = c.int_attr_or("dst_block", 0, 0, 16);
   for (int64_t b : {src_block, dst_block}) {
-    c.expect(b == 0 || b == 8 || b == 16, "channel block " + std::to_string(b) + " is not 8 or 16");
+    c.expect(b == 0 || b == 8 || b == 16, [&] { return "channel block " + std::to_string(b) + " is not 8 or 16"; });
     c.expect(b == 0 || packed, "channel blocks on a convolution whose weight is not packed");
   }
   const ref::Value x = src_block ? unblocked(c, c.in(0), src_block, "input 0") : c.in(0);
   Window w = window(c, x, true);
   int64_t group = c.int_attr("group", 1, kIntMax);
   if (packed) {
-    c.expect(c.in(1).dims.size() == 1, "packed weight dims " + dims_text(c.in(1).dims) + " are not 1-D");
-    c.expect(x.dims.size() >= 3 && x.dims.size() <= 5, "a packed convolution over " +
-                                                           std::to_string(x.dims.size() - 2) + " spatial dims");
+    c.expect(c.in(1).dims.size() == 1,
+        [&] { return "packed weight dims " + dims_text(c.in(1).dims) + " are not 1-D"; });
+    c.expect(x.dims.size() >= 3 && x.dims.size() <= 5, [&] { return "a packed convolution over " +
+                                                           std::to_string(x.dims.size() - 2) + " spatial dims"; });
   }
   const Dims wd = packed ? c.ints_attr("weight_shape", x.dims.size(), 1, kMaxElements) : c.in(1).dims;
-  c.expect(wd.size() == x.dims.size(), "weight dims " + dims_text(wd) + " do not match input rank " +
-                                           std::to_string(x.dims.size()));
+  c.expect(wd.size() == x.dims.size(), [&] { return "weight dims " + dims_text(wd) + " do not match input rank " +
+                                           std::to_string(x.dims.size()); });
   c.expect(Dims(wd.begin() + 2, wd.end()) == w.kernel,
-           "attribute 'kernel_shape' " + dims_text(w.kernel) + " differs from weight dims " + dims_text(wd));
+           [&] { return "attribute 'kernel_shape' " + dims_text(w.kernel) + " differs from weight dims " + dims_text(wd); });
   c.expect(x.dims[1] / group == wd[1] && x.dims[1] % group == 0 && wd[0] % group == 0,
-           "group " + std::to_string(group) + " does not fit input " + dims_text(x.dims) + " and weight " + dims_text(wd));
+           [&] { return "group " + std::to_string(group) + " does not fit input " + dims_text(x.dims) + " and weight " + dims_text(wd); });
   if (const ref::Value* bias = c.optional_in(2)) c.expect_dims(*bias, {wd[0]}, "bias");
   Dims out = {x.dims[0], wd[0]};
   for (size_t a = 0; a < w.kernel.size(); ++a) out.push_back(window_output(c, x, w, a, false));
@@ -302,11 +309,12 @@ OutType conv(const OpCheck& c) {
   int64_t scratch = 0;
   c.expect(!__builtin_mul_overflow(product(wd, 1, wd.size()), product(out, 2, out.size()), &scratch) &&
                scratch <= kMaxElements,
-           "im2col of weight " + dims_text(wd) + " over output " + dims_text(out) + " needs more than 2^48 elements");
+           [&] { return "im2col of weight " + dims_text(wd) + " over output " + dims_text(out) + " needs more than 2^48 elements"; });
   fused_activation(c);
   if (dst_block) {
-    c.expect(out.size() == 4 && out[1] % dst_block == 0, "output " + dims_text(out) + " cannot be blocked by " +
-                                                            std::to_string(dst_block) + " channels");
+    c.expect(out.size() == 4 && out[1] % dst_block == 0,
+        [&] { return "output " + dims_text(out) + " cannot be blocked by " +
+                                                            std::to_string(dst_block) + " channels"; });
     out = {out[0], out[1] / dst_block, out[2], out[3], dst_block};
   }
   return {DType::kFloat32, out};
@@ -341,7 +349,7 @@ OutType batch_normalization(const OpCheck& c) {
   c.arity(5, 5);
   c.expect_inputs(DType::kFloat32);
   const Dims& x = c.in(0).dims;
-  c.expect(x.size() >= 2, "input 0 has dims " + dims_text(x) + ", expected N x C x ...");
+  c.expect(x.size() >= 2, [&] { return "input 0 has dims " + dims_text(x) + ", expected N x C x ..."; });
   for (size_t i = 1; i <= 4; ++i) c.expect_dims(c.in(i), {x[1]}, "input " + std::to_string(i));
   c.float_attr("epsilon");
   return {DType::kFloat32, x};
@@ -357,9 +365,9 @@ OutType layer_normalization(const OpCheck& c) {
   int64_t block = product(x, axis, x.size());
   for (size_t i = 1; i <= 2; ++i)
     if (const ref::Value* p = c.optional_in(i))
-      c.expect(p->element_count() == block, "input " + std::to_string(i) + " dims " + dims_text(p->dims) +
+      c.expect(p->element_count() == block, [&] { return "input " + std::to_string(i) + " dims " + dims_text(p->dims) +
                                                 " do not cover the normalised dims " +
-                                                dims_text(Dims(x.begin() + static_cast<int64_t>(axis), x.end())));
+                                                dims_text(Dims(x.begin() + static_cast<int64_t>(axis), x.end())); });
   // `output` 0 is Y; 1 and 2 the Mean and InvStdDev of each block, with the normalised dims as 1.
   if (c.int_attr_or("output", 0, 0, 2) == 0) return {DType::kFloat32, x};
   Dims stats = x;
@@ -375,8 +383,8 @@ OutType nll_loss(const OpCheck& c) {
   const Dims& t = c.in(1).dims;
   c.expect_dtype(c.in(0), DType::kFloat32, "input 0");
   c.expect(c.in(1).dtype == DType::kInt64 || c.in(1).dtype == DType::kInt32,
-           "input 1 (target) has element type " + ref::dtype_name(c.in(1).dtype) + ", expected int64 or int32");
-  c.expect(x.size() >= 2, "input 0 has dims " + dims_text(x) + ", expected N x C x ...");
+           [&] { return "input 1 (target) has element type " + ref::dtype_name(c.in(1).dtype) + ", expected int64 or int32"; });
+  c.expect(x.size() >= 2, [&] { return "input 0 has dims " + dims_text(x) + ", expected N x C x ..."; });
   Dims want = x;
   want.erase(want.begin() + 1);
   c.expect_dims(c.in(1), want, "input 1 (target)");
@@ -408,8 +416,8 @@ OutType reduce(const OpCheck& c) {
   bool keep = c.int_attr("keepdims", 0, 1) != 0;
   for (size_t i = 0; i < axes.size(); ++i)
     c.expect(axes[i] >= 0 && axes[i] < rank_of(c.in(0)) && (i == 0 || axes[i] > axes[i - 1]),
-             "attribute 'axes' " + dims_text(axes) + " is not a sorted list of distinct axes below rank " +
-                 std::to_string(x.size()));
+             [&] { return "attribute 'axes' " + dims_text(axes) + " is not a sorted list of distinct axes below rank " +
+                 std::to_string(x.size()); });
   Dims out;
   for (size_t a = 0; a < x.size(); ++a) {
     bool reduced = axes.empty() || std::binary_search(axes.begin(), axes.end(), static_cast<int64_t>(a));
@@ -425,7 +433,7 @@ OutType reduce_extreme(const OpCheck& c) {
   auto axes = c.ints_attr("axes");
   for (size_t a = 0; a < c.in(0).dims.size(); ++a)
     if (axes.empty() || std::binary_search(axes.begin(), axes.end(), static_cast<int64_t>(a)))
-      c.expect(c.in(0).dims[a] > 0, "reduces the empty axis " + std::to_string(a));
+      c.expect(c.in(0).dims[a] > 0, [&] { return "reduces the empty axis " + std::to_string(a); });
   return out;
 }
 
@@ -438,7 +446,7 @@ OutType transpose(const OpCheck& c) {
   auto sorted = perm;
   std::sort(sorted.begin(), sorted.end());
   c.expect(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end(),
-           "attribute 'perm' " + dims_text(perm) + " is not a permutation");
+           [&] { return "attribute 'perm' " + dims_text(perm) + " is not a permutation"; });
   Dims out;
   for (int64_t p : perm) out.push_back(x[static_cast<size_t>(p)]);
   return {c.in(0).dtype, out};
@@ -448,8 +456,8 @@ OutType reshape(const OpCheck& c) {
   c.arity(1, 1);
   Dims shape = c.bounded(c.ints_attr("shape"), "attribute 'shape'");
   c.expect(product(shape) == c.in(0).element_count(),
-           "output dims " + dims_text(shape) + " hold " + std::to_string(product(shape)) + " elements, input dims " +
-               dims_text(c.in(0).dims) + " hold " + std::to_string(c.in(0).element_count()));
+           [&] { return "output dims " + dims_text(shape) + " hold " + std::to_string(product(shape)) + " elements, input dims " +
+               dims_text(c.in(0).dims) + " hold " + std::to_string(c.in(0).element_count()); });
   return {c.in(0).dtype, shape};
 }
 
@@ -457,7 +465,8 @@ OutType expand(const OpCheck& c) {
   c.arity(1, 1);
   Dims shape = c.ints_attr("shape");
   auto out = broadcast(c.in(0).dims, shape);
-  c.expect(out.has_value(), "input dims " + dims_text(c.in(0).dims) + " do not broadcast to " + dims_text(shape));
+  c.expect(out.has_value(),
+      [&] { return "input dims " + dims_text(c.in(0).dims) + " do not broadcast to " + dims_text(shape); });
   return {c.in(0).dtype, c.bounded(*out, "output")};
 }
 
@@ -467,13 +476,15 @@ OutType tile(const OpCheck& c) {
   auto repeats = c.ints_attr("repeats", x.size(), 0, kMaxElements);
   Dims out = x;
   for (size_t a = 0; a < x.size(); ++a)
-    c.expect(!__builtin_mul_overflow(x[a], repeats[a], &out[a]), "repeats " + dims_text(repeats) + " overflow");
+    c.expect(!__builtin_mul_overflow(x[a], repeats[a], &out[a]),
+        [&] { return "repeats " + dims_text(repeats) + " overflow"; });
   return {c.in(0).dtype, c.bounded(out, "output")};
 }
 
 OutType trilu(const OpCheck& c) {
   c.arity(1, 1);
-  c.expect(c.in(0).dims.size() >= 2, "input has dims " + dims_text(c.in(0).dims) + ", expected rank >= 2");
+  c.expect(c.in(0).dims.size() >= 2,
+      [&] { return "input has dims " + dims_text(c.in(0).dims) + ", expected rank >= 2"; });
   c.int_attr("upper", 0, 1);
   c.int_attr("k", kIntMin, kIntMax);
   return {c.in(0).dtype, c.in(0).dims};
@@ -490,13 +501,13 @@ OutType concat(const OpCheck& c) {
   out[axis] = 0;
   for (size_t i = 0; i < c.input_count(); ++i) {
     Dims d = c.in(i).dims;
-    c.expect(d.size() == first.size(), "input " + std::to_string(i) + " has dims " + dims_text(d) +
-                                           ", expected rank " + std::to_string(first.size()));
+    c.expect(d.size() == first.size(), [&] { return "input " + std::to_string(i) + " has dims " + dims_text(d) +
+                                           ", expected rank " + std::to_string(first.size()); });
     out[axis] += d[axis];
     d[axis] = first[axis];
-    c.expect(d == first, "input " + std::to_string(i) + " has dims " + dims_text(c.in(i).dims) +
+    c.expect(d == first, [&] { return "input " + std::to_string(i) + " has dims " + dims_text(c.in(i).dims) +
                              ", which differ from input 0 " + dims_text(first) + " outside axis " +
-                             std::to_string(axis));
+                             std::to_string(axis); });
   }
   return {t, c.bounded(out, "output")};
 }
@@ -510,15 +521,15 @@ OutType slice(const OpCheck& c) {
   Dims y = c.ints_attr("sizes", x.size(), 0, kMaxElements);
   for (size_t a = 0; a < x.size(); ++a) {
     std::string where = " on axis " + std::to_string(a);
-    c.expect(steps[a] != 0, "step 0" + where);
+    c.expect(steps[a] != 0, [&] { return "step 0" + where; });
     if (y[a] == 0) continue;
     c.expect(starts[a] >= 0 && starts[a] < x[a],
-             "start " + std::to_string(starts[a]) + where + " is outside [0, " + std::to_string(x[a]) + ")");
+             [&] { return "start " + std::to_string(starts[a]) + where + " is outside [0, " + std::to_string(x[a]) + ")"; });
     if (y[a] == 1) continue;
     int64_t room = steps[a] > 0 ? x[a] - 1 - starts[a] : starts[a];
     bool fits = steps[a] != kIntMin && (steps[a] > 0 ? steps[a] : -steps[a]) <= room / (y[a] - 1);
-    c.expect(fits, std::to_string(y[a]) + " elements from " + std::to_string(starts[a]) + " by step " +
-                       std::to_string(steps[a]) + where + " run outside [0, " + std::to_string(x[a]) + ")");
+    c.expect(fits, [&] { return std::to_string(y[a]) + " elements from " + std::to_string(starts[a]) + " by step " +
+                       std::to_string(steps[a]) + where + " run outside [0, " + std::to_string(x[a]) + ")"; });
   }
   return {c.in(0).dtype, y};
 }
@@ -526,7 +537,7 @@ OutType slice(const OpCheck& c) {
 OutType gather(const OpCheck& c) {
   c.arity(2, 2);
   c.expect(c.in(1).dtype == DType::kInt64 || c.in(1).dtype == DType::kInt32,
-           "input 1 (indices) has element type " + ref::dtype_name(c.in(1).dtype) + ", expected int64 or int32");
+           [&] { return "input 1 (indices) has element type " + ref::dtype_name(c.in(1).dtype) + ", expected int64 or int32"; });
   const Dims& d = c.in(0).dims;
   c.expect(!d.empty(), "input 0 is a scalar");
   auto axis = static_cast<size_t>(c.int_attr("axis", 0, rank_of(c.in(0)) - 1));
@@ -547,15 +558,16 @@ OutType pad(const OpCheck& c) {
   Dims out = x;
   for (size_t a = 0; a < x.size(); ++a) {
     out[a] = x[a] + pads[a] + pads[a + x.size()];
-    c.expect(out[a] >= 0, "pads " + dims_text(pads) + " remove more than axis " + std::to_string(a) + " holds");
+    c.expect(out[a] >= 0,
+        [&] { return "pads " + dims_text(pads) + " remove more than axis " + std::to_string(a) + " holds"; });
     bool grows = pads[a] > 0 || pads[a + x.size()] > 0;
     if (mode != 0 && grows) {
-      c.expect(x[a] > 0, "pads an empty axis " + std::to_string(a) + " in reflect or edge mode");
+      c.expect(x[a] > 0, [&] { return "pads an empty axis " + std::to_string(a) + " in reflect or edge mode"; });
       // Reflection reads x[1..dim-1]: a pad must be shorter than the axis.
       if (mode == 1)
         c.expect(pads[a] < x[a] && pads[a + x.size()] < x[a],
-                 "reflect pads " + dims_text(pads) + " reach past axis " + std::to_string(a) + " of size " +
-                     std::to_string(x[a]));
+                 [&] { return "reflect pads " + dims_text(pads) + " reach past axis " + std::to_string(a) + " of size " +
+                     std::to_string(x[a]); });
     }
   }
   return {c.in(0).dtype, c.bounded(out, "output")};
@@ -575,7 +587,8 @@ OutType resize(const OpCheck& c) {
            "attribute 'scales' (floats) must hold one scale per axis");
   for (float f : scales->floats) c.expect(f > 0 && std::isfinite(f), "attribute 'scales' holds a value that is not positive");
   Dims out = c.bounded(c.ints_attr("sizes", x.size(), 1, kMaxElements), "attribute 'sizes'");
-  for (size_t a = 0; a < x.size(); ++a) c.expect(x[a] > 0, "input axis " + std::to_string(a) + " is empty");
+  for (size_t a = 0; a < x.size(); ++a) c.expect(x[a] > 0,
+      [&] { return "input axis " + std::to_string(a) + " is empty"; });
   return {DType::kFloat32, out};
 }
 
@@ -585,22 +598,23 @@ OutType conv_transpose(const OpCheck& c) {
   c.expect_inputs(DType::kFloat32);
   const ref::Value& x = c.in(0);
   const ref::Value& wv = c.in(1);
-  c.expect(x.dims.size() >= 3, "input 0 has dims " + dims_text(x.dims) + ", expected N x C x D1 ...");
+  c.expect(x.dims.size() >= 3, [&] { return "input 0 has dims " + dims_text(x.dims) + ", expected N x C x D1 ..."; });
   size_t n = x.dims.size() - 2;
   Dims kernel = c.ints_attr("kernel_shape", n, 1, kMaxWindow), strides = c.ints_attr("strides", n, 1, kMaxWindow);
   Dims pads = c.ints_attr("pads", 2 * n, 0, kMaxWindow), dilations = c.ints_attr("dilations", n, 1, kMaxWindow);
   Dims extra = c.ints_attr("output_padding", n, 0, kMaxWindow);
   int64_t group = c.int_attr("group", 1, kIntMax);
   c.expect(wv.dims.size() == x.dims.size() && Dims(wv.dims.begin() + 2, wv.dims.end()) == kernel,
-           "weight dims " + dims_text(wv.dims) + " do not match kernel " + dims_text(kernel));
+           [&] { return "weight dims " + dims_text(wv.dims) + " do not match kernel " + dims_text(kernel); });
   c.expect(wv.dims[0] == x.dims[1] && x.dims[1] % group == 0,
-           "group " + std::to_string(group) + " does not fit input " + dims_text(x.dims) + " and weight " + dims_text(wv.dims));
+           [&] { return "group " + std::to_string(group) + " does not fit input " + dims_text(x.dims) + " and weight " + dims_text(wv.dims); });
   int64_t channels = wv.dims[1] * group;
   if (const ref::Value* bias = c.optional_in(2)) c.expect_dims(*bias, {channels}, "bias");
   Dims out = {x.dims[0], channels};
   for (size_t a = 0; a < n; ++a) {
     int64_t size = strides[a] * (x.dims[a + 2] - 1) + extra[a] + (kernel[a] - 1) * dilations[a] + 1 - pads[a] - pads[a + n];
-    c.expect(size > 0, "output axis " + std::to_string(a + 2) + " would have size " + std::to_string(size));
+    c.expect(size > 0,
+        [&] { return "output axis " + std::to_string(a + 2) + " would have size " + std::to_string(size); });
     out.push_back(size);
   }
   return {DType::kFloat32, c.bounded(out, "output")};
@@ -612,9 +626,10 @@ OutType group_normalization(const OpCheck& c) {
   c.arity(3, 3);
   c.expect_inputs(DType::kFloat32);
   const Dims& x = c.in(0).dims;
-  c.expect(x.size() >= 2, "input 0 has dims " + dims_text(x) + ", expected N x C x ...");
+  c.expect(x.size() >= 2, [&] { return "input 0 has dims " + dims_text(x) + ", expected N x C x ..."; });
   int64_t groups = c.int_attr("groups", 1, kIntMax);
-  c.expect(x[1] % groups == 0, std::to_string(groups) + " groups do not divide " + std::to_string(x[1]) + " channels");
+  c.expect(x[1] % groups == 0,
+      [&] { return std::to_string(groups) + " groups do not divide " + std::to_string(x[1]) + " channels"; });
   for (size_t i = 1; i <= 2; ++i) c.expect_dims(c.in(i), {x[1]}, "input " + std::to_string(i));
   c.float_attr("epsilon");
   return {DType::kFloat32, x};
@@ -627,7 +642,7 @@ OutType arg_extreme(const OpCheck& c) {
   const Dims& x = c.in(0).dims;
   c.expect(!x.empty(), "input is a scalar");
   auto axis = static_cast<size_t>(c.int_attr("axis", 0, rank_of(c.in(0)) - 1));
-  c.expect(x[axis] > 0, "reduces the empty axis " + std::to_string(axis));
+  c.expect(x[axis] > 0, [&] { return "reduces the empty axis " + std::to_string(axis); });
   bool keep = c.int_attr("keepdims", 0, 1) != 0;
   c.int_attr("select_last_index", 0, 1);
   Dims out = x;
@@ -642,11 +657,13 @@ OutType gather_elements(const OpCheck& c) {
   const Dims& d = c.in(0).dims;
   const Dims& idx = c.in(1).dims;
   c.expect(c.in(1).dtype == DType::kInt64 || c.in(1).dtype == DType::kInt32,
-           "input 1 (indices) has element type " + ref::dtype_name(c.in(1).dtype) + ", expected int64 or int32");
-  c.expect(!d.empty() && idx.size() == d.size(), "indices " + dims_text(idx) + " must have the rank of data " + dims_text(d));
+           [&] { return "input 1 (indices) has element type " + ref::dtype_name(c.in(1).dtype) + ", expected int64 or int32"; });
+  c.expect(!d.empty() && idx.size() == d.size(),
+      [&] { return "indices " + dims_text(idx) + " must have the rank of data " + dims_text(d); });
   auto axis = static_cast<size_t>(c.int_attr("axis", 0, rank_of(c.in(0)) - 1));
   for (size_t a = 0; a < d.size(); ++a)
-    c.expect(a == axis || idx[a] <= d[a], "indices " + dims_text(idx) + " exceed data " + dims_text(d) + " on axis " + std::to_string(a));
+    c.expect(a == axis || idx[a] <= d[a],
+        [&] { return "indices " + dims_text(idx) + " exceed data " + dims_text(d) + " on axis " + std::to_string(a); });
   return {c.in(0).dtype, idx};
 }
 
@@ -656,14 +673,17 @@ OutType gather_nd(const OpCheck& c) {
   c.arity(2, 2);
   const Dims& d = c.in(0).dims;
   const Dims& idx = c.in(1).dims;
-  c.expect(c.in(1).dtype == DType::kInt64, "input 1 (indices) has element type " + ref::dtype_name(c.in(1).dtype) + ", expected int64");
+  c.expect(c.in(1).dtype == DType::kInt64,
+      [&] { return "input 1 (indices) has element type " + ref::dtype_name(c.in(1).dtype) + ", expected int64"; });
   auto b = static_cast<size_t>(c.int_attr("batch_dims", 0, kIntMax));
-  c.expect(!idx.empty() && !d.empty() && b < idx.size() && b < d.size(), "batch_dims " + std::to_string(b) + " do not fit data " +
-                                                                              dims_text(d) + " and indices " + dims_text(idx));
+  c.expect(!idx.empty() && !d.empty() && b < idx.size() && b < d.size(),
+      [&] { return "batch_dims " + std::to_string(b) + " do not fit data " +
+                                                                              dims_text(d) + " and indices " + dims_text(idx); });
   auto m = static_cast<size_t>(idx.back());
-  c.expect(m >= 1 && b + m <= d.size(), "indices " + dims_text(idx) + " address more dims than data " + dims_text(d) + " has");
+  c.expect(m >= 1 && b + m <= d.size(),
+      [&] { return "indices " + dims_text(idx) + " address more dims than data " + dims_text(d) + " has"; });
   c.expect(Dims(d.begin(), d.begin() + static_cast<int64_t>(b)) == Dims(idx.begin(), idx.begin() + static_cast<int64_t>(b)),
-           "the batch dims of data " + dims_text(d) + " and indices " + dims_text(idx) + " differ");
+           [&] { return "the batch dims of data " + dims_text(d) + " and indices " + dims_text(idx) + " differ"; });
   Dims out(idx.begin(), idx.end() - 1);
   out.insert(out.end(), d.begin() + static_cast<int64_t>(b + m), d.end());
   return {c.in(0).dtype, out};
@@ -675,13 +695,15 @@ OutType scatter_elements(const OpCheck& c) {
   c.arity(3, 3);
   const Dims& d = c.in(0).dims;
   c.expect(c.in(1).dtype == DType::kInt64 || c.in(1).dtype == DType::kInt32,
-           "input 1 (indices) has element type " + ref::dtype_name(c.in(1).dtype) + ", expected int64 or int32");
+           [&] { return "input 1 (indices) has element type " + ref::dtype_name(c.in(1).dtype) + ", expected int64 or int32"; });
   c.expect_dtype(c.in(2), c.in(0).dtype, "input 2 (updates)");
   c.expect_dims(c.in(2), c.in(1).dims, "input 2 (updates)");
-  c.expect(!d.empty() && c.in(1).dims.size() == d.size(), "indices " + dims_text(c.in(1).dims) + " must have the rank of data " + dims_text(d));
+  c.expect(!d.empty() && c.in(1).dims.size() == d.size(),
+      [&] { return "indices " + dims_text(c.in(1).dims) + " must have the rank of data " + dims_text(d); });
   auto axis = static_cast<size_t>(c.int_attr("axis", 0, rank_of(c.in(0)) - 1));
   for (size_t a = 0; a < d.size(); ++a)
-    c.expect(a == axis || c.in(1).dims[a] <= d[a], "indices " + dims_text(c.in(1).dims) + " exceed data " + dims_text(d));
+    c.expect(a == axis || c.in(1).dims[a] <= d[a],
+        [&] { return "indices " + dims_text(c.in(1).dims) + " exceed data " + dims_text(d); });
   int64_t reduction = c.int_attr("reduction", 0, 4);
   c.expect(reduction == 0 || c.in(0).dtype != DType::kBool, "a reduction over bool");
   return {c.in(0).dtype, d};
@@ -706,7 +728,7 @@ OutType one_hot(const OpCheck& c) {
 // EyeLike: a 2-D tensor of the input's dims with ones on diagonal `k`; reads the input's dims only.
 OutType eye_like(const OpCheck& c) {
   c.arity(1, 1);
-  c.expect(c.in(0).dims.size() == 2, "input has dims " + dims_text(c.in(0).dims) + ", expected 2-D");
+  c.expect(c.in(0).dims.size() == 2, [&] { return "input has dims " + dims_text(c.in(0).dims) + ", expected 2-D"; });
   c.int_attr("k", kIntMin, kIntMax);
   return {c.dtype_attr("dtype"), c.in(0).dims};
 }

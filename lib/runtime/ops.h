@@ -27,8 +27,14 @@ class OpCheck {
 
   const ref::Op& op() const { return op_; }
   [[noreturn]] void fail(const std::string& what) const;
-  void expect(bool ok, const std::string& what) const {
+  // `what` is a message, or a callable that makes it: validation runs whenever a session loads a
+  // binary, and building every message (most format dims) cost more than the checks themselves.
+  void expect(bool ok, const char* what) const {
     if (!ok) fail(what);
+  }
+  template <typename Message>
+  void expect(bool ok, Message&& what) const {
+    if (!ok) fail(what());
   }
 
   // Requires between `required` and `max` inputs, the first `required` present.

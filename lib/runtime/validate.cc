@@ -104,26 +104,26 @@ void check_dataflow(const ref::Program& p, size_t k, std::vector<bool>& written)
   const ref::Op& op = p.ops[k];
   OpCheck c(op, {}, op_label(k, op));
   auto in_range = [&](int32_t id) { return id >= 0 && static_cast<size_t>(id) < p.values.size(); };
-  c.expect(op.outputs.size() == 1, "has " + std::to_string(op.outputs.size()) + " outputs, expected 1");
+  c.expect(op.outputs.size() == 1, [&] { return "has " + std::to_string(op.outputs.size()) + " outputs, expected 1"; });
   int32_t out = op.outputs[0];
-  c.expect(in_range(out), "output refers to value " + std::to_string(out) + ", the program has " +
-                              std::to_string(p.values.size()));
+  c.expect(in_range(out), [&] { return "output refers to value " + std::to_string(out) + ", the program has " +
+                              std::to_string(p.values.size()); });
   const Value& y = p.values[static_cast<size_t>(out)];
   c.expect(y.kind == ValueKind::kArena || y.kind == ValueKind::kOutput,
-           "writes " + value_name(static_cast<size_t>(out)) + " of kind " + kind_name(y.kind) +
-               ", expected an arena or output value");
+           [&] { return "writes " + value_name(static_cast<size_t>(out)) + " of kind " + kind_name(y.kind) +
+               ", expected an arena or output value"; });
   for (size_t i = 0; i < op.inputs.size(); ++i) {
     int32_t id = op.inputs[i];
     if (id == -1) continue;
     std::string what = "input " + std::to_string(i);
-    c.expect(in_range(id), what + " refers to value " + std::to_string(id) + ", the program has " +
-                               std::to_string(p.values.size()));
-    c.expect(id != out, what + " is also its output, " + value_name(static_cast<size_t>(id)));
-    c.expect(written[static_cast<size_t>(id)], what + " reads " + value_name(static_cast<size_t>(id)) +
-                                                   " before any op writes it");
+    c.expect(in_range(id), [&] { return what + " refers to value " + std::to_string(id) + ", the program has " +
+                               std::to_string(p.values.size()); });
+    c.expect(id != out, [&] { return what + " is also its output, " + value_name(static_cast<size_t>(id)); });
+    c.expect(written[static_cast<size_t>(id)], [&] { return what + " reads " + value_name(static_cast<size_t>(id)) +
+                                                   " before any op writes it"; });
     c.expect(!overlap(p.values[static_cast<size_t>(id)], y),
-             what + " (" + value_name(static_cast<size_t>(id)) + ") overlaps the output (" +
-                 value_name(static_cast<size_t>(out)) + ") in the arena");
+             [&] { return what + " (" + value_name(static_cast<size_t>(id)) + ") overlaps the output (" +
+                 value_name(static_cast<size_t>(out)) + ") in the arena"; });
   }
   written[static_cast<size_t>(out)] = true;
 }
@@ -180,7 +180,8 @@ void OpCheck::arity(size_t required, size_t max) const {
   if (n < required || n > max)
     fail("has " + std::to_string(n) + " inputs, expected " +
          (required == max ? std::to_string(required) : std::to_string(required) + " to " + std::to_string(max)));
-  for (size_t i = 0; i < required; ++i) expect(inputs_[i] != nullptr, "required input " + std::to_string(i) + " is absent");
+  for (size_t i = 0; i < required; ++i) expect(inputs_[i] != nullptr,
+      [&] { return "required input " + std::to_string(i) + " is absent"; });
 }
 
 const ref::Value& OpCheck::in(size_t i) const {
@@ -193,9 +194,10 @@ const ref::Value* OpCheck::optional_in(size_t i) const { return i < inputs_.size
 
 int64_t OpCheck::int_attr(const std::string& name, int64_t lo, int64_t hi) const {
   const ref::Attr* a = op_.attr(name);
-  expect(a && a->kind == ref::Attr::Kind::kInt, "attribute '" + name + "' (int) is missing");
-  expect(a->i >= lo && a->i <= hi, "attribute '" + name + "' is " + std::to_string(a->i) + ", expected a value in [" +
-                                       std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  expect(a && a->kind == ref::Attr::Kind::kInt, [&] { return "attribute '" + name + "' (int) is missing"; });
+  expect(a->i >= lo && a->i <= hi,
+      [&] { return "attribute '" + name + "' is " + std::to_string(a->i) + ", expected a value in [" +
+                                       std::to_string(lo) + ", " + std::to_string(hi) + "]"; });
   return a->i;
 }
 
@@ -205,35 +207,37 @@ int64_t OpCheck::int_attr_or(const std::string& name, int64_t fallback, int64_t 
 
 float OpCheck::float_attr(const std::string& name) const {
   const ref::Attr* a = op_.attr(name);
-  expect(a && a->kind == ref::Attr::Kind::kFloat, "attribute '" + name + "' (float) is missing");
+  expect(a && a->kind == ref::Attr::Kind::kFloat, [&] { return "attribute '" + name + "' (float) is missing"; });
   return a->f;
 }
 
 std::vector<int64_t> OpCheck::ints_attr(const std::string& name) const {
   const ref::Attr* a = op_.attr(name);
-  expect(a && a->kind == ref::Attr::Kind::kInts, "attribute '" + name + "' (ints) is missing");
+  expect(a && a->kind == ref::Attr::Kind::kInts, [&] { return "attribute '" + name + "' (ints) is missing"; });
   return a->ints;
 }
 
 std::vector<int64_t> OpCheck::ints_attr(const std::string& name, size_t count, int64_t lo, int64_t hi) const {
   auto values = ints_attr(name);
-  expect(values.size() == count, "attribute '" + name + "' has " + std::to_string(values.size()) +
-                                     " values, expected " + std::to_string(count));
+  expect(values.size() == count, [&] { return "attribute '" + name + "' has " + std::to_string(values.size()) +
+                                     " values, expected " + std::to_string(count); });
   for (int64_t v : values)
-    expect(v >= lo && v <= hi, "attribute '" + name + "' " + dims_text(values) + " has a value outside [" +
-                                   std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    expect(v >= lo && v <= hi, [&] { return "attribute '" + name + "' " + dims_text(values) + " has a value outside [" +
+                                   std::to_string(lo) + ", " + std::to_string(hi) + "]"; });
   return values;
 }
 
 ref::DType OpCheck::dtype_attr(const std::string& name) const {
   auto code = int_attr(name, 0, 255);
   auto dtype = static_cast<ref::DType>(code);
-  expect(ref::dtype_size(dtype) != 0, "attribute '" + name + "' is " + std::to_string(code) + ", not a ref element type");
+  expect(ref::dtype_size(dtype) != 0,
+      [&] { return "attribute '" + name + "' is " + std::to_string(code) + ", not a ref element type"; });
   return dtype;
 }
 
 void OpCheck::expect_dtype(const ref::Value& v, ref::DType dtype, const std::string& what) const {
-  expect(v.dtype == dtype, what + " has element type " + ref::dtype_name(v.dtype) + ", expected " + ref::dtype_name(dtype));
+  expect(v.dtype == dtype,
+      [&] { return what + " has element type " + ref::dtype_name(v.dtype) + ", expected " + ref::dtype_name(dtype); });
 }
 
 void OpCheck::expect_inputs(ref::DType dtype, const std::vector<size_t>& other) const {
@@ -246,20 +250,20 @@ void OpCheck::expect_inputs(ref::DType dtype, const std::vector<size_t>& other) 
 ref::DType OpCheck::expect_same_inputs(const std::vector<ref::DType>& allowed) const {
   ref::DType t = in(0).dtype;
   expect(std::find(allowed.begin(), allowed.end(), t) != allowed.end(),
-         "input 0 has element type " + ref::dtype_name(t) + ", which this op does not take");
+         [&] { return "input 0 has element type " + ref::dtype_name(t) + ", which this op does not take"; });
   expect_inputs(t);
   return t;
 }
 
 void OpCheck::expect_dims(const ref::Value& v, const Dims& want, const std::string& what) const {
-  expect(v.dims == want, what + " has dims " + dims_text(v.dims) + ", expected " + dims_text(want));
+  expect(v.dims == want, [&] { return what + " has dims " + dims_text(v.dims) + ", expected " + dims_text(want); });
 }
 
 Dims OpCheck::bounded(Dims dims, const std::string& what) const {
   int64_t n = 1;
   for (int64_t d : dims)
     expect(d >= 0 && !__builtin_mul_overflow(n, d, &n) && n <= kMaxElements,
-           what + " dims " + dims_text(dims) + " are negative or hold more than 2^48 elements");
+           [&] { return what + " dims " + dims_text(dims) + " are negative or hold more than 2^48 elements"; });
   return dims;
 }
 
