@@ -121,8 +121,8 @@ void parallel_ranges(const ParallelFor* parallel, int64_t count, int64_t cost, B
 }
 
 // Calls f(n) with n = lanes as a compile-time constant (std::integral_constant) for the counts of
-// values kernels keep side by side most often (1, and the channel blocks 8 and 16), else as it is:
-// a loop over a constant count of floats becomes vector code.
+// values kernels keep side by side most often (1 for row-major images, 8 and 16 channels), else
+// as it is: a loop over a constant count of floats becomes vector code without a scalar tail.
 template <typename F>
 decltype(auto) with_lanes(int64_t lanes, F&& f) {
   switch (lanes) {

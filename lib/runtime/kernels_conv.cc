@@ -1,10 +1,13 @@
 // Conv. A weight ctxgen packed at compile time (attribute packed = 1) runs through oneDNN's
-// convolution for this CPU's feature level, in the blocked layout oneDNN chose for it; any other
-// weight (one computed at run time) runs as im2col + GEMM.
+// convolution for this CPU's feature level, in the layout oneDNN chose for it (channels last, or
+// its own blocked layout); any other weight (one computed at run time) runs as im2col + GEMM.
 
 #include <algorithm>
+#include <array>
+#include <map>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ctxgen/error.h"
@@ -101,22 +104,11 @@ Desc plain_desc(const Dims& dims) {
   return Desc(dnnl::memory::dims(dims.begin(), dims.end()), dnnl::memory::data_type::f32, plain(dims.size()));
 }
 
-// An image [N, C, H, W] as a ref program holds it: row-major, or in channel blocks of `block`
-// ([N, C/block, H, W, block], oneDNN's aBcd8b or aBcd16b).
-Desc image_desc(const Dims& dims, int64_t block) {
-  if (block == 0) return plain_desc(dims);
-  return Desc(dnnl::memory::dims(dims.begin(), dims.end()), dnnl::memory::data_type::f32,
-              block == 8 ? Tag::aBcd8b : Tag::aBcd16b);
-}
-
-// The channel block of a layout oneDNN chose for an image, 0 when it is not [N, C/b, H, W, b]
-// without padding.
-int64_t block_of(const Desc& desc) {
-  for (int64_t block : {8, 16}) {
-    const auto& d = desc.dims();
-    if (d.size() == 4 && d[1] % block == 0 && desc == image_desc(Dims(d.begin(), d.end()), block)) return block;
-  }
-  return 0;
+// An image [N, C, H, W] as a ref program holds it: row-major, or channels last ([N, 1, H, W, C]
+// in the program, oneDNN's nhwc).
+Desc image_desc(const Dims& dims, bool channels_last) {
+  if (!channels_last) return plain_desc(dims);
+  return Desc(dnnl::memory::dims(dims.begin(), dims.end()), dnnl::memory::data_type::f32, Tag::nhwc);
 }
 
 // The weight as oneDNN counts it: [group, M/group, C/group, k...] when grouped.
@@ -175,26 +167,33 @@ Setup setup(const ref::Op& op, const Desc& src, const Desc& weight, const Desc& 
   return s;
 }
 
+// A Conv with channels_last = 1 computes on channels-last images (whose rows are contiguous, so
+// that it can be cut into bands of rows); else on the layout oneDNN prefers (blocked on AVX2).
 Setup setup(const ref::Op& op, const Dims& x, const Dims& w, const Dims& y, bool bias) {
-  return setup(op, any_desc(x), any_desc(grouped(w, op.get_int("group", 1))), bias ? plain_desc({w[0]}) : Desc(),
-               any_desc(y));
+  const bool last = op.get_int("channels_last", 0) != 0;
+  return setup(op, last ? image_desc(x, true) : any_desc(x), any_desc(grouped(w, op.get_int("group", 1))),
+               bias ? plain_desc({w[0]}) : Desc(), last ? image_desc(y, true) : any_desc(y));
 }
 
-// The convolution of output channels [i * count, (i + 1) * count) for each piece i (one piece: all
-// of them). Piece i reads the slice of the whole's weight and bias at i times the steps (elements)
-// and writes the destination's at i times dst_step.
+// A primitive running part of a convolution: its layouts and its scratchpad's.
 struct Part {
   dnnl::convolution_forward primitive;
-  Desc weight, bias, dst, scratchpad;
-  int64_t pieces = 1;
-  uint64_t weight_step = 0, bias_step = 0, dst_step = 0;
+  Desc src, weight, bias, dst, scratchpad;
+};
+
+// One piece of the convolution the caller's threads run side by side: a part's primitive over
+// the source, weight, bias and destination at these offsets (elements) into the whole's.
+struct Piece {
+  size_t part = 0;
+  uint64_t src = 0, weight = 0, bias = 0, dst = 0;
 };
 
 struct Packed {
   Desc src, dst, src_given, dst_given;
   std::optional<dnnl::reorder> to_src, from_dst;  // when the primitive's layouts are not the given ones
   bool act_fused = false;  // else the plan's activation runs after
-  Part part;
+  std::vector<Part> parts;
+  std::vector<Piece> pieces;
   uint64_t src_at = 0, dst_at = 0, pad_at = 0, pad_step = 0;  // bytes in the run's scratch
 };
 
@@ -236,23 +235,73 @@ Desc cut(const Desc& whole, int dim, int64_t count, int64_t stride, int64_t bloc
   return Desc(d);
 }
 
-// A large convolution of one image over one group is cut along its output channels into pieces
-// the caller's threads run side by side, when oneDNN lays the weight and the destination out with
-// channels outermost, so each piece reads and writes contiguous slices; else it stays whole.
-constexpr int64_t kMinSplitWork = int64_t{1} << 20;  // multiply-adds
+// A large convolution of one image is cut into pieces the caller's threads run side by side, each
+// reading and writing contiguous slices: along its output rows when it computes channels last,
+// else (one group) along its output channels when oneDNN lays the weight and the destination out
+// with channels outermost; else it stays whole.
+constexpr int64_t kMinSplitWork = int64_t{1} << 18;  // multiply-adds
 constexpr int64_t kMaxPieces = 4;  // a power of two
 // oneDNN's AVX2 convolution computes up to 4 blocks of 8 output channels per pass over the source;
 // pieces of 8 made the exported CNN 1.5 times slower on one thread (0.61 vs 0.39 ms), and no
 // faster on two.
 constexpr int64_t kMinPieceChannels = 32;
 
-Part cut_into_pieces(const ref::Op& op, const Setup& whole, const Dims& w, const Dims& y, bool bias) {
-  const Desc weight = whole.pd.weights_desc(), dst = whole.pd.dst_desc();
-  // Made only when it is the one used: each primitive is JIT-compiled as it is made, most of what
-  // creating a session on a CNN costs.
+Part whole_part(const Setup& s) {
+  onednn::OneThread one;
+  return {dnnl::convolution_forward(s.pd), s.pd.src_desc(), s.pd.weights_desc(), s.pd.bias_desc(), s.pd.dst_desc(),
+          s.pd.scratchpad_desc()};
+}
+
+// Bands of output rows of a channels-last convolution of one image: band k computes rows
+// [r0, r1) from the input rows they read, padded where the whole is padded. Bands of equal
+// geometry share a primitive (the middle ones).
+bool cut_into_bands(const ref::Op& op, const Setup& whole, const Dims& x, const Dims& w, const Dims& y, bool bias, Packed& p) {
+  if (y[0] != 1 || product(w) * product(y, 2, y.size()) < kMinSplitWork) return false;
+  const Dims strides = op.get_ints("strides"), pads = op.get_ints("pads"), dilations = op.get_ints("dilations");
+  // One band per hardware thread, at most kMaxPieces: each band re-reads the input rows its
+  // neighbours read too, and on the project's 2 cores 4 bands ran the exported CNN slower than 2.
+  const auto threads = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
+  const int64_t bands = std::min({kMaxPieces, threads, y[2]}), ih = x[2], iw = x[3], channels = x[1], out_row = y[3] * y[1];
+  if (bands < 2) return false;
+  std::map<std::array<int64_t, 4>, size_t> parts;  // (rows in, pad top, pad bottom, rows out) -> part
+  std::vector<Part> made;
+  std::vector<Piece> pieces;
+  try {
+    for (int64_t k = 0; k < bands; ++k) {
+      const int64_t r0 = k * y[2] / bands, r1 = (k + 1) * y[2] / bands;
+      const int64_t first = r0 * strides[0] - pads[0], last = (r1 - 1) * strides[0] - pads[0] + (w[2] - 1) * dilations[0];
+      const int64_t begin = std::max<int64_t>(first, 0), end = std::min(last + 1, ih);
+      const std::array<int64_t, 4> key = {end - begin, begin - first, last + 1 - end, r1 - r0};
+      auto it = parts.find(key);
+      if (it == parts.end()) {
+        ref::Op band = op;
+        for (auto& a : band.attrs)
+          if (a.name == "pads") a.ints = {key[1], pads[1], key[2], pads[3]};
+        const Setup s = setup(band, image_desc({1, channels, key[0], iw}, true), whole.pd.weights_desc(),
+                              bias ? plain_desc({y[1]}) : Desc(), image_desc({1, y[1], key[3], y[3]}, true));
+        if (std::string(s.pd.impl_info_str()) != whole.pd.impl_info_str() || s.pd.weights_desc() != whole.pd.weights_desc())
+          return false;
+        it = parts.emplace(key, made.size()).first;
+        made.push_back(whole_part(s));
+      }
+      pieces.push_back({it->second, static_cast<uint64_t>(begin * iw * channels), 0, 0, static_cast<uint64_t>(r0 * out_row)});
+    }
+  } catch (const dnnl::error&) {
+    return false;
+  }
+  p.parts = std::move(made);
+  p.pieces = std::move(pieces);
+  return true;
+}
+
+void cut_into_pieces(const ref::Op& op, const Setup& whole, const Dims& x, const Dims& w, const Dims& y, bool bias,
+                     Packed& p) {
+  if (op.get_int("channels_last", 0) != 0 && cut_into_bands(op, whole, x, w, y, bias, p)) return;
   const auto all = [&] {
-    return Part{dnnl::convolution_forward(whole.pd), weight, whole.pd.bias_desc(), dst, whole.pd.scratchpad_desc()};
+    p.parts = {whole_part(whole)};
+    p.pieces = {Piece{}};
   };
+  const Desc weight = whole.pd.weights_desc(), dst = whole.pd.dst_desc();
   const auto ow = outermost(weight, 0);
   const auto od = outermost(dst, 1);
   if (y[0] != 1 || op.get_int("group", 1) != 1 || product(w) * product(y, 2, y.size()) < kMinSplitWork || !ow || !od)
@@ -267,12 +316,13 @@ Part cut_into_pieces(const ref::Op& op, const Setup& whole, const Dims& w, const
     const Setup s = setup(op, whole.pd.src_desc(), cut(weight, 0, count, ow->first, ow->second),
                           bias ? plain_desc({count}) : Desc(), cut(dst, 1, count, od->first, od->second));
     if (std::string(s.pd.impl_info_str()) != whole.pd.impl_info_str()) return all();
-    onednn::OneThread one;
-    return {dnnl::convolution_forward(s.pd), s.pd.weights_desc(), s.pd.bias_desc(), s.pd.dst_desc(), s.pd.scratchpad_desc(),
-            pieces, static_cast<uint64_t>(count / ow->second * ow->first), static_cast<uint64_t>(count),
-            static_cast<uint64_t>(count / od->second * od->first)};
+    p.parts = {whole_part(s)};
+    p.pieces.clear();
+    for (int64_t i = 0; i < pieces; ++i)
+      p.pieces.push_back({0, 0, static_cast<uint64_t>(i * (count / ow->second * ow->first)), static_cast<uint64_t>(i * count),
+                          static_cast<uint64_t>(i * (count / od->second * od->first))});
   } catch (const dnnl::error&) {
-    return all();
+    all();
   }
 }
 
@@ -294,22 +344,25 @@ void reorder(const dnnl::reorder& primitive, const dnnl::memory& from, const dnn
 void run_packed(const Packed& p, const FusedActivation& act, Ins in, const Output& out) {
   onednn::OneThread one;
   dnnl::memory x = memory_at(p.src_given, in[0].data), y = memory_at(p.dst_given, out.data);
-  dnnl::memory src = p.to_src ? memory_at(p.src, out.scratch + p.src_at) : x;
+  const auto* src = static_cast<const float*>(p.to_src ? static_cast<const void*>(out.scratch + p.src_at) : in[0].data);
   auto* dst = static_cast<float*>(p.from_dst ? static_cast<void*>(out.scratch + p.dst_at) : out.data);
-  if (p.to_src) reorder(*p.to_src, x, src);
+  if (p.to_src) reorder(*p.to_src, x, memory_at(p.src, src));
   const bool has_bias = in.size() > 2 && in[2].present();
-  const Part& c = p.part;
   const auto piece = [&](size_t i) {
     onednn::OneThread own;
-    dnnl::memory weight = memory_at(c.weight, in[1].f32() + i * c.weight_step);
-    dnnl::memory piece_dst = memory_at(c.dst, dst + i * c.dst_step);
+    const Piece& at = p.pieces[i];
+    const Part& c = p.parts[at.part];
+    dnnl::memory piece_src = memory_at(c.src, src + at.src);
+    dnnl::memory weight = memory_at(c.weight, in[1].f32() + at.weight);
+    dnnl::memory piece_dst = memory_at(c.dst, dst + at.dst);
     dnnl::memory pad = memory_at(c.scratchpad, out.scratch + p.pad_at + i * p.pad_step);
-    dnnl::memory bias = has_bias ? memory_at(c.bias, in[2].f32() + i * c.bias_step) : dnnl::memory();
-    const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, src.get()}, {DNNL_ARG_WEIGHTS, weight.get()}, {DNNL_ARG_DST, piece_dst.get()},
-                                    {DNNL_ARG_SCRATCHPAD, pad.get()}, {DNNL_ARG_BIAS, has_bias ? bias.get() : nullptr}};
+    dnnl::memory bias = has_bias ? memory_at(c.bias, in[2].f32() + at.bias) : dnnl::memory();
+    const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, piece_src.get()}, {DNNL_ARG_WEIGHTS, weight.get()},
+                                    {DNNL_ARG_DST, piece_dst.get()}, {DNNL_ARG_SCRATCHPAD, pad.get()},
+                                    {DNNL_ARG_BIAS, has_bias ? bias.get() : nullptr}};
     execute(c.primitive, args, has_bias ? 5 : 4);
   };
-  const auto pieces = static_cast<size_t>(c.pieces);
+  const size_t pieces = p.pieces.size();
   if (pieces > 1 && out.parallel && *out.parallel)
     (*out.parallel)(pieces, std::cref(piece));
   else
@@ -344,12 +397,16 @@ uint64_t packed_conv_weight_bytes(const ref::Op& op, const Dims& x, const Dims& 
   }
 }
 
-ConvBlocks packed_conv_blocks(const ref::Op& op, const Dims& x, const Dims& w, const Dims& y, bool bias) {
+bool conv_runs_channels_last(const ref::Op& op, const Dims& x, const Dims& w, const Dims& y, bool bias) {
+  if (x.size() != 4) return false;
   try {
-    const Setup s = setup(op, x, w, y, bias);
-    return {block_of(s.pd.src_desc()), block_of(s.pd.dst_desc())};
-  } catch (const dnnl::error& e) {
-    throw Error(ErrorCode::kInternal, std::string("oneDNN cannot run this convolution: ") + e.what());
+    ref::Op last = op;
+    last.attrs.push_back(ref::int_attr("channels_last", 1));
+    // As fast as the layout oneDNN prefers when it is the same kernel (its blocked layouts and
+    // channels last run at the same rate on AVX2).
+    return std::string(setup(last, x, w, y, bias).pd.impl_info_str()) == setup(op, x, w, y, bias).pd.impl_info_str();
+  } catch (const dnnl::error&) {
+    return false;
   }
 }
 
@@ -376,9 +433,9 @@ std::unique_ptr<OpPlan> plan_conv(const ref::Op& op, const std::vector<const ref
   }
   const Dims w = op.get_ints("weight_shape");
   const bool bias = in.size() > 2 && in[2] != nullptr;
-  const int64_t src_block = op.get_int("src_block", 0), dst_block = op.get_int("dst_block", 0);
-  const Dims image = src_block ? Dims{x[0], x[1] * src_block, x[2], x[3]} : x;
-  const Dims y = dst_block ? Dims{out.dims[0], out.dims[1] * dst_block, out.dims[2], out.dims[3]} : out.dims;
+  const bool src_last = op.get_int("src_channels_last", 0) != 0, dst_last = op.get_int("dst_channels_last", 0) != 0;
+  const Dims image = src_last ? Dims{x[0], x[4], x[2], x[3]} : x;
+  const Dims y = dst_last ? Dims{out.dims[0], out.dims[4], out.dims[2], out.dims[3]} : out.dims;
   Packed p;
   try {
     // Made as the compiler made it when it packed the weight, so the weight's layout is the one
@@ -391,8 +448,8 @@ std::unique_ptr<OpPlan> plan_conv(const ref::Op& op, const std::vector<const ref
                       onednn::architecture() + " lays it out in " + std::to_string(weight_bytes));
     p.src = s.pd.src_desc();
     p.dst = s.pd.dst_desc();
-    p.src_given = image_desc(image, src_block);
-    p.dst_given = image_desc(y, dst_block);
+    p.src_given = image_desc(image, src_last);
+    p.dst_given = image_desc(y, dst_last);
     p.act_fused = s.act_fused;
     onednn::OneThread one;
     uint64_t at = 0;
@@ -406,10 +463,10 @@ std::unique_ptr<OpPlan> plan_conv(const ref::Op& op, const std::vector<const ref
       p.dst_at = at;
       at += aligned(p.dst.get_size());
     }
-    p.part = cut_into_pieces(op, s, w, y, bias);
+    cut_into_pieces(op, s, image, w, y, bias, p);
     p.pad_at = at;  // each piece a scratchpad of its own: they run at once
-    p.pad_step = aligned(p.part.scratchpad.get_size());
-    plan->scratch_bytes = at + static_cast<uint64_t>(p.part.pieces) * p.pad_step;
+    for (const Part& part : p.parts) p.pad_step = std::max(p.pad_step, aligned(part.scratchpad.get_size()));
+    plan->scratch_bytes = at + p.pieces.size() * p.pad_step;
   } catch (const dnnl::error& e) {
     throw Error(ErrorCode::kInvalidBinary, std::string("oneDNN cannot run this packed convolution on ") +
                                                onednn::architecture() + ": " + e.what());

@@ -97,7 +97,7 @@ bool is_identity(const Taps& t, int64_t in_len) {
 }
 
 // The taps of every axis and the axes that blend, worked out once per program. Trailing axes the
-// resize leaves as they are (the channels of an image in channel blocks) are not axes here but
+// resize leaves as they are (the channels of a channels-last image) are not axes here but
 // `lanes`: runs of values each tap reads and writes whole.
 struct ResizePlan final : OpPlan {
   Dims in_strides, out_dims;  // of the axes that remain

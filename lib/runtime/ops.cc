@@ -261,15 +261,14 @@ int64_t window_output(const OpCheck& c, const ref::Value& x, const Window& w, si
   return out;
 }
 
-// The image [N, C, H, W] a blocked tensor [N, C/b, H, W, b] holds (channel blocks of b, ref
-// programs' one layout besides row-major); checks the tensor is one.
-ref::Value unblocked(const OpCheck& c, const ref::Value& v, int64_t block, const std::string& what) {
+// The image [N, C, H, W] a channels-last image [N, 1, H, W, C] holds (a ref program's one layout
+// besides row-major); checks the tensor is one.
+ref::Value channels_first(const OpCheck& c, const ref::Value& v, const std::string& what) {
   const Dims& d = v.dims;
-  c.expect(d.size() == 5 && d[4] == block,
-      [&] { return what + " has dims " + dims_text(d) + ", expected [N, C/" + std::to_string(block) +
-                                               ", H, W, " + std::to_string(block) + "] (blocked)"; });
+  c.expect(d.size() == 5 && d[1] == 1,
+           [&] { return what + " has dims " + dims_text(d) + ", expected [N, 1, H, W, C] (channels last)"; });
   ref::Value image = v;
-  image.dims = {d[0], d[1] * block, d[2], d[3]};
+  image.dims = {d[0], d[4], d[2], d[3]};
   return image;
 }
 
@@ -278,15 +277,16 @@ OutType conv(const OpCheck& c) {
   c.expect_inputs(DType::kFloat32);
   // A packed weight is 1-D in the layout oneDNN chose (the plan checks its size); its logical
   // dims are an attribute. oneDNN convolves 1 to 3 spatial dims. A packed 2-D convolution may
-  // read and write images in channel blocks (`src_block`, `dst_block`: the block, 0 row-major),
-  // the layout oneDNN computes in, so that no reorder runs between such ops.
+  // compute channels last (`channels_last`) and then read and write channels-last images
+  // (`src_channels_last`, `dst_channels_last`), so that no reorder runs between such ops.
   const bool packed = c.int_attr_or("packed", 0, 0, 1) != 0;
-  const int64_t src_block = c.int_attr_or("src_block", 0, 0, 16), dst_block = c.int_attr_or("dst_block", 0, 0, 16);
-  for (int64_t b : {src_block, dst_block}) {
-    c.expect(b == 0 || b == 8 || b == 16, [&] { return "channel block " + std::to_string(b) + " is not 8 or 16"; });
-    c.expect(b == 0 || packed, "channel blocks on a convolution whose weight is not packed");
-  }
-  const ref::Value x = src_block ? unblocked(c, c.in(0), src_block, "input 0") : c.in(0);
+  const bool last = c.int_attr_or("channels_last", 0, 0, 1) != 0;
+  const bool src_last = c.int_attr_or("src_channels_last", 0, 0, 1) != 0;
+  const bool dst_last = c.int_attr_or("dst_channels_last", 0, 0, 1) != 0;
+  c.expect(!last || packed, "channels_last on a convolution whose weight is not packed");
+  c.expect(last || (!src_last && !dst_last), "channels-last images on a convolution that does not compute channels last");
+  const ref::Value x = src_last ? channels_first(c, c.in(0), "input 0") : c.in(0);
+  c.expect(!last || x.dims.size() == 4, "channels_last on a convolution that is not 2-D");
   Window w = window(c, x, true);
   int64_t group = c.int_attr("group", 1, kIntMax);
   if (packed) {
@@ -311,12 +311,7 @@ OutType conv(const OpCheck& c) {
                scratch <= kMaxElements,
            [&] { return "im2col of weight " + dims_text(wd) + " over output " + dims_text(out) + " needs more than 2^48 elements"; });
   fused_activation(c);
-  if (dst_block) {
-    c.expect(out.size() == 4 && out[1] % dst_block == 0,
-        [&] { return "output " + dims_text(out) + " cannot be blocked by " +
-                                                            std::to_string(dst_block) + " channels"; });
-    out = {out[0], out[1] / dst_block, out[2], out[3], dst_block};
-  }
+  if (dst_last) out = {out[0], 1, out[2], out[3], out[1]};
   return {DType::kFloat32, out};
 }
 

@@ -477,16 +477,16 @@ TEST(RefLower, ActivationsFuseOnlyWhenLegal) {
 // A constant B is stored [N, K] (transB = 1) for MatMul and Gemm alike; a Gemm B already stored
 // so is left as it is, one read by two ops is packed once, and a B computed at run time keeps its
 // layout.
-// An image pipeline oneDNN convolves in channel blocks: Conv, pools, both Resize modes, a Concat
-// of two blocked images, same-shape Add and an activation. `expose` also makes
-// every Conv's image a graph output, which keeps every image row-major.
+// An image pipeline: Conv, pools, both Resize modes, a Concat on channels, same-shape Add and an
+// activation. `expose` also makes every Conv's image a graph output, which keeps every image
+// row-major.
 TestModel image_pipeline(bool expose) {
   TestModel t;
   t.input("x", {1, 3, 12, 12})
       .floats("w1", {16, 3, 3, 3}, iota_floats(16 * 27, 0.05f))
       .floats("b1", {16}, iota_floats(16, 0.1f))
       .floats("w2", {16, 16, 3, 3}, iota_floats(16 * 144, 0.01f))
-      .floats("w3", {16, 32, 3, 3}, iota_floats(16 * 288, 0.02f))
+      .floats("w3", {24, 32, 3, 3}, iota_floats(24 * 288, 0.02f))
       .floats("up", {4}, {1, 1, 2, 2})
       .node("Conv", {"x", "w1", "b1"}, {"c1"}).attr("pads", std::vector<int64_t>{1, 1, 1, 1})
       .node("Relu", {"c1"}, {"r1"})
@@ -506,32 +506,35 @@ TestModel image_pipeline(bool expose) {
   return t;
 }
 
-TEST(RefLower, ImagesStayInChannelBlocksBetweenConvolutions) {
-  auto blocked = lower(image_pipeline(false).load());
+TEST(RefLower, ImagesStayChannelsLastBetweenConvolutions) {
+  auto last = lower(image_pipeline(false).load());
   auto plain = lower(image_pipeline(true).load());
-  const ref::Program& p = blocked->program();
-  const runtime::ConvBlocks blocks =
-      runtime::packed_conv_blocks(p.ops[0], {1, 3, 12, 12}, {16, 3, 3, 3}, {1, 16, 12, 12}, true);
-  if (blocks.dst == 0) GTEST_SKIP() << "oneDNN does not convolve in channel blocks on " << runtime::hardware_architecture();
-  const int64_t b = blocks.dst;
-  // Every image between the convolutions is [N, C/b, H, W, b]. Row-major images are made only
+  const ref::Program& p = last->program();
+  if (p.ops[0].get_int("channels_last", 0) == 0)
+    GTEST_SKIP() << "oneDNN does not convolve channels last at full speed on " << runtime::hardware_architecture();
+  // Every image between the convolutions is [N, 1, H, W, C]. Row-major images are made only
   // where an op needs them: for the Resize writing output y, and for the ReduceMean.
   std::map<std::string, int> count;
   for (const auto& op : p.ops) ++count[op.type];
   EXPECT_EQ(count["Transpose"], 2) << ::testing::PrintToString(op_types(p));
+  EXPECT_EQ(count["Conv"], 3);
+  int reads_channels_last = 0;
   for (const auto& op : p.ops) {
+    const auto& dims = value(p, op.outputs[0]).dims;
     if (op.type == "Conv") {
-      EXPECT_EQ(op.get_int("dst_block", 0), b);
+      EXPECT_EQ(op.get_int("channels_last", 0), 1);
+      EXPECT_EQ(op.get_int("dst_channels_last", 0), 1);
+      reads_channels_last += op.get_int("src_channels_last", 0);
     } else if (op.type == "MaxPool" || op.type == "AveragePool" || op.type == "Concat" || op.type == "Add") {
-      EXPECT_EQ(value(p, op.outputs[0]).dims.back(), b) << op.type;
+      ASSERT_EQ(dims.size(), 5u) << op.type;
+      EXPECT_EQ(dims[1], 1) << op.type;
+    }
+    if (op.type == "Concat") {
+      EXPECT_EQ(dims, (std::vector<int64_t>{1, 1, 12, 12, 32}));
     }
   }
-  EXPECT_EQ(count["Conv"], 3);
-  int reads_blocked = 0;
-  for (const auto& op : p.ops)
-    if (op.type == "Conv") reads_blocked += op.get_int("src_block", 0) == b;
-  EXPECT_EQ(reads_blocked, 2);  // the first reads the 3-channel input as it is
-  for (const auto& op : plain->program().ops) EXPECT_EQ(op.type == "Transpose", false);
+  EXPECT_EQ(reads_channels_last, 2);  // the first reads the row-major input
+  for (const auto& op : plain->program().ops) EXPECT_NE(op.type, "Transpose");
   check_memory_plan(p);
 
   // The same results, bit for bit: each kernel sums in the same order in either layout.
@@ -543,7 +546,7 @@ TEST(RefLower, ImagesStayInChannelBlocksBetweenConvolutions) {
     for (size_t i = 0; i < bytes.size(); ++i) by_name[l.result.outputs[i].name] = values_of<float>(bytes[i]);
     return by_name;
   };
-  auto got = outputs(*blocked), want = outputs(*plain);
+  auto got = outputs(*last), want = outputs(*plain);
   ASSERT_EQ(got.size(), 2u);
   EXPECT_EQ(got["y"], want["y"]);
   EXPECT_EQ(got["m"], want["m"]);

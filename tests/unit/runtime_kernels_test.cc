@@ -312,6 +312,9 @@ TEST(RuntimeKernels, PackedConvMatchesThePlainOne) {
       // Large enough to be cut into 2 and 4 pieces along its output channels, with and without bias.
       {{1, 32, 20, 20}, {64, 32, 3, 3}, {3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, true, {act(Activation::kRelu)}},
       {{1, 24, 18, 18}, {128, 24, 3, 3}, {3, 3}, {2, 2}, {1, 0, 1, 0}, {1, 1}, 1, false, {act(Activation::kSigmoid)}},
+      // Cut into bands of rows when computed channels last: dilated, padded unevenly, odd rows.
+      {{1, 16, 23, 24}, {32, 16, 3, 3}, {3, 3}, {1, 1}, {2, 0, 3, 1}, {2, 1}, 1, true, {act(Activation::kRelu)}},
+      {{1, 8, 40, 13}, {16, 8, 5, 3}, {5, 3}, {3, 1}, {0, 1, 4, 1}, {1, 1}, 1, true, {}},
   };
   std::mt19937 random(7);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
@@ -352,6 +355,41 @@ TEST(RuntimeKernels, PackedConvMatchesThePlainOne) {
     p.op("Conv", ids, p.output(y), packed_op.attrs);
     for (const runtime::ParallelFor& parallel : {runtime::ParallelFor{}, two_threads})
       expect_near(values_of<float>(run_bytes(p.program(), inputs, {}, parallel)[0]), plain, 1e-4f);  // sums of up to 288 terms near 10
+
+    // Computed channels last, its images given row-major or channels last ([N, 1, H, W, C]).
+    if (!runtime::conv_runs_channels_last(packed_op, c.x, c.w, y, c.bias)) continue;
+    ref::Op last_op = packed_op;
+    last_op.attrs.push_back(int_attr("channels_last", 1));
+    const auto last_w = runtime::pack_conv_weight(last_op, c.x, c.w, y, c.bias, reinterpret_cast<const uint8_t*>(w.data()));
+    const auto to_last = [](const std::vector<float>& v, const Dims& d) {  // [N, C, H, W] -> [N, 1, H, W, C]
+      std::vector<float> t(v.size());
+      for (int64_t n = 0; n < d[0]; ++n)
+        for (int64_t ch = 0; ch < d[1]; ++ch)
+          for (int64_t i = 0; i < d[2] * d[3]; ++i)
+            t[static_cast<size_t>((n * d[2] * d[3] + i) * d[1] + ch)] = v[static_cast<size_t>((n * d[1] + ch) * d[2] * d[3] + i)];
+      return t;
+    };
+    for (const bool given_last : {false, true}) {
+      SCOPED_TRACE(given_last ? "channels-last images" : "row-major images");
+      ref::Op op = last_op;
+      if (given_last) {
+        op.attrs.push_back(int_attr("src_channels_last", 1));
+        op.attrs.push_back(int_attr("dst_channels_last", 1));
+      }
+      const Dims xd = given_last ? Dims{c.x[0], 1, c.x[2], c.x[3], c.x[1]} : c.x;
+      const Dims yd = given_last ? Dims{y[0], 1, y[2], y[3], y[1]} : y;
+      ProgramBuilder q;
+      std::vector<int32_t> last_ids = {q.input(xd), q.input({static_cast<int64_t>(last_w.size() / sizeof(float))})};
+      std::vector<Bytes> last_inputs = {f32(given_last ? to_last(x, c.x) : x), Bytes(last_w.begin(), last_w.end())};
+      if (c.bias) {
+        last_ids.push_back(q.input({c.w[0]}));
+        last_inputs.push_back(f32(b));
+      }
+      q.op("Conv", last_ids, q.output(yd), op.attrs);
+      for (const runtime::ParallelFor& parallel : {runtime::ParallelFor{}, two_threads})
+        expect_near(values_of<float>(run_bytes(q.program(), last_inputs, {}, parallel)[0]), given_last ? to_last(plain, y) : plain,
+                    1e-4f);
+    }
   }
 }
 

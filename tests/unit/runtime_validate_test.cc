@@ -226,26 +226,28 @@ ref::Program single(const std::string& type, const std::vector<std::pair<Dims, r
 constexpr ref::DType kF = ref::DType::kFloat32, kI = ref::DType::kInt64, kI32 = ref::DType::kInt32,
                      kB = ref::DType::kBool;
 
-// A packed Conv may read and write images in channel blocks, [N, C/b, H, W, b].
-TEST(RuntimeValidate, BlockedConvImagesHaveTheirBlockedDims) {
-  const auto conv = [](Dims x, Dims y, std::vector<ref::Attr> blocks) {
+// A packed 2-D Conv computing channels last may read and write channels-last images [N, 1, H, W, C].
+TEST(RuntimeValidate, ChannelsLastConvImagesHaveTheirDims) {
+  const auto conv = [](Dims x, Dims y, std::vector<ref::Attr> layout) {
     std::vector<ref::Attr> attrs = {ints_attr("kernel_shape", {3, 3}), ints_attr("strides", {1, 1}),
                                     ints_attr("pads", {1, 1, 1, 1}), ints_attr("dilations", {1, 1}), int_attr("group", 1),
                                     int_attr("packed", 1), ints_attr("weight_shape", {16, 8, 3, 3})};
-    attrs.insert(attrs.end(), blocks.begin(), blocks.end());
+    attrs.insert(attrs.end(), layout.begin(), layout.end());
     return single("Conv", {{x, kF}, {{16 * 8 * 9}, kF}}, y, attrs);
   };
-  EXPECT_NO_THROW(runtime::validate(conv({1, 1, 4, 4, 8}, {1, 2, 4, 4, 8}, {int_attr("src_block", 8), int_attr("dst_block", 8)}), 1));
-  EXPECT_NO_THROW(runtime::validate(conv({1, 8, 4, 4}, {1, 1, 4, 4, 16}, {int_attr("dst_block", 16)}), 1));
-  expect_invalid(conv({1, 8, 4, 4}, {1, 16, 4, 4}, {int_attr("src_block", 8)}),
-                 "input 0 has dims [1,8,4,4], expected [N, C/8, H, W, 8] (blocked)", 1);
-  expect_invalid(conv({1, 1, 4, 4, 8}, {1, 16, 4, 4}, {int_attr("src_block", 8), int_attr("dst_block", 8)}),
-                 "output has dims [1,16,4,4], expected [1,2,4,4,8]", 1);
-  expect_invalid(conv({1, 2, 4, 4, 4}, {1, 16, 4, 4}, {int_attr("src_block", 4)}), "channel block 4 is not 8 or 16", 1);
-  auto plain = conv({1, 1, 4, 4, 8}, {1, 16, 4, 4}, {int_attr("src_block", 8)});
+  const auto last = int_attr("channels_last", 1), src = int_attr("src_channels_last", 1), dst = int_attr("dst_channels_last", 1);
+  EXPECT_NO_THROW(runtime::validate(conv({1, 1, 4, 4, 8}, {1, 1, 4, 4, 16}, {last, src, dst}), 1));
+  EXPECT_NO_THROW(runtime::validate(conv({1, 8, 4, 4}, {1, 1, 4, 4, 16}, {last, dst}), 1));
+  EXPECT_NO_THROW(runtime::validate(conv({1, 8, 4, 4}, {1, 16, 4, 4}, {last}), 1));
+  expect_invalid(conv({1, 8, 4, 4}, {1, 16, 4, 4}, {last, src}),
+                 "input 0 has dims [1,8,4,4], expected [N, 1, H, W, C] (channels last)", 1);
+  expect_invalid(conv({1, 1, 4, 4, 8}, {1, 16, 4, 4}, {last, src, dst}), "output has dims [1,16,4,4], expected [1,1,4,4,16]", 1);
+  expect_invalid(conv({1, 1, 4, 4, 8}, {1, 16, 4, 4}, {src}),
+                 "channels-last images on a convolution that does not compute channels last", 1);
+  auto plain = conv({1, 8, 4, 4}, {1, 16, 4, 4}, {last});
   std::erase_if(plain.ops[0].attrs, [](const ref::Attr& a) { return a.name == "packed" || a.name == "weight_shape"; });
   plain.values[1].dims = {16, 8, 3, 3};
-  expect_invalid(plain, "channel blocks on a convolution whose weight is not packed", 1);
+  expect_invalid(plain, "channels_last on a convolution whose weight is not packed", 1);
 }
 
 TEST(RuntimeValidate, PerOpShapeRules) {

@@ -378,6 +378,8 @@ void pack_conv_weights(Draft& d) {
     const Blob source = d.weight(w);
     size_t size = 0;
     try {
+      // Before packing: the weight is laid out for the primitive of that layout.
+      if (runtime::conv_runs_channels_last(packed, x, wd, y, bias)) set_attr(packed, int_attr("channels_last", 1));
       size = runtime::packed_conv_weight_bytes(packed, x, wd, y, bias);
     } catch (const Error& e) {
       log().debug("ref: Conv '{}' keeps its plain weight ({})", d.names[static_cast<size_t>(op.outputs[0])], e.what());
@@ -397,33 +399,31 @@ void pack_conv_weights(Draft& d) {
   }
 }
 
-// Images in channel blocks. oneDNN convolves images laid out [N, C/b, H, W, b] (b = 8 on AVX2, 16
-// on AVX-512) and reorders a row-major image to that and back around every convolution: on the
-// exported CNN those reorders cost more than the pools and upsampling between the convolutions.
-// So a convolution whose readers can all take blocked images writes its image blocked, and the
-// ops that do not mix channels (pools, Resize over H and W, Concat of whole blocks, elementwise
-// activations and same-shape arithmetic) run on blocks as they are, until an op that needs the
-// row-major image: there one Transpose (and Reshape) lays it out again, once per image. Blocked
-// values are plain ref tensors of the physical dims, so every other stage sees ordinary ops.
-class ImageBlocker {
+// Images channels last. A packed 2-D Conv computes on channels-last images ([N, H, W, C]) when
+// oneDNN runs that as fast as its own blocked layout (pack_conv_weights), because their rows are
+// contiguous and the runtime can cut the convolution into bands of rows for the session's threads.
+// It would reorder each row-major image to that and back; so a Conv writes its image channels last
+// when every op reading it can take that, and reads such an image as it is, and the ops that keep
+// channels apart (pools, Resize over H and W, Concat on channels, elementwise activations and
+// same-shape arithmetic) run on channels-last images as they are, until an op needs the row-major
+// image: there one Transpose (and Reshape) lays it out again, once per image. A channels-last
+// image is an ordinary tensor [N, 1, H, W, C] in the program (the channels a last spatial axis the
+// windows do not move along), so every other stage sees ordinary ops.
+class ChannelsLast {
  public:
-  explicit ImageBlocker(Draft& d) : d_(d), reads_(readers(d)), layout_(d.program.values.size(), 0) {}
+  explicit ChannelsLast(Draft& d) : d_(d), reads_(readers(d)), last_(d.program.values.size(), false) {}
 
   void run() {
     std::vector<ref::Op> ops = std::move(d_.program.ops);
     d_.program.ops.clear();
-    conv_blocks_.assign(ops.size(), {});
-    for (size_t i = 0; i < ops.size(); ++i)
-      if (is_packed_image_conv(ops[i])) conv_blocks_[i] = blocks_of(ops[i]);
     ops_ = &ops;
-    for (size_t i = 0; i < ops.size(); ++i) {
-      ref::Op op = ops[i];
-      if (is_packed_image_conv(op)) {
-        place_conv(op, i);
-      } else if (const int64_t b = common_block(op); b != 0 && runs_blocked(op, b) && writes_arena(op)) {
-        for (auto& v : op.inputs) v = blocked(v, b);
-        block_attrs(op, b);
-        set_blocked(op.outputs[0], b);
+    for (ref::Op op : ops) {
+      if (is_channels_last_conv(op)) {
+        place_conv(op);
+      } else if (reads_one(op) && runs_channels_last(op) && writes_arena(op)) {
+        for (auto& v : op.inputs) v = channels_last(v);
+        adapt_attrs(op);
+        set_channels_last(op.outputs[0]);
       } else {
         for (auto& v : op.inputs) v = plain(v);
       }
@@ -432,37 +432,25 @@ class ImageBlocker {
   }
 
  private:
-  static bool is_packed_image_conv(const ref::Op& op) {
-    return op.type == "Conv" && op.get_int("packed", 0) == 1 && op.get_ints("weight_shape").size() == 4;
-  }
-
-  runtime::ConvBlocks blocks_of(const ref::Op& op) {
-    const bool bias = op.inputs.size() > 2 && op.inputs[2] >= 0;
-    return runtime::packed_conv_blocks(op, d_.value(op.inputs[0]).dims, op.get_ints("weight_shape"),
-                                       d_.value(op.outputs[0]).dims, bias);
-  }
+  static bool is_channels_last_conv(const ref::Op& op) { return op.type == "Conv" && op.get_int("channels_last", 0) == 1; }
 
   bool writes_arena(const ref::Op& op) { return d_.value(op.outputs[0]).kind == ValueKind::kArena; }
 
-  // The block of an op's blocked inputs when they share one, else 0.
-  int64_t common_block(const ref::Op& op) const {
-    int64_t b = 0;
-    for (int32_t v : op.inputs) {
-      const int64_t l = v < 0 ? 0 : layout_[static_cast<size_t>(v)];
-      if (l != 0 && b != 0 && l != b) return 0;
-      if (l != 0) b = l;
-    }
-    return b;
+  bool reads_one(const ref::Op& op) const {
+    return std::any_of(op.inputs.begin(), op.inputs.end(), [&](int32_t v) { return v >= 0 && last_[static_cast<size_t>(v)]; });
   }
 
-  // Can `op` run on images in blocks of b (every input blocked), giving what it gives on the
-  // row-major images in blocks? True for ops that keep each channel apart and whose channel
-  // counts are whole blocks.
-  bool runs_blocked(const ref::Op& op, int64_t b) {
-    const auto image = [&](int32_t v) {
-      const auto dims = image_dims(v);
-      return d_.value(v).dtype == ref::DType::kFloat32 && dims.size() == 4 && dims[1] % b == 0;
-    };
+  // The dims of v as an image: a channels-last value's [N, 1, H, W, C] are [N, C, H, W].
+  std::vector<int64_t> image_dims(int32_t v) const {
+    const auto& dims = d_.value(v).dims;
+    if (!last_[static_cast<size_t>(v)]) return dims;
+    return {dims[0], dims[4], dims[2], dims[3]};
+  }
+
+  // Can `op` run on channels-last images (every input channels last), giving what it gives on
+  // the row-major images, channels last? True for ops that keep each channel apart.
+  bool runs_channels_last(const ref::Op& op) const {
+    const auto image = [&](int32_t v) { return d_.value(v).dtype == ref::DType::kFloat32 && image_dims(v).size() == 4; };
     if (op.inputs.empty() || op.inputs[0] < 0 || !image(op.inputs[0])) return false;
     const auto x = image_dims(op.inputs[0]);
     if (op.type == "MaxPool" || op.type == "AveragePool") return true;
@@ -474,8 +462,7 @@ class ImageBlocker {
       return op.get_int("coord", 0) != 4 && scales->floats[0] == 1.0f && scales->floats[1] == 1.0f && sizes[0] == x[0] &&
              sizes[1] == x[1];
     }
-    if (op.type == "Concat")
-      return op.get_int("axis", 0) == 1 && std::all_of(op.inputs.begin(), op.inputs.end(), image);
+    if (op.type == "Concat") return op.get_int("axis", 0) == 1 && std::all_of(op.inputs.begin(), op.inputs.end(), image);
     if (activation_of(op.type) != ref::Activation::kNone) return op.inputs.size() == 1;
     static const std::set<std::string> arithmetic = {"Add", "Sub", "Mul", "Div", "Max", "Min"};
     if (arithmetic.count(op.type))
@@ -484,51 +471,32 @@ class ImageBlocker {
     return false;
   }
 
-  // The dims of v as an image: a blocked value's [N, C/b, H, W, b] are [N, C, H, W].
-  std::vector<int64_t> image_dims(int32_t v) const {
-    const auto& dims = d_.value(v).dims;
-    if (layout_[static_cast<size_t>(v)] == 0) return dims;
-    return {dims[0], dims[1] * dims[4], dims[2], dims[3]};
-  }
-
-  void place_conv(ref::Op& op, size_t index) {
-    const runtime::ConvBlocks blocks = conv_blocks_[index];
+  void place_conv(ref::Op& op) {
     int32_t& x = op.inputs[0];
-    if (blocks.src != 0 && layout_[static_cast<size_t>(x)] == blocks.src) {
-      set_attr(op, int_attr("src_block", blocks.src));
-    } else {
-      x = plain(x);
-    }
+    if (last_[static_cast<size_t>(x)]) set_attr(op, int_attr("src_channels_last", 1));
     const int32_t y = op.outputs[0];
     const auto& readers = reads_[static_cast<size_t>(y)];
-    const bool all_take_blocks =
-        blocks.dst != 0 && writes_arena(op) && !readers.empty() &&
-        std::all_of(readers.begin(), readers.end(), [&](size_t r) { return reads_blocked(r, y, blocks.dst); });
-    if (!all_take_blocks) return;
-    set_attr(op, int_attr("dst_block", blocks.dst));
-    set_blocked(y, blocks.dst);
+    const bool all_take_it = writes_arena(op) && !readers.empty() && std::all_of(readers.begin(), readers.end(), [&](size_t r) {
+      const ref::Op& reader = (*ops_)[r];
+      return is_channels_last_conv(reader) ? reader.inputs[0] == y
+                                           : d_.value(reader.outputs[0]).kind == ValueKind::kArena && runs_channels_last(reader);
+    });
+    if (!all_take_it) return;
+    set_attr(op, int_attr("dst_channels_last", 1));
+    set_channels_last(y);
   }
 
-  // Would op `reader` read value v in blocks of b as it is, with no layout change?
-  bool reads_blocked(size_t reader, int32_t v, int64_t b) {
-    const ref::Op& op = (*ops_)[reader];
-    if (is_packed_image_conv(op)) return op.inputs[0] == v && conv_blocks_[reader].src == b;
-    return d_.value(op.outputs[0]).kind == ValueKind::kArena && runs_blocked(op, b);
-  }
+  static std::vector<int64_t> last_dims(const std::vector<int64_t>& image) { return {image[0], 1, image[2], image[3], image[1]}; }
 
-  static std::vector<int64_t> blocked_dims(const std::vector<int64_t>& image, int64_t b) {
-    return {image[0], image[1] / b, image[2], image[3], b};
-  }
-
-  void set_blocked(int32_t v, int64_t b) {
+  void set_channels_last(int32_t v) {
     auto& dims = d_.value(v).dims;
-    dims = blocked_dims(dims, b);
-    layout_[static_cast<size_t>(v)] = b;
+    dims = last_dims(dims);
+    last_[static_cast<size_t>(v)] = true;
   }
 
-  // The attributes of a pool or Resize over [N, C/b, H, W, b]: the block axis is a third spatial
-  // axis the window does not move along, or an axis Resize leaves as it is.
-  static void block_attrs(ref::Op& op, int64_t b) {
+  // The attributes of an op over [N, 1, H, W, C]: for pools the channels are a third spatial axis
+  // the window does not move along; Resize leaves that axis as it is; Concat joins along it.
+  static void adapt_attrs(ref::Op& op) {
     if (op.type == "MaxPool" || op.type == "AveragePool") {
       for (const char* name : {"kernel_shape", "strides", "dilations"}) {
         if (!op.attr(name)) continue;
@@ -542,7 +510,9 @@ class ImageBlocker {
       auto scales = op.attr("scales")->floats;
       scales.push_back(1.0f);
       set_attr(op, floats_attr("scales", scales));
-      set_attr(op, ints_attr("sizes", blocked_dims(op.get_ints("sizes"), b)));
+      set_attr(op, ints_attr("sizes", last_dims(op.get_ints("sizes"))));
+    } else if (op.type == "Concat") {
+      set_attr(op, int_attr("axis", 4));
     }
   }
 
@@ -550,7 +520,7 @@ class ImageBlocker {
                  const std::string& suffix) {
     const ref::Value& from = d_.value(in);
     const int32_t out = d_.add(d_.names[static_cast<size_t>(in)] + suffix, from.dtype, std::move(dims), ValueKind::kArena);
-    layout_.push_back(0);
+    last_.push_back(false);
     ref::Op op;
     op.type = type;
     op.attrs = std::move(attrs);
@@ -560,34 +530,32 @@ class ImageBlocker {
     return out;
   }
 
-  // v row-major: itself, or its blocks laid out again (once per value).
+  // v row-major: itself, or its channels-last image laid out again (once per value).
   int32_t plain(int32_t v) {
-    if (v < 0 || layout_[static_cast<size_t>(v)] == 0) return v;
+    if (v < 0 || !last_[static_cast<size_t>(v)]) return v;
     if (auto it = plain_.find(v); it != plain_.end()) return it->second;
-    const std::vector<int64_t> p = d_.value(v).dims;  // [N, C/b, H, W, b]
-    const int32_t t = add_op("Transpose", {ints_attr("perm", {0, 1, 4, 2, 3})}, v, {p[0], p[1], p[4], p[2], p[3]}, "/unblocked");
-    const std::vector<int64_t> image = {p[0], p[1] * p[4], p[2], p[3]};
+    const std::vector<int64_t> image = image_dims(v);
+    const std::vector<int64_t> p = d_.value(v).dims;  // [N, 1, H, W, C]
+    const int32_t t = add_op("Transpose", {ints_attr("perm", {0, 1, 4, 2, 3})}, v, {p[0], 1, p[4], p[2], p[3]}, "/nchw");
     return plain_[v] = add_op("Reshape", {ints_attr("shape", image)}, t, image, "/image");
   }
 
-  // v in blocks of b: itself, or the row-major image cut into blocks (once per value).
-  int32_t blocked(int32_t v, int64_t b) {
-    if (v < 0 || layout_[static_cast<size_t>(v)] == b) return v;
-    if (auto it = blocked_.find(v); it != blocked_.end()) return it->second;
+  // v channels last: itself, or the row-major image laid out so (once per value).
+  int32_t channels_last(int32_t v) {
+    if (v < 0 || last_[static_cast<size_t>(v)]) return v;
+    if (auto it = last_of_.find(v); it != last_of_.end()) return it->second;
     const std::vector<int64_t> x = d_.value(v).dims;  // [N, C, H, W]
-    const std::vector<int64_t> split = {x[0], x[1] / b, b, x[2], x[3]};
-    const int32_t r = add_op("Reshape", {ints_attr("shape", split)}, v, split, "/split");
-    const int32_t t = add_op("Transpose", {ints_attr("perm", {0, 1, 3, 4, 2})}, r, blocked_dims(x, b), "/blocked");
-    layout_[static_cast<size_t>(t)] = b;
-    return blocked_[v] = t;
+    const int32_t r = add_op("Reshape", {ints_attr("shape", {x[0], 1, x[1], x[2], x[3]})}, v, {x[0], 1, x[1], x[2], x[3]}, "/5d");
+    const int32_t t = add_op("Transpose", {ints_attr("perm", {0, 1, 3, 4, 2})}, r, last_dims(x), "/nhwc");
+    last_[static_cast<size_t>(t)] = true;
+    return last_of_[v] = t;
   }
 
   Draft& d_;
   std::vector<std::vector<size_t>> reads_;  // by the ops' positions before this pass
-  std::vector<int64_t> layout_;             // per value: its channel block, 0 row-major
-  std::vector<runtime::ConvBlocks> conv_blocks_;
+  std::vector<bool> last_;                  // per value: a channels-last image
   const std::vector<ref::Op>* ops_ = nullptr;
-  std::map<int32_t, int32_t> plain_, blocked_;
+  std::map<int32_t, int32_t> plain_, last_of_;
 };
 
 // ---- finishing ---------------------------------------------------------------------------------
@@ -638,7 +606,7 @@ LoweredPartition lower_partition(const Model& model, const Partition& partition,
   fold_transposes_into_matmuls(draft);
   pack_matmul_weights(draft);
   pack_conv_weights(draft);
-  ImageBlocker(draft).run();
+  ChannelsLast(draft).run();
   Draft done = compact(draft);
 
   LoweredPartition lowered;

@@ -7,8 +7,8 @@ namespace ctxgen::ref {
 inline constexpr const char* kBackendName = "ref";        // -e ref, <stem>_ref.bin
 inline constexpr const char* kEpName = "CtxgenRef";       // EPContext `source`, ORT EP name
 // 3.0: a Conv's weight may be packed for oneDNN (attribute `packed`), which 2.0 cannot run.
-// 3.1: a packed Conv may read and write images in channel blocks (`src_block`, `dst_block`),
-// which 3.0 cannot run.
+// 3.1: a packed Conv may compute on channels-last images (`channels_last`, `src_channels_last`,
+// `dst_channels_last`), which 3.0 cannot run.
 inline constexpr const char* kSdkVersion = "ctxgen-ref 3.1";
 // The hardware architecture is the CPU level packed weights are laid out for, read from the
 // machine: runtime::hardware_architecture().

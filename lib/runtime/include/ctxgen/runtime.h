@@ -100,14 +100,12 @@ MadeBytes pack_conv_weight(const ref::Op& op, const std::vector<int64_t>& x, con
 // The size in bytes of what pack_conv_weight makes, learnt without packing.
 uint64_t packed_conv_weight_bytes(const ref::Op& op, const std::vector<int64_t>& x, const std::vector<int64_t>& w,
                                   const std::vector<int64_t>& y, bool bias);
-// The channel blocks (8 or 16; 0: another layout) in which that convolution reads its source and
-// writes its destination on this CPU: a 2-D Conv given images in those blocks (attributes
-// src_block, dst_block) runs without reordering them.
-struct ConvBlocks {
-  int64_t src = 0, dst = 0;
-};
-ConvBlocks packed_conv_blocks(const ref::Op& op, const std::vector<int64_t>& x, const std::vector<int64_t>& w,
-                              const std::vector<int64_t>& y, bool bias);
+// Does oneDNN run that 2-D convolution channels last as fast as in the layout it prefers here?
+// Then the compiler gives it channels_last = 1 before packing its weight: its rows are
+// contiguous, so the runtime cuts it into bands of rows for the caller's threads, and it reads and
+// writes channels-last images (src_channels_last, dst_channels_last) without reordering them.
+bool conv_runs_channels_last(const ref::Op& op, const std::vector<int64_t>& x, const std::vector<int64_t>& w,
+                             const std::vector<int64_t>& y, bool bias);
 
 // The float32 matrix [rows, cols] at `from` (any alignment) as [cols, rows]: a MatMul weight as
 // the `ref` compiler stores it. Runs on all of oneDNN's threads.
