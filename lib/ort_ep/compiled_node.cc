@@ -33,12 +33,8 @@ size_t byte_size(const IoSignature& signature) {
   return count * element_size(signature.elem_type);
 }
 
-struct ActualTensor {
-  int32_t elem_type = 0;
-  std::vector<int64_t> dims;
-};
-
-ActualTensor actual_tensor(const OrtValue* value) {
+// The element type and dims of an ORT tensor, into `dims` (reused from run to run).
+int32_t actual_tensor(const OrtValue* value, std::vector<int64_t>& dims) {
   OrtTensorTypeAndShapeInfo* info = nullptr;
   check(api().ort->GetTensorTypeAndShape(value, &info), "GetTensorTypeAndShape");
   std::unique_ptr<OrtTensorTypeAndShapeInfo, void (*)(OrtTensorTypeAndShapeInfo*)> owner(
@@ -47,9 +43,9 @@ ActualTensor actual_tensor(const OrtValue* value) {
   check(api().ort->GetTensorElementType(info, &elem), "GetTensorElementType");
   size_t rank = 0;
   check(api().ort->GetDimensionsCount(info, &rank), "GetDimensionsCount");
-  ActualTensor tensor{static_cast<int32_t>(elem), std::vector<int64_t>(rank)};
-  if (rank > 0) check(api().ort->GetDimensions(info, tensor.dims.data(), rank), "GetDimensions");
-  return tensor;
+  dims.resize(rank);
+  if (rank > 0) check(api().ort->GetDimensions(info, dims.data(), rank), "GetDimensions");
+  return static_cast<int32_t>(elem);
 }
 
 }  // namespace
@@ -69,34 +65,64 @@ CompiledNode::CompiledNode(std::string node_name, std::shared_ptr<const GraphRun
   ReleaseState = ReleaseStateImpl;
 }
 
+// What a run needs besides the tensors: made by a node's first run and kept for the next, one
+// set per run in flight, so that a run allocates nothing of its own.
+struct CompiledNode::RunBuffers {
+  std::vector<const void*> inputs;
+  std::vector<void*> outputs;
+  std::vector<std::vector<uint8_t>> unread;  // outputs ORT does not read still need somewhere to go
+  std::vector<int64_t> dims;
+};
+
+CompiledNode::~CompiledNode() = default;
+
 void CompiledNode::compute(OrtKernelContext* context) const {
   if (!cannot_run_.empty()) throw OrtCodeError(ORT_NOT_IMPLEMENTED, "node '" + node_name_ + "': " + cannot_run_);
+  std::unique_ptr<RunBuffers> buffers;
+  {
+    std::lock_guard<std::mutex> lock(buffers_mutex_);
+    if (!free_buffers_.empty()) {
+      buffers = std::move(free_buffers_.back());
+      free_buffers_.pop_back();
+    }
+  }
   const GraphRecord& graph = executable_->graph();
-  std::vector<const void*> inputs(graph.inputs.size());
+  if (!buffers) {
+    buffers = std::make_unique<RunBuffers>();
+    buffers->inputs.resize(graph.inputs.size());
+    buffers->outputs.resize(graph.outputs.size());
+    for (size_t i = 0; i < graph.outputs.size(); ++i)
+      if (!output_slots_[i]) buffers->unread.emplace_back(byte_size(graph.outputs[i]));
+  }
+  run(context, *buffers);
+  std::lock_guard<std::mutex> lock(buffers_mutex_);
+  free_buffers_.push_back(std::move(buffers));
+}
+
+void CompiledNode::run(OrtKernelContext* context, RunBuffers& buffers) const {
+  const GraphRecord& graph = executable_->graph();
+  std::vector<const void*>& inputs = buffers.inputs;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const OrtValue* value = nullptr;
     check(api().ort->KernelContext_GetInput(context, input_slots_[i], &value), "KernelContext_GetInput");
     const IoSignature& expected = graph.inputs[i];
     // The model may declare symbolic dims; the program was compiled for exactly these.
-    const ActualTensor actual = actual_tensor(value);
-    if (actual.elem_type != expected.elem_type || actual.dims != expected.dims) {
+    const int32_t elem_type = actual_tensor(value, buffers.dims);
+    if (elem_type != expected.elem_type || buffers.dims != expected.dims) {
       throw OrtCodeError(ORT_INVALID_ARGUMENT, "EPContext node '" + node_name_ + "': input " + std::to_string(i) +
-                                                   " '" + expected.name + "' is " + elem_type_name(actual.elem_type) +
-                                                   " " + dims_string(actual.dims) + " but graph '" + graph.name +
+                                                   " '" + expected.name + "' is " + elem_type_name(elem_type) +
+                                                   " " + dims_string(buffers.dims) + " but graph '" + graph.name +
                                                    "' was compiled for " + elem_type_name(expected.elem_type) + " " +
                                                    dims_string(expected.dims));
     }
     check(api().ort->GetTensorData(value, &inputs[i]), "GetTensorData");
   }
 
-  std::vector<void*> outputs(graph.outputs.size());
-  // Outputs ORT does not read still need somewhere to go.
-  std::vector<std::vector<uint8_t>> unread;
-  unread.reserve(outputs.size());
-  for (size_t i = 0; i < outputs.size(); ++i) {
+  std::vector<void*>& outputs = buffers.outputs;
+  for (size_t i = 0, unread = 0; i < outputs.size(); ++i) {
     const IoSignature& signature = graph.outputs[i];
     if (!output_slots_[i]) {
-      outputs[i] = unread.emplace_back(byte_size(signature)).data();
+      outputs[i] = buffers.unread[unread++].data();
       continue;
     }
     OrtValue* value = nullptr;

@@ -5,6 +5,7 @@
 #include <onnxruntime_c_api.h>
 
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -24,9 +25,12 @@ class CompiledNode : public OrtNodeComputeInfo {
   CompiledNode(std::string node_name, std::shared_ptr<const GraphRunner> executable,
                std::vector<size_t> input_slots, std::vector<std::optional<size_t>> output_slots,
                std::string cannot_run);
+  ~CompiledNode();
 
  private:
+  struct RunBuffers;
   void compute(OrtKernelContext* context) const;
+  void run(OrtKernelContext* context, RunBuffers& buffers) const;
 
   static OrtStatus* ORT_API_CALL CreateStateImpl(OrtNodeComputeInfo* self, OrtNodeComputeContext* context,
                                                  void** state) noexcept;
@@ -39,6 +43,8 @@ class CompiledNode : public OrtNodeComputeInfo {
   std::vector<size_t> input_slots_;
   std::vector<std::optional<size_t>> output_slots_;
   std::string cannot_run_;
+  mutable std::mutex buffers_mutex_;
+  mutable std::vector<std::unique_ptr<RunBuffers>> free_buffers_;
 };
 
 // Slot of each of `wanted` among `available` by value name, for the mapping above. Throws
