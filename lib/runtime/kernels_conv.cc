@@ -271,6 +271,7 @@ bool cut_into_bands(const ref::Op& op, const Setup& whole, const Dims& x, const 
       const int64_t r0 = k * y[2] / bands, r1 = (k + 1) * y[2] / bands;
       const int64_t first = r0 * strides[0] - pads[0], last = (r1 - 1) * strides[0] - pads[0] + (w[2] - 1) * dilations[0];
       const int64_t begin = std::max<int64_t>(first, 0), end = std::min(last + 1, ih);
+      if (end <= begin) return false;  // a band wholly in the padding: the whole runs instead
       const std::array<int64_t, 4> key = {end - begin, begin - first, last + 1 - end, r1 - r0};
       auto it = parts.find(key);
       if (it == parts.end()) {

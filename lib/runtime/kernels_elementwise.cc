@@ -86,7 +86,7 @@ T div_of(T a, T b) {
 
 float hard_sigmoid_of(float x, float alpha, float beta) { return std::clamp(alpha * x + beta, 0.0f, 1.0f); }
 float hard_swish_of(float x) { return x * hard_sigmoid_of(x, 1.0f / 6.0f, 0.5f); }
-float sigmoid_of(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+float sigmoid_of(float x) { return 1.0f / (1.0f + exp_approx(-x)); }
 // NaN stays NaN, as in ONNX Clip; std::clamp would turn it into a bound on some inputs.
 float clip_of(float x, float lo, float hi) { return x < lo ? lo : (x > hi ? hi : x); }
 float leaky_relu_of(float x, float alpha) { return x < 0 ? alpha * x : x; }
@@ -240,7 +240,7 @@ void abs(Ins in, const Output& out) {
 }
 
 void sqrt(Ins in, const Output& out) { unary(in, out, [](float x) { return std::sqrt(x); }); }
-void exp(Ins in, const Output& out) { unary(in, out, [](float x) { return std::exp(x); }); }
+void exp(Ins in, const Output& out) { unary(in, out, exp_approx); }
 void log(Ins in, const Output& out) { unary(in, out, [](float x) { return std::log(x); }); }
 void erf(Ins in, const Output& out) { unary(in, out, [](float x) { return std::erf(x); }); }
 void sin(Ins in, const Output& out) { unary(in, out, [](float x) { return std::sin(x); }); }

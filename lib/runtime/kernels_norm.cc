@@ -81,9 +81,30 @@ void reduce_extreme(const Tensor& x, const Output& y, float initial, Better bett
   });
 }
 
+void exp_of_difference(const float* __restrict x, const float* __restrict peak, float* __restrict y, int64_t cols) {
+  for (int64_t j = 0; j < cols; ++j) y[j] = exp_approx(x[j] - peak[j]);
+}
+
+// Softmax of one row of `n` adjacent values (over the last axis, as attention takes it), in the
+// order of operations of softmax_columns, so both give the same bits.
+void softmax_row(const float* __restrict x, float* __restrict y, int64_t n, bool log) {
+  float peak = -std::numeric_limits<float>::infinity();
+  for (int64_t k = 0; k < n; ++k) peak = std::max(peak, x[k]);
+  for (int64_t k = 0; k < n; ++k) y[k] = exp_approx(x[k] - peak);
+  double sum = 0.0;
+  for (int64_t k = 0; k < n; ++k) sum += y[k];
+  if (log) {
+    const auto log_sum = static_cast<float>(std::log(sum));
+    for (int64_t k = 0; k < n; ++k) y[k] = x[k] - peak - log_sum;
+    return;
+  }
+  for (int64_t k = 0; k < n; ++k) y[k] = static_cast<float>(y[k] / sum);
+}
+
 // Softmax of `n` values spaced `inner` apart, for `inner` adjacent such columns, kColumns at a
 // time so the loops walk memory contiguously and the running maxima and sums stay on the stack.
 void softmax_columns(const float* x, float* y, int64_t n, int64_t inner, bool log) {
+  if (inner == 1) return softmax_row(x, y, n, log);
   constexpr int64_t kColumns = 64;
   float peak[kColumns];
   double sum[kColumns];
@@ -95,12 +116,10 @@ void softmax_columns(const float* x, float* y, int64_t n, int64_t inner, bool lo
     float* yc = y + j0;
     for (int64_t k = 0; k < n; ++k)
       for (int64_t j = 0; j < cols; ++j) peak[j] = std::max(peak[j], xc[k * inner + j]);
+    // Exponentials first, in a loop of floats alone that becomes vector code; then their sums.
+    for (int64_t k = 0; k < n; ++k) exp_of_difference(xc + k * inner, peak, yc + k * inner, cols);
     for (int64_t k = 0; k < n; ++k)
-      for (int64_t j = 0; j < cols; ++j) {
-        float e = std::exp(xc[k * inner + j] - peak[j]);
-        yc[k * inner + j] = e;
-        sum[j] += e;
-      }
+      for (int64_t j = 0; j < cols; ++j) sum[j] += yc[k * inner + j];
     if (log) {
       // x - max - log(sum): exact for the largest element, no exp/log round trip.
       for (int64_t k = 0; k < n; ++k)

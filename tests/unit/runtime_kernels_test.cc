@@ -8,6 +8,7 @@
 #include <random>
 #include <thread>
 
+#include "../../lib/runtime/kernels.h"
 #include "runtime_test_util.h"
 
 namespace ctxgen::testing {
@@ -285,6 +286,32 @@ TEST(RuntimeKernels, ConvGroups) {
   expect_near(run_op("Conv", {{{2, 2, 1, 1}, f32({1, 2, 3, 4})}, {{2, 2, 1, 1}, f32({1, 1, 1, -1})}, {}}, {2, 2, 1, 1},
                      conv_attrs({1, 1}, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1)),
               {3, -1, 7, -1});
+}
+
+// exp_approx (Softmax, Sigmoid, Exp) is within 2 units in the last place of std::exp wherever
+// std::exp gives a normal float, and keeps its specials.
+TEST(RuntimeKernels, ExpApproxIsWithinTwoUlpOfTheLibrary) {
+  int64_t worst = 0;
+  float worst_at = 0;
+  for (double x = -87.33; x <= 88.72; x += 1e-4) {
+    const auto xf = static_cast<float>(x);
+    const float got = runtime::exp_approx(xf), want = std::exp(xf);
+    int32_t got_bits, want_bits;
+    std::memcpy(&got_bits, &got, sizeof got);
+    std::memcpy(&want_bits, &want, sizeof want);
+    if (std::abs(int64_t{got_bits} - want_bits) > worst) {
+      worst = std::abs(int64_t{got_bits} - want_bits);
+      worst_at = xf;
+    }
+  }
+  EXPECT_LE(worst, 2) << "at x = " << worst_at;
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(runtime::exp_approx(0.0f), 1.0f);
+  EXPECT_EQ(runtime::exp_approx(-inf), 0.0f);  // a masked attention score
+  EXPECT_EQ(runtime::exp_approx(-200.0f), 0.0f);
+  EXPECT_EQ(runtime::exp_approx(inf), inf);
+  EXPECT_EQ(runtime::exp_approx(89.0f), inf);
+  EXPECT_TRUE(std::isnan(runtime::exp_approx(std::numeric_limits<float>::quiet_NaN())));
 }
 
 // A packed Conv (its weight laid out for oneDNN's convolution on this CPU) computes what the
