@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -169,10 +170,39 @@ Setup setup(const ref::Op& op, const Desc& src, const Desc& weight, const Desc& 
 
 // A Conv with channels_last = 1 computes on channels-last images (whose rows are contiguous, so
 // that it can be cut into bands of rows); else on the layout oneDNN prefers (blocked on AVX2).
-Setup setup(const ref::Op& op, const Dims& x, const Dims& w, const Dims& y, bool bias) {
+// The weight is `any` when the compiler asks oneDNN for its layout, the recorded one when the
+// runtime plans the op.
+Setup setup(const ref::Op& op, const Dims& x, const Desc& weight, const Dims& y, bool bias) {
   const bool last = op.get_int("channels_last", 0) != 0;
-  return setup(op, last ? image_desc(x, true) : any_desc(x), any_desc(grouped(w, op.get_int("group", 1))),
-               bias ? plain_desc({w[0]}) : Desc(), last ? image_desc(y, true) : any_desc(y));
+  return setup(op, last ? image_desc(x, true) : any_desc(x), weight, bias ? plain_desc({y[1]}) : Desc(),
+               last ? image_desc(y, true) : any_desc(y));
+}
+
+Desc any_weight(const ref::Op& op, const Dims& w) { return any_desc(grouped(w, op.get_int("group", 1))); }
+
+// A packed weight's layout, as its Conv records it (attribute weight_layout, over the weight's
+// dims as oneDNN counts them): the padded dims, the strides of their outer indices, then each
+// inner block as (dim, size), outermost first. The rule (ops.cc) has checked that it lies within
+// the weight.
+Desc recorded_weight(const ref::Op& op) {
+  const Dims dims = grouped(op.get_ints("weight_shape"), op.get_int("group", 1));
+  const Dims layout = op.get_ints("weight_layout");
+  const size_t rank = dims.size(), blocks = (layout.size() - 2 * rank) / 2;
+  dnnl_memory_desc_t d{};
+  d.ndims = static_cast<int>(rank);
+  d.data_type = dnnl_f32;
+  d.format_kind = dnnl_blocked;
+  for (size_t i = 0; i < rank; ++i) {
+    d.dims[i] = dims[i];
+    d.padded_dims[i] = layout[i];
+    d.format_desc.blocking.strides[i] = layout[rank + i];
+  }
+  d.format_desc.blocking.inner_nblks = static_cast<int>(blocks);
+  for (size_t b = 0; b < blocks; ++b) {
+    d.format_desc.blocking.inner_idxs[b] = layout[2 * rank + 2 * b];
+    d.format_desc.blocking.inner_blks[b] = layout[2 * rank + 2 * b + 1];
+  }
+  return Desc(d);
 }
 
 // A primitive running part of a convolution: its layouts and its scratchpad's.
@@ -254,13 +284,18 @@ Part whole_part(const Setup& s) {
 
 // Bands of output rows of a channels-last convolution of one image: band k computes rows
 // [r0, r1) from the input rows they read, padded where the whole is padded. Bands of equal
-// geometry share a primitive (the middle ones).
-bool cut_into_bands(const ref::Op& op, const Setup& whole, const Dims& x, const Dims& w, const Dims& y, bool bias, Packed& p) {
+// geometry share a primitive (the middle ones). No primitive of the whole is made: describing one
+// costs ~60 µs, as much as a band's, and oneDNN caches only those whose primitive it made. A band
+// that only oneDNN's reference implementation runs is refused (the whole runs then), as is one
+// wholly in the padding.
+bool cut_into_bands(const ref::Op& op, const Desc& weight, const Dims& x, const Dims& w, const Dims& y, bool bias,
+                    Packed& p) {
   if (y[0] != 1 || product(w) * product(y, 2, y.size()) < kMinSplitWork) return false;
   const Dims strides = op.get_ints("strides"), pads = op.get_ints("pads"), dilations = op.get_ints("dilations");
   // One band per hardware thread, at most kMaxPieces: each band re-reads the input rows its
   // neighbours read too, and on the project's 2 cores 4 bands ran the exported CNN slower than 2.
-  const auto threads = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
+  // Asked once: the C++ library reads it from /sys on every call (~10 µs).
+  static const auto threads = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
   const int64_t bands = std::min({kMaxPieces, threads, y[2]}), ih = x[2], iw = x[3], channels = x[1], out_row = y[3] * y[1];
   if (bands < 2) return false;
   std::map<std::array<int64_t, 4>, size_t> parts;  // (rows in, pad top, pad bottom, rows out) -> part
@@ -278,10 +313,9 @@ bool cut_into_bands(const ref::Op& op, const Setup& whole, const Dims& x, const 
         ref::Op band = op;
         for (auto& a : band.attrs)
           if (a.name == "pads") a.ints = {key[1], pads[1], key[2], pads[3]};
-        const Setup s = setup(band, image_desc({1, channels, key[0], iw}, true), whole.pd.weights_desc(),
-                              bias ? plain_desc({y[1]}) : Desc(), image_desc({1, y[1], key[3], y[3]}, true));
-        if (std::string(s.pd.impl_info_str()) != whole.pd.impl_info_str() || s.pd.weights_desc() != whole.pd.weights_desc())
-          return false;
+        const Setup s = setup(band, image_desc({1, channels, key[0], iw}, true), weight, bias ? plain_desc({y[1]}) : Desc(),
+                              image_desc({1, y[1], key[3], y[3]}, true));
+        if (std::string_view(s.pd.impl_info_str()).starts_with("ref:")) return false;
         it = parts.emplace(key, made.size()).first;
         made.push_back(whole_part(s));
       }
@@ -295,9 +329,8 @@ bool cut_into_bands(const ref::Op& op, const Setup& whole, const Dims& x, const 
   return true;
 }
 
-void cut_into_pieces(const ref::Op& op, const Setup& whole, const Dims& x, const Dims& w, const Dims& y, bool bias,
+void cut_into_pieces(const ref::Op& op, const Setup& whole, const Dims& w, const Dims& y, bool bias,
                      Packed& p) {
-  if (op.get_int("channels_last", 0) != 0 && cut_into_bands(op, whole, x, w, y, bias, p)) return;
   const auto all = [&] {
     p.parts = {whole_part(whole)};
     p.pieces = {Piece{}};
@@ -374,12 +407,34 @@ void run_packed(const Packed& p, const FusedActivation& act, Ins in, const Outpu
 
 }  // namespace
 
-MadeBytes pack_conv_weight(const ref::Op& op, const Dims& x, const Dims& w, const Dims& y, bool bias, const uint8_t* weight) {
+std::vector<int64_t> conv_weight_layout(const ref::Op& op, const Dims& x, const Dims& w, const Dims& y, bool bias) {
+  dnnl_memory_desc_t d{};
   try {
-    const Setup s = setup(op, x, w, y, bias);
-    const Desc want = s.pd.weights_desc();
+    d = setup(op, x, any_weight(op, w), y, bias).pd.weights_desc().data;
+  } catch (const dnnl::error& e) {
+    throw Error(ErrorCode::kInternal, std::string("oneDNN cannot run this convolution: ") + e.what());
+  }
+  const dnnl_blocking_desc_t& b = d.format_desc.blocking;
+  bool plain_offsets = d.offset0 == 0;
+  for (int i = 0; i < d.ndims; ++i) plain_offsets = plain_offsets && d.padded_offsets[i] == 0;
+  if (d.format_kind != dnnl_blocked || d.extra.flags != 0 || !plain_offsets)
+    throw Error(ErrorCode::kInternal, "oneDNN lays this convolution's weight out in a form a ref program cannot record");
+  std::vector<int64_t> layout(d.padded_dims, d.padded_dims + d.ndims);
+  layout.insert(layout.end(), b.strides, b.strides + d.ndims);
+  for (int i = 0; i < b.inner_nblks; ++i) {
+    layout.push_back(b.inner_idxs[i]);
+    layout.push_back(b.inner_blks[i]);
+  }
+  return layout;
+}
+
+uint64_t packed_conv_weight_bytes(const ref::Op& op) { return recorded_weight(op).get_size(); }
+
+MadeBytes pack_conv_weight(const ref::Op& op, const uint8_t* weight) {
+  try {
+    const Desc want = recorded_weight(op);
     MadeBytes packed(want.get_size());
-    const Desc from = plain_desc(grouped(w, op.get_int("group", 1)));
+    const Desc from = plain_desc(grouped(op.get_ints("weight_shape"), op.get_int("group", 1)));
     dnnl::memory src = memory_at(from, weight), dst = memory_at(want, packed.data());
     onednn::OneThread one;
     dnnl::reorder(src, dst).execute(onednn::stream(), src, dst);
@@ -390,14 +445,6 @@ MadeBytes pack_conv_weight(const ref::Op& op, const Dims& x, const Dims& w, cons
   }
 }
 
-uint64_t packed_conv_weight_bytes(const ref::Op& op, const Dims& x, const Dims& w, const Dims& y, bool bias) {
-  try {
-    return setup(op, x, w, y, bias).pd.weights_desc().get_size();
-  } catch (const dnnl::error& e) {
-    throw Error(ErrorCode::kInternal, std::string("oneDNN cannot run this convolution: ") + e.what());
-  }
-}
-
 bool conv_runs_channels_last(const ref::Op& op, const Dims& x, const Dims& w, const Dims& y, bool bias) {
   if (x.size() != 4) return false;
   try {
@@ -405,7 +452,8 @@ bool conv_runs_channels_last(const ref::Op& op, const Dims& x, const Dims& w, co
     last.attrs.push_back(ref::int_attr("channels_last", 1));
     // As fast as the layout oneDNN prefers when it is the same kernel (its blocked layouts and
     // channels last run at the same rate on AVX2).
-    return std::string(setup(last, x, w, y, bias).pd.impl_info_str()) == setup(op, x, w, y, bias).pd.impl_info_str();
+    return std::string(setup(last, x, any_weight(op, w), y, bias).pd.impl_info_str()) ==
+           setup(op, x, any_weight(op, w), y, bias).pd.impl_info_str();
   } catch (const dnnl::error&) {
     return false;
   }
@@ -439,19 +487,22 @@ std::unique_ptr<OpPlan> plan_conv(const ref::Op& op, const std::vector<const ref
   const Dims y = dst_last ? Dims{out.dims[0], out.dims[4], out.dims[2], out.dims[3]} : out.dims;
   Packed p;
   try {
-    // Made as the compiler made it when it packed the weight, so the weight's layout is the one
-    // this primitive reads; the given layouts are reordered when they are not the primitive's.
-    const Setup s = setup(op, image, w, y, bias);
-    const uint64_t weight_bytes = s.pd.weights_desc().get_size();
-    if (weight_bytes != in[1]->byte_size())
-      throw Error(ErrorCode::kInvalidBinary,
-                  "packed weight of " + std::to_string(in[1]->byte_size()) + " bytes, oneDNN's convolution on " +
-                      onednn::architecture() + " lays it out in " + std::to_string(weight_bytes));
-    p.src = s.pd.src_desc();
-    p.dst = s.pd.dst_desc();
+    // On the weight's recorded layout, which the bands need before any primitive of the whole
+    // exists. The given image layouts are reordered when they are not the primitive's.
+    const Desc weight = recorded_weight(op);
+    if (weight.get_size() != in[1]->byte_size())
+      throw Error(ErrorCode::kInvalidBinary, "packed weight of " + std::to_string(in[1]->byte_size()) +
+                                                 " bytes, its recorded layout (weight_layout) spans " +
+                                                 std::to_string(weight.get_size()));
+    // A convolution computing channels last reads and writes nhwc; else oneDNN chooses (blocked).
+    const bool last = op.get_int("channels_last", 0) != 0;
+    std::optional<Setup> whole;
+    if (!last) whole = setup(op, image, weight, y, bias);
+    p.src = whole ? whole->pd.src_desc() : image_desc(image, true);
+    p.dst = whole ? whole->pd.dst_desc() : image_desc(y, true);
     p.src_given = image_desc(image, src_last);
     p.dst_given = image_desc(y, dst_last);
-    p.act_fused = s.act_fused;
+    p.act_fused = post_op(op).has_value();
     onednn::OneThread one;
     uint64_t at = 0;
     if (p.src != p.src_given) {
@@ -464,7 +515,10 @@ std::unique_ptr<OpPlan> plan_conv(const ref::Op& op, const std::vector<const ref
       p.dst_at = at;
       at += aligned(p.dst.get_size());
     }
-    cut_into_pieces(op, s, image, w, y, bias, p);
+    if (!last || !cut_into_bands(op, weight, image, w, y, bias, p)) {
+      if (!whole) whole = setup(op, image, weight, y, bias);
+      cut_into_pieces(op, *whole, w, y, bias, p);
+    }
     p.pad_at = at;  // each piece a scratchpad of its own: they run at once
     for (const Part& part : p.parts) p.pad_step = std::max(p.pad_step, aligned(part.scratchpad.get_size()));
     plan->scratch_bytes = at + p.pieces.size() * p.pad_step;

@@ -272,11 +272,55 @@ ref::Value channels_first(const OpCheck& c, const ref::Value& v, const std::stri
   return image;
 }
 
+// A packed weight's recorded layout (weight_layout: the padded dims, their strides, then inner
+// blocks as (dim, size); kernels_conv.cc reads it) must be a blocked layout of the weight's dims
+// as oneDNN counts them whose every element lies inside the weight: oneDNN reads wherever it
+// points.
+void expect_packed_layout(const OpCheck& c, const Dims& dims) {
+  const Dims layout = c.ints_attr("weight_layout");
+  const size_t rank = dims.size();
+  constexpr size_t kMaxBlocks = 12;  // oneDNN's DNNL_MAX_NDIMS
+  c.expect(layout.size() >= 2 * rank && layout.size() % 2 == 0 && (layout.size() - 2 * rank) / 2 <= kMaxBlocks, [&] {
+    return "attribute 'weight_layout' has " + std::to_string(layout.size()) + " values, expected " +
+           std::to_string(2 * rank) + " (padded dims and strides of " + dims_text(dims) + ") and up to " +
+           std::to_string(kMaxBlocks) + " (dim, size) blocks";
+  });
+  const auto bad = [&layout](const char* why) {
+    return [&layout, why] { return "attribute 'weight_layout' " + dims_text(layout) + ": " + why; };
+  };
+  Dims block(rank, 1);
+  int64_t inner = 1;
+  for (size_t b = 2 * rank; b < layout.size(); b += 2) {
+    const int64_t dim = layout[b], size = layout[b + 1];
+    c.expect(dim >= 0 && dim < static_cast<int64_t>(rank) && size >= 1 && size <= kMaxElements, bad("a block is outside the dims"));
+    auto& along = block[static_cast<size_t>(dim)];
+    c.expect(!__builtin_mul_overflow(along, size, &along) && !__builtin_mul_overflow(inner, size, &inner) &&
+                 inner <= kMaxElements,
+             bad("its blocks hold more than 2^48 elements"));
+  }
+  int64_t last = inner - 1;  // the offset of the last element
+  for (size_t i = 0; i < rank; ++i) {
+    const int64_t padded = layout[i], stride = layout[rank + i];
+    c.expect(padded >= dims[i] && padded <= kMaxElements && padded % block[i] == 0 && stride >= 0 && stride <= kMaxElements,
+             [&] {
+               return "attribute 'weight_layout' " + dims_text(layout) + ": dim " + std::to_string(i) +
+                      " is not a padding of " + dims_text(dims) + " into whole blocks";
+             });
+    int64_t reach = 0;
+    c.expect(!__builtin_mul_overflow(padded / block[i] - 1, stride, &reach) && !__builtin_add_overflow(last, reach, &last),
+             bad("its offsets overflow"));
+  }
+  c.expect(last < c.in(1).dims[0], [&] {
+    return "attribute 'weight_layout' " + dims_text(layout) + " reaches element " + std::to_string(last) +
+           " of a packed weight of " + std::to_string(c.in(1).dims[0]);
+  });
+}
+
 OutType conv(const OpCheck& c) {
   c.arity(2, 3);
   c.expect_inputs(DType::kFloat32);
-  // A packed weight is 1-D in the layout oneDNN chose (the plan checks its size); its logical
-  // dims are an attribute. oneDNN convolves 1 to 3 spatial dims. A packed 2-D convolution may
+  // A packed weight is 1-D in the layout oneDNN chose, recorded with it; its logical dims are an
+  // attribute. oneDNN convolves 1 to 3 spatial dims. A packed 2-D convolution may
   // compute channels last (`channels_last`) and then read and write channels-last images
   // (`src_channels_last`, `dst_channels_last`), so that no reorder runs between such ops.
   const bool packed = c.int_attr_or("packed", 0, 0, 1) != 0;
@@ -303,6 +347,14 @@ OutType conv(const OpCheck& c) {
   c.expect(x.dims[1] / group == wd[1] && x.dims[1] % group == 0 && wd[0] % group == 0,
            [&] { return "group " + std::to_string(group) + " does not fit input " + dims_text(x.dims) + " and weight " + dims_text(wd); });
   if (const ref::Value* bias = c.optional_in(2)) c.expect_dims(*bias, {wd[0]}, "bias");
+  if (packed) {
+    Dims grouped = wd;
+    if (group > 1) {
+      grouped = {group, wd[0] / group};
+      grouped.insert(grouped.end(), wd.begin() + 1, wd.end());
+    }
+    expect_packed_layout(c, grouped);
+  }
   Dims out = {x.dims[0], wd[0]};
   for (size_t a = 0; a < w.kernel.size(); ++a) out.push_back(window_output(c, x, w, a, false));
   // The kernel's im2col scratch holds (C/group x kernel) x output-positions floats.

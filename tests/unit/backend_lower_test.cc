@@ -403,8 +403,8 @@ TEST(RefLower, BatchNormFoldsIntoConvWithExactWeights) {
     for (size_t k = 0; k < 27; ++k) folded[m * 27 + k] = cb.w[m * 27 + k] * s;
     EXPECT_NEAR(b[m], (cb.bias[m] - cb.mean[m]) * s + cb.beta[m], 1e-6f);
   }
-  const auto packed = runtime::pack_conv_weight(conv, {1, 3, 6, 6}, {2, 3, 3, 3}, {1, 2, 4, 4}, true,
-                                                    reinterpret_cast<const uint8_t*>(folded.data()));
+  ASSERT_EQ(conv.get_ints("weight_layout"), runtime::conv_weight_layout(conv, {1, 3, 6, 6}, {2, 3, 3, 3}, {1, 2, 4, 4}, true));
+  const auto packed = runtime::pack_conv_weight(conv, reinterpret_cast<const uint8_t*>(folded.data()));
   std::vector<float> want(packed.size() / sizeof(float));
   std::memcpy(want.data(), packed.data(), packed.size());
   ASSERT_EQ(w.size(), want.size());

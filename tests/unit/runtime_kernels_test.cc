@@ -368,10 +368,10 @@ TEST(RuntimeKernels, PackedConvMatchesThePlainOne) {
     ref::Op packed_op = plain_op;
     packed_op.attrs.push_back(int_attr("packed", 1));
     packed_op.attrs.push_back(ints_attr("weight_shape", c.w));
-    const auto packed_w = runtime::pack_conv_weight(packed_op, c.x, c.w, y, c.bias,
-                                                    reinterpret_cast<const uint8_t*>(w.data()));
+    packed_op.attrs.push_back(ints_attr("weight_layout", runtime::conv_weight_layout(packed_op, c.x, c.w, y, c.bias)));
+    const auto packed_w = runtime::pack_conv_weight(packed_op, reinterpret_cast<const uint8_t*>(w.data()));
     SCOPED_TRACE("case " + std::to_string(i));
-    EXPECT_EQ(runtime::packed_conv_weight_bytes(packed_op, c.x, c.w, y, c.bias), packed_w.size());
+    EXPECT_EQ(runtime::packed_conv_weight_bytes(packed_op), packed_w.size());
     ProgramBuilder p;
     std::vector<int32_t> ids = {p.input(c.x), p.input({static_cast<int64_t>(packed_w.size() / sizeof(float))})};
     std::vector<Bytes> inputs = {f32(x), Bytes(packed_w.begin(), packed_w.end())};
@@ -387,7 +387,9 @@ TEST(RuntimeKernels, PackedConvMatchesThePlainOne) {
     if (!runtime::conv_runs_channels_last(packed_op, c.x, c.w, y, c.bias)) continue;
     ref::Op last_op = packed_op;
     last_op.attrs.push_back(int_attr("channels_last", 1));
-    const auto last_w = runtime::pack_conv_weight(last_op, c.x, c.w, y, c.bias, reinterpret_cast<const uint8_t*>(w.data()));
+    for (auto& a : last_op.attrs)
+      if (a.name == "weight_layout") a.ints = runtime::conv_weight_layout(last_op, c.x, c.w, y, c.bias);
+    const auto last_w = runtime::pack_conv_weight(last_op, reinterpret_cast<const uint8_t*>(w.data()));
     const auto to_last = [](const std::vector<float>& v, const Dims& d) {  // [N, C, H, W] -> [N, 1, H, W, C]
       std::vector<float> t(v.size());
       for (int64_t n = 0; n < d[0]; ++n)
@@ -420,22 +422,23 @@ TEST(RuntimeKernels, PackedConvMatchesThePlainOne) {
   }
 }
 
-// A packed weight of another size than oneDNN lays out here is refused when the op is planned,
-// with both sizes and this CPU named, not read out of bounds.
+// A packed weight of another size than its recorded layout spans is refused when the op is
+// planned, with both sizes named, not read out of bounds (one smaller than the layout reaches is
+// refused by the rule: RuntimeValidate.PackedConvLayoutStaysInsideItsWeight).
 TEST(RuntimeKernels, PackedConvOfAnotherLayoutIsRefused) {
   const Dims x = {1, 3, 9, 9}, w = {8, 3, 3, 3}, y = {1, 8, 9, 9};
-  auto attrs = conv_attrs({3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, {int_attr("packed", 1), ints_attr("weight_shape", w)});
+  auto attrs = conv_attrs({3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1,
+                          {int_attr("packed", 1), ints_attr("weight_shape", w), ints_attr("weight_layout", {8, 3, 3, 3, 27, 9, 3, 1})});
   ProgramBuilder p;
-  const int32_t in = p.input(x), weight = p.input({100}), out = p.output(y);
+  const int32_t in = p.input(x), weight = p.input({300}), out = p.output(y);
   p.op("Conv", {in, weight}, out, attrs);
   try {
-    run_bytes(p.program(), {f32(std::vector<float>(243)), f32(std::vector<float>(100))});
-    FAIL() << "a packed weight of 400 bytes ran";
+    run_bytes(p.program(), {f32(std::vector<float>(243)), f32(std::vector<float>(300))});
+    FAIL() << "a packed weight of 1200 bytes ran";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidBinary);
     const std::string what = e.what();
-    EXPECT_NE(what.find("packed weight of 400 bytes"), std::string::npos) << what;
-    EXPECT_NE(what.find(runtime::hardware_architecture()), std::string::npos) << what;
+    EXPECT_NE(what.find("packed weight of 1200 bytes, its recorded layout (weight_layout) spans 864"), std::string::npos) << what;
   }
 }
 

@@ -231,7 +231,8 @@ TEST(RuntimeValidate, ChannelsLastConvImagesHaveTheirDims) {
   const auto conv = [](Dims x, Dims y, std::vector<ref::Attr> layout) {
     std::vector<ref::Attr> attrs = {ints_attr("kernel_shape", {3, 3}), ints_attr("strides", {1, 1}),
                                     ints_attr("pads", {1, 1, 1, 1}), ints_attr("dilations", {1, 1}), int_attr("group", 1),
-                                    int_attr("packed", 1), ints_attr("weight_shape", {16, 8, 3, 3})};
+                                    int_attr("packed", 1), ints_attr("weight_shape", {16, 8, 3, 3}),
+                                    ints_attr("weight_layout", {16, 8, 3, 3, 72, 9, 3, 1})};
     attrs.insert(attrs.end(), layout.begin(), layout.end());
     return single("Conv", {{x, kF}, {{16 * 8 * 9}, kF}}, y, attrs);
   };
@@ -245,9 +246,39 @@ TEST(RuntimeValidate, ChannelsLastConvImagesHaveTheirDims) {
   expect_invalid(conv({1, 1, 4, 4, 8}, {1, 16, 4, 4}, {src}),
                  "channels-last images on a convolution that does not compute channels last", 1);
   auto plain = conv({1, 8, 4, 4}, {1, 16, 4, 4}, {last});
-  std::erase_if(plain.ops[0].attrs, [](const ref::Attr& a) { return a.name == "packed" || a.name == "weight_shape"; });
+  std::erase_if(plain.ops[0].attrs, [](const ref::Attr& a) {
+    return a.name == "packed" || a.name == "weight_shape" || a.name == "weight_layout";
+  });
   plain.values[1].dims = {16, 8, 3, 3};
   expect_invalid(plain, "channels_last on a convolution whose weight is not packed", 1);
+}
+
+// A packed weight's recorded layout is handed to oneDNN, which reads wherever it points: it must
+// pad the weight's dims into whole blocks and stay inside the weight.
+TEST(RuntimeValidate, PackedConvLayoutStaysInsideItsWeight) {
+  const auto conv = [](Dims layout, int64_t weight, int64_t group = 1) {
+    return single("Conv", {{{1, 8, 4, 4}, kF}, {{weight}, kF}}, {1, 16, 4, 4},
+                  {ints_attr("kernel_shape", {3, 3}), ints_attr("strides", {1, 1}), ints_attr("pads", {1, 1, 1, 1}),
+                   ints_attr("dilations", {1, 1}), int_attr("group", group), int_attr("packed", 1),
+                   ints_attr("weight_shape", {16, 8 / group, 3, 3}), ints_attr("weight_layout", layout)});
+  };
+  // oneDNN's AVX2 layouts of this weight: OIhw8i8o, and grouped (2 groups of 8 x 4) gOIhw8o.
+  EXPECT_NO_THROW(runtime::validate(conv({16, 8, 3, 3, 576, 576, 192, 64, 1, 8, 0, 8}, 1152), 1));
+  EXPECT_NO_THROW(runtime::validate(conv({2, 8, 4, 3, 3, 288, 288, 72, 24, 8, 1, 8}, 576, 2), 1));
+  EXPECT_NO_THROW(runtime::validate(conv({16, 8, 3, 3, 72, 9, 3, 1}, 1152), 1));
+  expect_invalid(conv({16, 8, 3, 3, 72, 9, 3}, 1152), "attribute 'weight_layout' has 7 values, expected 8", 1);
+  expect_invalid(conv({16, 8, 3, 3, 576, 576, 192, 64, 4, 8}, 1152), "a block is outside the dims", 1);
+  expect_invalid(conv({16, 8, 3, 3, 576, 576, 192, 64, 1, 0}, 1152), "a block is outside the dims", 1);
+  expect_invalid(conv({12, 8, 3, 3, 72, 9, 3, 1}, 1152), "dim 0 is not a padding of [16,8,3,3] into whole blocks", 1);
+  expect_invalid(conv({16, 8, 3, 3, 576, 576, 192, 64, 1, 7}, 1152), "dim 1 is not a padding", 1);
+  expect_invalid(conv({16, 8, 3, 3, 72, -9, 3, 1}, 1152), "dim 1 is not a padding", 1);
+  expect_invalid(conv({16, 8, 3, 3, 73, 9, 3, 1}, 1152), "reaches element 1166 of a packed weight of 1152", 1);
+  expect_invalid(conv({16, 8, 3, 3, 72, 9, 3, 1}, 1151), "reaches element 1151 of a packed weight of 1151", 1);
+  expect_invalid(conv({int64_t{1} << 48, 8, 3, 3, int64_t{1} << 48, 9, 3, 1}, 1152),
+                 "its offsets overflow", 1);
+  auto unrecorded = conv({16, 8, 3, 3, 72, 9, 3, 1}, 1152);
+  remove_attr(unrecorded.ops[0], "weight_layout");
+  expect_invalid(unrecorded, "attribute 'weight_layout' (ints) is missing", 1);
 }
 
 TEST(RuntimeValidate, PerOpShapeRules) {

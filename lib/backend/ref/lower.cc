@@ -380,14 +380,16 @@ void pack_conv_weights(Draft& d) {
     try {
       // Before packing: the weight is laid out for the primitive of that layout.
       if (runtime::conv_runs_channels_last(packed, x, wd, y, bias)) set_attr(packed, int_attr("channels_last", 1));
-      size = runtime::packed_conv_weight_bytes(packed, x, wd, y, bias);
+      // Recorded so that the runtime makes its primitive for this layout without asking again.
+      set_attr(packed, ints_attr("weight_layout", runtime::conv_weight_layout(packed, x, wd, y, bias)));
+      size = runtime::packed_conv_weight_bytes(packed);
     } catch (const Error& e) {
       log().debug("ref: Conv '{}' keeps its plain weight ({})", d.names[static_cast<size_t>(op.outputs[0])], e.what());
       continue;
     }
     // Made when stored and written, like the MatMul weights.
-    const auto pack = [packed, x, wd, y, bias, source] {
-      auto bytes = runtime::pack_conv_weight(packed, x, wd, y, bias, source.pin().data);
+    const auto pack = [packed, source] {
+      auto bytes = runtime::pack_conv_weight(packed, source.pin().data);
       source.release();
       return bytes;
     };

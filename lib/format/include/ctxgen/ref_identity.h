@@ -9,7 +9,8 @@ inline constexpr const char* kEpName = "CtxgenRef";       // EPContext `source`,
 // 3.0: a Conv's weight may be packed for oneDNN (attribute `packed`), which 2.0 cannot run.
 // 3.1: a packed Conv may compute on channels-last images (`channels_last`, `src_channels_last`,
 // `dst_channels_last`), which 3.0 cannot run.
-inline constexpr const char* kSdkVersion = "ctxgen-ref 3.1";
+// 3.2: a packed Conv records its weight's layout (`weight_layout`), which 3.2 requires.
+inline constexpr const char* kSdkVersion = "ctxgen-ref 3.2";
 // The hardware architecture is the CPU level packed weights are laid out for, read from the
 // machine: runtime::hardware_architecture().
 

@@ -91,15 +91,17 @@ BinaryIdentity ref_identity();
 // The `ref` backend's runtime, for the hosts that run binaries (ctxgen/backend_runtime.h).
 std::unique_ptr<BackendRuntime> make_ref_runtime();
 
-// A Conv weight [M, C/group, k...] (row-major float32, at any alignment) laid out as the
-// convolution `op` (with attributes packed = 1 and weight_shape) runs it on this CPU, for input
-// dims `x` and output dims `y`: what the `ref` compiler stores in place of the weight. Throws
-// Error(kInternal) when oneDNN cannot run that convolution.
-MadeBytes pack_conv_weight(const ref::Op& op, const std::vector<int64_t>& x, const std::vector<int64_t>& w,
-                           const std::vector<int64_t>& y, bool bias, const uint8_t* weight);
+// The layout oneDNN's convolution `op` (with attributes packed = 1 and weight_shape) wants its
+// weight in on this CPU, for input dims `x` and output dims `y`: what the `ref` compiler records
+// as the op's attribute weight_layout (docs/ref-program-format.md). Throws Error(kInternal) when
+// oneDNN cannot run that convolution.
+std::vector<int64_t> conv_weight_layout(const ref::Op& op, const std::vector<int64_t>& x, const std::vector<int64_t>& w,
+                                        const std::vector<int64_t>& y, bool bias);
+// A Conv weight [M, C/group, k...] (row-major float32, at any alignment) in the layout `op`
+// records (weight_layout): what the `ref` compiler stores in place of the weight.
+MadeBytes pack_conv_weight(const ref::Op& op, const uint8_t* weight);
 // The size in bytes of what pack_conv_weight makes, learnt without packing.
-uint64_t packed_conv_weight_bytes(const ref::Op& op, const std::vector<int64_t>& x, const std::vector<int64_t>& w,
-                                  const std::vector<int64_t>& y, bool bias);
+uint64_t packed_conv_weight_bytes(const ref::Op& op);
 // Does oneDNN run that 2-D convolution channels last as fast as in the layout it prefers here?
 // Then the compiler gives it channels_last = 1 before packing its weight: its rows are
 // contiguous, so the runtime cuts it into bands of rows for the caller's threads, and it reads and
