@@ -560,6 +560,29 @@ TEST(RuntimeKernels, LayerNormalizationOverLastTwoAxes) {
               {-0.5f, 0.5f});
 }
 
+// A row whose spread is tiny beside its mean (1000 +- 0.001) keeps its digits: each result is
+// within a few float ulps of the double computation from the same inputs, which rounding the mean
+// to float before subtracting would miss by ~0.04. 1031 elements: whole groups of 8 and a tail.
+TEST(RuntimeKernels, LayerNormalizationOfARowFarFromZero) {
+  const int64_t n = 1031;
+  std::vector<float> x(n), scale(n), bias(n);
+  for (int64_t i = 0; i < n; ++i) {
+    x[static_cast<size_t>(i)] = static_cast<float>(1000.0 + 0.001 * std::sin(0.37 * static_cast<double>(i)));
+    scale[static_cast<size_t>(i)] = 1.0f + 0.25f * static_cast<float>(i % 3);
+    bias[static_cast<size_t>(i)] = 0.5f * static_cast<float>(i % 2);
+  }
+  double mean = 0, var = 0;
+  for (float v : x) mean += v;
+  mean /= n;
+  for (float v : x) var += (v - mean) * (v - mean);
+  const double inv = 1.0 / std::sqrt(var / n + 1e-12);
+  std::vector<float> want(n);
+  for (size_t i = 0; i < want.size(); ++i) want[i] = static_cast<float>((x[i] - mean) * inv * scale[i] + bias[i]);
+  const auto got = run_op("LayerNormalization", {{{1, n}, f32(x)}, {{n}, f32(scale)}, {{n}, f32(bias)}}, {1, n},
+                          {int_attr("axis", 1), float_attr("epsilon", 1e-12f)});
+  expect_near(got, want, 2e-6f);
+}
+
 TEST(RuntimeKernels, ReduceMeanAndSum) {
   In x{{2, 3}, f32({1, 2, 3, 4, 5, 6})};
   expect_near(run_op("ReduceSum", {x}, {2}, {ints_attr("axes", {1}), int_attr("keepdims", 0)}), {6, 15});
