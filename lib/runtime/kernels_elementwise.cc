@@ -14,6 +14,15 @@
 #include "ctxgen/error.h"
 #include "kernels.h"
 
+#ifdef CTXGEN_VECTOR_MATH  // set by CMake where libmvec exists (x86-64 glibc)
+#include <immintrin.h>  // __m128: SSE2, which every x86-64 CPU has
+// glibc's vector math (libmvec, glibc >= 2.35): four floats a call, in the variant the loader
+// picks for this CPU. Over every float, erf and tanh stay within 2 ulp of std::erf and std::tanh,
+// at a tenth of their time here (an exported GELU is an Erf or a Tanh per MLP element).
+extern "C" __m128 _ZGVbN4v_erff(__m128);
+extern "C" __m128 _ZGVbN4v_tanhf(__m128);
+#endif
+
 namespace ctxgen::runtime {
 namespace {
 
@@ -96,6 +105,39 @@ void in_place(float* data, int64_t n, F f) {
   for (int64_t i = 0; i < n; ++i) data[i] = f(data[i]);
 }
 
+// y = erf(x) or tanh(x) over n floats (y may be x).
+#ifdef CTXGEN_VECTOR_MATH
+using Vector4 = __m128 (*)(__m128);
+// Four at a time, the last few through the same call, so that a value's result does not depend
+// on where it stands.
+template <Vector4 F>
+void in_fours(const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) _mm_storeu_ps(y + i, F(_mm_loadu_ps(x + i)));
+  if (i == n) return;
+  float tail[4] = {};
+  std::copy(x + i, x + n, tail);
+  _mm_storeu_ps(tail, F(_mm_loadu_ps(tail)));
+  std::copy(tail, tail + (n - i), y + i);
+}
+void erf_n(const float* x, float* y, int64_t n) { in_fours<_ZGVbN4v_erff>(x, y, n); }
+void tanh_n(const float* x, float* y, int64_t n) { in_fours<_ZGVbN4v_tanhf>(x, y, n); }
+#else
+void erf_n(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = std::erf(x[i]);
+}
+void tanh_n(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = std::tanh(x[i]);
+}
+#endif
+
+// A unary float op given as a function over a run of floats.
+void unary_n(Ins in, const Output& out, void (*f)(const float*, float*, int64_t)) {
+  const float* x = in[0].f32();
+  float* y = out.f32();
+  parallel_ranges(out.parallel, out.size(), 4, [&](int64_t begin, int64_t end) { f(x + begin, y + begin, end - begin); });
+}
+
 // A float converted to an integer type: truncation toward zero; NaN and values out of range give
 // the type's lowest value (what x86 conversion instructions produce), instead of undefined behaviour.
 template <typename To>
@@ -146,7 +188,7 @@ void FusedActivation::apply(float* data, int64_t n) const {
     case ref::Activation::kRelu: return in_place(data, n, [](float x) { return std::max(x, 0.0f); });
     case ref::Activation::kLeakyRelu: return in_place(data, n, [=](float x) { return leaky_relu_of(x, alpha); });
     case ref::Activation::kSigmoid: return in_place(data, n, sigmoid_of);
-    case ref::Activation::kTanh: return in_place(data, n, [](float x) { return std::tanh(x); });
+    case ref::Activation::kTanh: return tanh_n(data, data, n);
     case ref::Activation::kClip: return in_place(data, n, [=](float x) { return clip_of(x, alpha, beta); });
     case ref::Activation::kHardSigmoid:
       return in_place(data, n, [=](float x) { return hard_sigmoid_of(x, alpha, beta); });
@@ -242,7 +284,7 @@ void abs(Ins in, const Output& out) {
 void sqrt(Ins in, const Output& out) { unary(in, out, [](float x) { return std::sqrt(x); }); }
 void exp(Ins in, const Output& out) { unary(in, out, exp_approx); }
 void log(Ins in, const Output& out) { unary(in, out, [](float x) { return std::log(x); }); }
-void erf(Ins in, const Output& out) { unary(in, out, [](float x) { return std::erf(x); }); }
+void erf(Ins in, const Output& out) { unary_n(in, out, erf_n); }
 void sin(Ins in, const Output& out) { unary(in, out, [](float x) { return std::sin(x); }); }
 void cos(Ins in, const Output& out) { unary(in, out, [](float x) { return std::cos(x); }); }
 void reciprocal(Ins in, const Output& out) { unary(in, out, [](float x) { return 1.0f / x; }); }
@@ -298,7 +340,7 @@ void mod(Ins in, const Output& out) {
 
 void relu(Ins in, const Output& out) { unary(in, out, [](float x) { return std::max(x, 0.0f); }); }
 void sigmoid(Ins in, const Output& out) { unary(in, out, sigmoid_of); }
-void tanh(Ins in, const Output& out) { unary(in, out, [](float x) { return std::tanh(x); }); }
+void tanh(Ins in, const Output& out) { unary_n(in, out, tanh_n); }
 void hard_swish(Ins in, const Output& out) { unary(in, out, hard_swish_of); }
 // log(1 + e^x) without overflow for large x.
 void softplus(Ins in, const Output& out) {

@@ -314,6 +314,57 @@ TEST(RuntimeKernels, ExpApproxIsWithinTwoUlpOfTheLibrary) {
   EXPECT_TRUE(std::isnan(runtime::exp_approx(std::numeric_limits<float>::quiet_NaN())));
 }
 
+// Erf and Tanh (ops, and Tanh fused into another op) stay within 2 ulp of the C library over a
+// sample of every float and a fine sweep of [-5, 5]; NaN stays NaN, infinities give +-1, zeros
+// keep their sign. An odd count: the last values go through the vector call padded.
+TEST(RuntimeKernels, ErfAndTanhAreWithinTwoUlpOfTheLibrary) {
+  std::vector<float> x;
+  for (uint64_t bits = 0; bits <= 0xFFFFFFFFu; bits += 65537) {
+    float v;
+    const auto b = static_cast<uint32_t>(bits);
+    std::memcpy(&v, &b, sizeof v);
+    if (!std::isnan(v)) x.push_back(v);
+  }
+  for (double v = -5; v <= 5; v += 1e-4) x.push_back(static_cast<float>(v));
+  const float inf = std::numeric_limits<float>::infinity();
+  const size_t specials = x.size();  // +inf, -inf, +0, -0, NaN
+  for (float v : {inf, -inf, 0.0f, -0.0f, std::numeric_limits<float>::quiet_NaN()}) x.push_back(v);
+  if (x.size() % 4 == 0) x.push_back(0.5f);
+  const auto n = static_cast<int64_t>(x.size());
+  // Distance in representable floats, across zero too.
+  const auto ulps = [](float a, float b) {
+    const auto ordered = [](float f) {
+      int32_t i;
+      std::memcpy(&i, &f, sizeof i);
+      return i < 0 ? int64_t{INT32_MIN} - i : int64_t{i};
+    };
+    return std::abs(ordered(a) - ordered(b));
+  };
+  std::vector<float> fused = x;
+  runtime::FusedActivation{Activation::kTanh, 0.0f, 0.0f}.apply(fused.data(), n);
+  for (const auto& [op, f] : std::vector<std::pair<std::string, float (*)(float)>>{
+           {"Erf", [](float v) { return std::erf(v); }}, {"Tanh", [](float v) { return std::tanh(v); }}}) {
+    SCOPED_TRACE(op);
+    const auto got = run_op(op, {{{n}, f32(x)}}, {n}, {});
+    ASSERT_EQ(got.size(), x.size());
+    int64_t worst = 0;
+    size_t worst_at = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (op == "Tanh" && std::memcmp(&fused[i], &got[i], sizeof got[i]) != 0)
+        ADD_FAILURE() << "fused Tanh differs at x = " << x[i];
+      if (i == specials + 4) continue;  // NaN
+      const int64_t d = ulps(got[i], f(x[i]));
+      if (d > worst) worst = d, worst_at = i;
+    }
+    EXPECT_LE(worst, 2) << "at x = " << x[worst_at];
+    EXPECT_EQ(got[specials], 1.0f);
+    EXPECT_EQ(got[specials + 1], -1.0f);
+    EXPECT_TRUE(got[specials + 2] == 0.0f && !std::signbit(got[specials + 2]));
+    EXPECT_TRUE(got[specials + 3] == 0.0f && std::signbit(got[specials + 3]));
+    EXPECT_TRUE(std::isnan(got[specials + 4]));
+  }
+}
+
 // A packed Conv (its weight laid out for oneDNN's convolution on this CPU) computes what the
 // plain one (im2col + GEMM) does, over the shapes convolutions take: 1 to 3 spatial dims, groups
 // and depthwise, strides, uneven pads, dilations, batches, with and without bias, and every fused
