@@ -187,7 +187,10 @@ Desc any_weight(const ref::Op& op, const Dims& w) { return any_desc(grouped(w, o
 Desc recorded_weight(const ref::Op& op) {
   const Dims dims = grouped(op.get_ints("weight_shape"), op.get_int("group", 1));
   const Dims layout = op.get_ints("weight_layout");
-  const size_t rank = dims.size(), blocks = (layout.size() - 2 * rank) / 2;
+  const size_t rank = dims.size();
+  if (layout.size() < 2 * rank || layout.size() % 2 != 0 || (layout.size() - 2 * rank) / 2 > DNNL_MAX_NDIMS)
+    throw Error(ErrorCode::kInternal, "a packed Conv without a weight layout of its weight's rank");
+  const size_t blocks = (layout.size() - 2 * rank) / 2;
   dnnl_memory_desc_t d{};
   d.ndims = static_cast<int>(rank);
   d.data_type = dnnl_f32;

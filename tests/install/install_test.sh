@@ -29,6 +29,7 @@ echo "NEEDED: $needed"
 for lib in $needed; do
   case "$lib" in
     libc.so.*|libm.so.*|libstdc++.so.*|libgcc_s.so.*|ld-linux*) ;;
+    libmvec.so.1) ;;  # glibc's vector math (Erf, Tanh), part of libc6 on x86-64
     libdnnl.so.2|libgomp.so.1) ;;  # oneDNN runs the GEMMs (Debian's libdnnl2, which brings libgomp1)
     libonnx.so.1|libonnx_proto.so.1|libprotobuf.so.*) ;;  # the compiler, for ordinary models (libonnx1, libprotobuf32)
     *) fail "the plugin EP needs $lib" ;;
