@@ -14,7 +14,7 @@
 #include "ctxgen/error.h"
 #include "kernels.h"
 
-#ifdef CTXGEN_VECTOR_MATH  // set by CMake where libmvec exists (x86-64 glibc)
+#ifdef CTXGEN_VECTOR_MATH  // set by CMake where libmvec has these (x86-64 glibc >= 2.35)
 #include <immintrin.h>  // __m128: SSE2, which every x86-64 CPU has
 // glibc's vector math (libmvec, glibc >= 2.35): four floats a call, in the variant the loader
 // picks for this CPU. Over every float, erf and tanh stay within 2 ulp of std::erf and std::tanh,

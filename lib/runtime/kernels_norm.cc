@@ -223,13 +223,17 @@ void layer_normalization(Ins in, const Output& out) {
         out.f32()[o] = static_cast<float>(which == 1 ? mean : inv);
         continue;
       }
-      // In float from here, twice the lanes of double. x - m is exact where it cancels (x within a
-      // factor 2 of m), and c gives back what rounding the mean to float lost, so a row whose
-      // spread is tiny beside its mean keeps its digits; each result is within a few ulps of the
-      // double computation.
+      // In float, twice the lanes of double. x - m is exact where it cancels (x within a factor 2
+      // of m), and c gives back what rounding the mean to float lost, so a row whose spread is
+      // tiny beside its mean keeps its digits; each result is within a few ulps of the double
+      // computation. Every |x - mean| is at most sqrt(sq): a row that could overflow a float
+      // difference, or whose 1/sigma is no normal float, stays in double.
       float* y = out.f32() + o * inner;
       const float m = static_cast<float>(mean), c = static_cast<float>(mean - m), s = static_cast<float>(inv);
-      if (bias)
+      if (!std::isnormal(s) || !(std::fabs(mean) + std::sqrt(sq) < 0x1p126))
+        for (int64_t i = 0; i < inner; ++i)
+          y[i] = static_cast<float>((x[i] - mean) * inv) * scale[i] + (bias ? bias[i] : 0.0f);
+      else if (bias)
         for (int64_t i = 0; i < inner; ++i) y[i] = ((x[i] - m) - c) * s * scale[i] + bias[i];
       else
         for (int64_t i = 0; i < inner; ++i) y[i] = ((x[i] - m) - c) * s * scale[i];

@@ -288,15 +288,17 @@ void expect_packed_layout(const OpCheck& c, const Dims& dims) {
   const auto bad = [&layout](const char* why) {
     return [&layout, why] { return "attribute 'weight_layout' " + dims_text(layout) + ": " + why; };
   };
+  // oneDNN indexes within the inner blocks in 32-bit arithmetic; its own blocks hold at most 256
+  // elements (16 x 16), so 2^16 leaves room without coming near that.
+  constexpr int64_t kMaxInner = int64_t{1} << 16;
   Dims block(rank, 1);
   int64_t inner = 1;
   for (size_t b = 2 * rank; b < layout.size(); b += 2) {
     const int64_t dim = layout[b], size = layout[b + 1];
-    c.expect(dim >= 0 && dim < static_cast<int64_t>(rank) && size >= 1 && size <= kMaxElements, bad("a block is outside the dims"));
-    auto& along = block[static_cast<size_t>(dim)];
-    c.expect(!__builtin_mul_overflow(along, size, &along) && !__builtin_mul_overflow(inner, size, &inner) &&
-                 inner <= kMaxElements,
-             bad("its blocks hold more than 2^48 elements"));
+    c.expect(dim >= 0 && dim < static_cast<int64_t>(rank) && size >= 1 && size <= kMaxInner, bad("a block is outside the dims"));
+    block[static_cast<size_t>(dim)] *= size;
+    inner *= size;
+    c.expect(inner <= kMaxInner, bad("its inner blocks hold more than 2^16 elements"));
   }
   int64_t last = inner - 1;  // the offset of the last element
   for (size_t i = 0; i < rank; ++i) {

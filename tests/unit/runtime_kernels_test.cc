@@ -422,6 +422,10 @@ TEST(RuntimeKernels, PackedConvMatchesThePlainOne) {
     packed_op.attrs.push_back(ints_attr("weight_layout", runtime::conv_weight_layout(packed_op, c.x, c.w, y, c.bias)));
     const auto packed_w = runtime::pack_conv_weight(packed_op, reinterpret_cast<const uint8_t*>(w.data()));
     SCOPED_TRACE("case " + std::to_string(i));
+    // These layouts are dense: the product of the padded dims, which the layout begins with.
+    const auto layout = packed_op.get_ints("weight_layout");
+    const size_t rank = c.w.size() + (c.group > 1 ? 1 : 0);
+    EXPECT_EQ(static_cast<size_t>(runtime::product(Dims(layout.begin(), layout.begin() + static_cast<long>(rank)))) * sizeof(float), packed_w.size());
     EXPECT_EQ(runtime::packed_conv_weight_bytes(packed_op), packed_w.size());
     ProgramBuilder p;
     std::vector<int32_t> ids = {p.input(c.x), p.input({static_cast<int64_t>(packed_w.size() / sizeof(float))})};
@@ -632,6 +636,11 @@ TEST(RuntimeKernels, LayerNormalizationOfARowFarFromZero) {
   const auto got = run_op("LayerNormalization", {{{1, n}, f32(x)}, {{n}, f32(scale)}, {{n}, f32(bias)}}, {1, n},
                           {int_attr("axis", 1), float_attr("epsilon", 1e-12f)});
   expect_near(got, want, 2e-6f);
+  // Rows a float difference would overflow, or whose spread is subnormal: computed in double.
+  expect_near(run_op("LayerNormalization", {{{2, 3}, f32({3e38f, -3e38f, -3e38f, 1e-40f, 0.0f, 0.0f})},
+                                            {{3}, f32({1, 1, 1})}, {}},
+                     {2, 3}, {int_attr("axis", 1), float_attr("epsilon", 0)}),
+              {1.41421354f, -0.70710677f, -0.70710677f, 1.41421354f, -0.70710677f, -0.70710677f});
 }
 
 TEST(RuntimeKernels, ReduceMeanAndSum) {

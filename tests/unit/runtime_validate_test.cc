@@ -269,6 +269,10 @@ TEST(RuntimeValidate, PackedConvLayoutStaysInsideItsWeight) {
   expect_invalid(conv({16, 8, 3, 3, 72, 9, 3}, 1152), "attribute 'weight_layout' has 7 values, expected 8", 1);
   expect_invalid(conv({16, 8, 3, 3, 576, 576, 192, 64, 4, 8}, 1152), "a block is outside the dims", 1);
   expect_invalid(conv({16, 8, 3, 3, 576, 576, 192, 64, 1, 0}, 1152), "a block is outside the dims", 1);
+  // oneDNN would take a block of 2^32 - 8 for -8 in its 32-bit index arithmetic.
+  const int64_t huge = (int64_t{1} << 32) - 8;
+  expect_invalid(conv({huge, 8, 3, 3, int64_t{1} << 40, 0, 0, 0, 0, huge}, huge), "a block is outside the dims", 1);
+  expect_invalid(conv({16, 8, 3, 3, 0, 0, 0, 0, 0, 256, 1, 512}, 1152), "its inner blocks hold more than 2^16 elements", 1);
   expect_invalid(conv({12, 8, 3, 3, 72, 9, 3, 1}, 1152), "dim 0 is not a padding of [16,8,3,3] into whole blocks", 1);
   expect_invalid(conv({16, 8, 3, 3, 576, 576, 192, 64, 1, 7}, 1152), "dim 1 is not a padding", 1);
   expect_invalid(conv({16, 8, 3, 3, 72, -9, 3, 1}, 1152), "dim 1 is not a padding", 1);
