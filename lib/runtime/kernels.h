@@ -173,6 +173,10 @@ inline float exp_approx(float x) {
   return x != x ? x : high;
 }
 
+// A Conv weight [M, C/group, k...] as oneDNN counts it, [group, M/group, C/group, k...] when
+// grouped: the dims a packed weight's recorded layout describes (kernels_conv.cc).
+Dims grouped(const Dims& w, int64_t group);
+
 // What a GEMM's caller does to columns [j0, j0 + cols) of every row of y once they are computed
 // (bias, activation), inside the same task while they are in cache.
 using Epilogue = FunctionRef<void(int64_t j0, int64_t cols)>;

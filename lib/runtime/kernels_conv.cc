@@ -112,14 +112,6 @@ Desc image_desc(const Dims& dims, bool channels_last) {
   return Desc(dnnl::memory::dims(dims.begin(), dims.end()), dnnl::memory::data_type::f32, Tag::nhwc);
 }
 
-// The weight as oneDNN counts it: [group, M/group, C/group, k...] when grouped.
-Dims grouped(const Dims& w, int64_t group) {
-  if (group == 1) return w;
-  Dims g = {group, w[0] / group};
-  g.insert(g.end(), w.begin() + 1, w.end());
-  return g;
-}
-
 // Activations oneDNN applies exactly as ONNX defines them, inside the convolution's own pass.
 std::optional<std::pair<dnnl::algorithm, std::pair<float, float>>> post_op(const ref::Op& op) {
   const float alpha = op.get_float("act_alpha", 0.0f), beta = op.get_float("act_beta", 0.0f);
@@ -409,6 +401,13 @@ void run_packed(const Packed& p, const FusedActivation& act, Ins in, const Outpu
 }
 
 }  // namespace
+
+Dims grouped(const Dims& w, int64_t group) {
+  if (group == 1) return w;
+  Dims g = {group, w[0] / group};
+  g.insert(g.end(), w.begin() + 1, w.end());
+  return g;
+}
 
 std::vector<int64_t> conv_weight_layout(const ref::Op& op, const Dims& x, const Dims& w, const Dims& y, bool bias) {
   dnnl_memory_desc_t d{};

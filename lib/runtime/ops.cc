@@ -349,14 +349,7 @@ OutType conv(const OpCheck& c) {
   c.expect(x.dims[1] / group == wd[1] && x.dims[1] % group == 0 && wd[0] % group == 0,
            [&] { return "group " + std::to_string(group) + " does not fit input " + dims_text(x.dims) + " and weight " + dims_text(wd); });
   if (const ref::Value* bias = c.optional_in(2)) c.expect_dims(*bias, {wd[0]}, "bias");
-  if (packed) {
-    Dims grouped = wd;
-    if (group > 1) {
-      grouped = {group, wd[0] / group};
-      grouped.insert(grouped.end(), wd.begin() + 1, wd.end());
-    }
-    expect_packed_layout(c, grouped);
-  }
+  if (packed) expect_packed_layout(c, grouped(wd, group));
   Dims out = {x.dims[0], wd[0]};
   for (size_t a = 0; a < w.kernel.size(); ++a) out.push_back(window_output(c, x, w, a, false));
   // The kernel's im2col scratch holds (C/group x kernel) x output-positions floats.

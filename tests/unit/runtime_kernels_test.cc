@@ -288,6 +288,16 @@ TEST(RuntimeKernels, ConvGroups) {
               {3, -1, 7, -1});
 }
 
+// How many representable floats lie between a and b, across zero too.
+int64_t ulps_apart(float a, float b) {
+  const auto ordered = [](float f) {
+    int32_t i;
+    std::memcpy(&i, &f, sizeof i);
+    return i < 0 ? int64_t{INT32_MIN} - i : int64_t{i};
+  };
+  return std::abs(ordered(a) - ordered(b));
+}
+
 // exp_approx (Softmax, Sigmoid, Exp) is within 2 units in the last place of std::exp wherever
 // std::exp gives a normal float, and keeps its specials.
 TEST(RuntimeKernels, ExpApproxIsWithinTwoUlpOfTheLibrary) {
@@ -295,14 +305,8 @@ TEST(RuntimeKernels, ExpApproxIsWithinTwoUlpOfTheLibrary) {
   float worst_at = 0;
   for (double x = -87.33; x <= 88.72; x += 1e-4) {
     const auto xf = static_cast<float>(x);
-    const float got = runtime::exp_approx(xf), want = std::exp(xf);
-    int32_t got_bits, want_bits;
-    std::memcpy(&got_bits, &got, sizeof got);
-    std::memcpy(&want_bits, &want, sizeof want);
-    if (std::abs(int64_t{got_bits} - want_bits) > worst) {
-      worst = std::abs(int64_t{got_bits} - want_bits);
-      worst_at = xf;
-    }
+    const int64_t d = ulps_apart(runtime::exp_approx(xf), std::exp(xf));
+    if (d > worst) worst = d, worst_at = xf;
   }
   EXPECT_LE(worst, 2) << "at x = " << worst_at;
   const float inf = std::numeric_limits<float>::infinity();
@@ -331,15 +335,6 @@ TEST(RuntimeKernels, ErfAndTanhAreWithinTwoUlpOfTheLibrary) {
   for (float v : {inf, -inf, 0.0f, -0.0f, std::numeric_limits<float>::quiet_NaN()}) x.push_back(v);
   if (x.size() % 4 == 0) x.push_back(0.5f);
   const auto n = static_cast<int64_t>(x.size());
-  // Distance in representable floats, across zero too.
-  const auto ulps = [](float a, float b) {
-    const auto ordered = [](float f) {
-      int32_t i;
-      std::memcpy(&i, &f, sizeof i);
-      return i < 0 ? int64_t{INT32_MIN} - i : int64_t{i};
-    };
-    return std::abs(ordered(a) - ordered(b));
-  };
   std::vector<float> fused = x;
   runtime::FusedActivation{Activation::kTanh, 0.0f, 0.0f}.apply(fused.data(), n);
   for (const auto& [op, f] : std::vector<std::pair<std::string, float (*)(float)>>{
@@ -353,7 +348,7 @@ TEST(RuntimeKernels, ErfAndTanhAreWithinTwoUlpOfTheLibrary) {
       if (op == "Tanh" && std::memcmp(&fused[i], &got[i], sizeof got[i]) != 0)
         ADD_FAILURE() << "fused Tanh differs at x = " << x[i];
       if (i == specials + 4) continue;  // NaN
-      const int64_t d = ulps(got[i], f(x[i]));
+      const int64_t d = ulps_apart(got[i], f(x[i]));
       if (d > worst) worst = d, worst_at = i;
     }
     EXPECT_LE(worst, 2) << "at x = " << x[worst_at];
@@ -424,8 +419,9 @@ TEST(RuntimeKernels, PackedConvMatchesThePlainOne) {
     SCOPED_TRACE("case " + std::to_string(i));
     // These layouts are dense: the product of the padded dims, which the layout begins with.
     const auto layout = packed_op.get_ints("weight_layout");
-    const size_t rank = c.w.size() + (c.group > 1 ? 1 : 0);
-    EXPECT_EQ(static_cast<size_t>(runtime::product(Dims(layout.begin(), layout.begin() + static_cast<long>(rank)))) * sizeof(float), packed_w.size());
+    const size_t rank = runtime::grouped(c.w, c.group).size();
+    const Dims padded(layout.begin(), layout.begin() + static_cast<long>(rank));
+    EXPECT_EQ(static_cast<size_t>(runtime::product(padded)) * sizeof(float), packed_w.size());
     EXPECT_EQ(runtime::packed_conv_weight_bytes(packed_op), packed_w.size());
     ProgramBuilder p;
     std::vector<int32_t> ids = {p.input(c.x), p.input({static_cast<int64_t>(packed_w.size() / sizeof(float))})};
