@@ -12,6 +12,7 @@
 #include "ctxgen/format.h"
 #include "ctxgen/log.h"
 #include "ctxgen/model.h"
+#include "ctxgen/ort_telemetry.h"
 #include "ctxgen/outputs.h"
 #include "ctxgen/report.h"
 
@@ -176,6 +177,7 @@ void run(const std::vector<fs::path>& inputs, const CompileOptions& options, con
   outputs_checked = true;
   const Staging staging(folder.empty() ? fs::path(".") : folder);
 
+  opt_out_of_ort_telemetry();
   Ort::Env env(ORT_LOGGING_LEVEL_WARNING, "ctxgen");
   try {
     env.RegisterExecutionProviderLibrary(kRegistration, target.library.c_str());

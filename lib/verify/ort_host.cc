@@ -2,6 +2,7 @@
 #include <unordered_map>
 
 #include "ctxgen/error.h"
+#include "ctxgen/ort_telemetry.h"
 #include "ctxgen/verify.h"
 
 namespace ctxgen::verify {
@@ -27,7 +28,8 @@ std::filesystem::path default_plugin() {
 }
 
 OrtHost::OrtHost(const std::filesystem::path& plugin, BinaryIdentity identity, OrtLoggingLevel log_level)
-    : identity_(std::move(identity)), env_(log_level, "ctxgen") {
+    // Before ONNX Runtime's environment exists: that is when it reads the opt-out.
+    : identity_(std::move(identity)), env_((opt_out_of_ort_telemetry(), log_level), "ctxgen") {
   if (!std::filesystem::is_regular_file(plugin))
     throw Error(ErrorCode::kRuntime, plugin.string() + ": no plugin EP library there (an install keeps it in lib/ "
                                      "beside bin/ctxgen; CTXGEN_ORT_EP names another)");

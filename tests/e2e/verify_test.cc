@@ -42,6 +42,21 @@ TEST(Verify, CompiledModelsMatchTheirOriginals) {
   }
 }
 
+// ONNX Runtime's Linux build records each session under ~/.cache/Microsoft unless told not to;
+// ctxgen's own host tells it not to, and leaves a user's ORT_DISABLE_TELEMETRY as they set it.
+TEST(Verify, LeavesNoOnnxRuntimeTelemetryBehind) {
+  TempDir dir;
+  const fs::path ctx = compiled("cnn.onnx", dir);
+  const std::string verify = std::string(CTXGEN_BINARY) + " verify " + quote(ctx) + " --reference " + quote(dir / "cnn.onnx");
+  auto r = run_command("env -u ORT_DISABLE_TELEMETRY HOME=" + quote(dir / "home") + " " + verify);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "home" / ".cache" / "Microsoft")) << "ONNX Runtime wrote telemetry under HOME";
+  r = run_command("env ORT_DISABLE_TELEMETRY=0 HOME=" + quote(dir / "home_on") + " " + verify);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(fs::exists(dir / "home_on" / ".cache" / "Microsoft"))
+      << "with ORT_DISABLE_TELEMETRY=0, ONNX Runtime no longer records sessions there: this test checks nothing";
+}
+
 // The project's LLM sample (scripts/gen_llm_pair.py, small): its float32 rounding passes the
 // defaults in both precisions, and a reference that computes something slightly different (every
 // LayerNormalization's epsilon 1e-4 instead of 1e-5, an error within any float32 tolerance) is

@@ -12,6 +12,7 @@
 #include <map>
 
 #include "ctxgen/model.h"
+#include "ctxgen/ort_telemetry.h"
 #include "ctxgen/specialise.h"
 #include "test_backend.h"
 #include "test_util.h"
@@ -34,7 +35,10 @@ fs::path path_of(const Case& c) {
 // What the test backend was asked about in a session on `model` through its plugin, ORT's own
 // optimizations off so the graph is the file's.
 std::string seen_in_ort(const fs::path& model, const std::map<std::string, int64_t>& dims, const TempDir& dir) {
-  static Ort::Env env(ORT_LOGGING_LEVEL_WARNING, "ort_graph_test");
+  static Ort::Env env = [] {
+    ctxgen::opt_out_of_ort_telemetry();
+    return Ort::Env(ORT_LOGGING_LEVEL_WARNING, "ort_graph_test");
+  }();
   static const bool registered = [] {
     env.RegisterExecutionProviderLibrary("ctxgen_test_ep", CTXGEN_TEST_EP_PATH);
     return true;

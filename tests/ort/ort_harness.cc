@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "ctxgen/ort_telemetry.h"
 #include "ctxgen/ref_identity.h"
 #include "test_util.h"
 
@@ -46,7 +47,10 @@ std::optional<Failure> failure_of(Make&& make) {
 }  // namespace
 
 Ort::Env& Plugin::env() {
-  static Ort::Env env(ORT_LOGGING_LEVEL_ERROR, "ctxgen-ort-test");
+  static Ort::Env env = [] {
+    ctxgen::opt_out_of_ort_telemetry();
+    return Ort::Env(ORT_LOGGING_LEVEL_ERROR, "ctxgen-ort-test");
+  }();
   return env;
 }
 
