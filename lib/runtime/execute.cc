@@ -66,6 +66,7 @@ struct RunState {
   std::vector<void*> buffers;   // by value id
   std::vector<Tensor> tensors;  // Plans::input_ids, bound
   uint8_t* scratch = nullptr;   // 64-byte aligned
+  std::vector<std::unique_ptr<OpState>> ops;  // by op, from its plan
 };
 
 namespace {
@@ -126,6 +127,7 @@ std::unique_ptr<RunState> make_state(const ref::Program& program, const Plans& p
   for (size_t id = 0; id < program.values.size(); ++id)
     if (program.values[id].kind == ref::ValueKind::kArena) state->buffers[id] = state->arena.data() + program.values[id].index;
   state->tensors.resize(plans.input_ids.size());
+  for (const Plans::Step& step : plans.steps) state->ops.push_back(step.plan ? step.plan->make_state() : nullptr);
   return state;
 }
 
@@ -152,7 +154,8 @@ void run_ops(const ref::Program& program, const Plans& plans, RunState& state, c
     const ref::Op& op = program.ops[k];
     try {
       step.def->kernel(Ins(state.tensors.data() + step.first_input, op.inputs.size()),
-                       Output{&program.values[step.out], state.buffers[step.out], &parallel, step.plan.get(), state.scratch});
+                       Output{&program.values[step.out], state.buffers[step.out], &parallel, step.plan.get(), state.scratch,
+                              state.ops[k].get()});
     } catch (const Error& e) {
       throw e.within("ref program: op " + std::to_string(k) + " (" + op.type + ")");
     }

@@ -39,8 +39,16 @@ using Ins = std::span<const Tensor>;
 
 // What an op resolves before its first run, for kernels that need more than their attributes (a
 // oneDNN primitive, the size of a scratch buffer): made once per program by the op's planner.
+// What an op's kernel keeps from one run to the next of one run state (which one run uses at a
+// time), such as the library objects around its buffers.
+struct OpState {
+  virtual ~OpState() = default;
+};
+
 struct OpPlan {
   virtual ~OpPlan() = default;
+  // The op's state for a new run state; none for most ops.
+  virtual std::unique_ptr<OpState> make_state() const { return nullptr; }
   uint64_t scratch_bytes = 0;  // what the kernel needs of Output::scratch on each run
 };
 
@@ -50,6 +58,7 @@ struct Output {
   const ParallelFor* parallel = nullptr;  // the caller's threads, for kernels that split their work
   const OpPlan* plan = nullptr;           // the op's plan, when its type has a planner
   uint8_t* scratch = nullptr;             // plan->scratch_bytes of this run's arena, 64-byte aligned
+  OpState* state = nullptr;               // the plan's make_state() in this run state, if it made one
 
   const Dims& dims() const { return value->dims; }
   int64_t size() const { return value->element_count(); }

@@ -222,7 +222,43 @@ struct Packed {
   uint64_t src_at = 0, dst_at = 0, pad_at = 0, pad_step = 0;  // bytes in the run's scratch
 };
 
+dnnl::memory memory_at(const Desc& desc, const void* data) {
+  return dnnl::memory(desc, onednn::engine(), const_cast<void*>(data));
+}
+
+// oneDNN's memory objects around a packed Conv's buffers, kept from one run to the next: making
+// one allocates (4 or 5 a piece on every run made a tenth of the CNN's time), while the buffers
+// (arena, weights, scratch) stay put from run to run of a run state. A buffer that moves (ONNX
+// Runtime's output, say) gets a new object; none is re-pointed, since oneDNN zero-fills the padding
+// of a memory it re-points and a packed weight is read-only.
+class Memories final : public OpState {
+ public:
+  // The given images, the primitive's (when reordered), then per piece its source, weight,
+  // destination, scratchpad and bias.
+  enum Slot : size_t { kGivenSrc, kGivenDst, kSrc, kDst, kPieces };
+  enum PieceSlot : size_t { kPieceSrc, kWeight, kPieceDst, kPad, kBias, kPerPiece };
+
+  explicit Memories(size_t pieces) : slots_(kPieces + kPerPiece * pieces) {}
+  const dnnl::memory& at(size_t slot, const Desc& desc, const void* data) {
+    auto& [where, memory] = slots_[slot];  // pieces running at once use slots of their own
+    if (!memory || where != data) {
+      memory = memory_at(desc, data);
+      where = data;
+    }
+    return memory;
+  }
+  const dnnl::memory& at(size_t piece, PieceSlot slot, const Desc& desc, const void* data) {
+    return at(kPieces + kPerPiece * piece + slot, desc, data);
+  }
+
+ private:
+  std::vector<std::pair<const void*, dnnl::memory>> slots_;
+};
+
 struct ConvPlan final : OpPlan {
+  std::unique_ptr<OpState> make_state() const override {
+    return packed ? std::make_unique<Memories>(packed->pieces.size()) : nullptr;
+  }
   std::optional<Packed> packed;  // absent: im2col + GEMM, scratch_bytes holding the im2col matrix
   FusedActivation act;
   // The im2col path's geometry (spatial axes).
@@ -230,10 +266,6 @@ struct ConvPlan final : OpPlan {
   bool pointwise = false;
   Dims strides, pads, dilations, in_spatial, in_strides, out_spatial, kernel;
 };
-
-dnnl::memory memory_at(const Desc& desc, const void* data) {
-  return dnnl::memory(desc, onednn::engine(), const_cast<void*>(data));
-}
 
 // The elements one step of `dim`'s outermost index covers, and that index's block, when `dim` is
 // the outermost dimension of a dense blocked layout with no padding along it: then any run of
@@ -372,23 +404,23 @@ void reorder(const dnnl::reorder& primitive, const dnnl::memory& from, const dnn
 
 void run_packed(const Packed& p, const FusedActivation& act, Ins in, const Output& out) {
   onednn::OneThread one;
-  dnnl::memory x = memory_at(p.src_given, in[0].data), y = memory_at(p.dst_given, out.data);
+  std::optional<Memories> own;  // called without a run state (a test): kept for this run alone
+  Memories& m = out.state ? static_cast<Memories&>(*out.state) : own.emplace(p.pieces.size());
   const auto* src = static_cast<const float*>(p.to_src ? static_cast<const void*>(out.scratch + p.src_at) : in[0].data);
   auto* dst = static_cast<float*>(p.from_dst ? static_cast<void*>(out.scratch + p.dst_at) : out.data);
-  if (p.to_src) reorder(*p.to_src, x, memory_at(p.src, src));
+  if (p.to_src)
+    reorder(*p.to_src, m.at(Memories::kGivenSrc, p.src_given, in[0].data), m.at(Memories::kSrc, p.src, src));
   const bool has_bias = in.size() > 2 && in[2].present();
   const auto piece = [&](size_t i) {
     onednn::OneThread own;
     const Piece& at = p.pieces[i];
     const Part& c = p.parts[at.part];
-    dnnl::memory piece_src = memory_at(c.src, src + at.src);
-    dnnl::memory weight = memory_at(c.weight, in[1].f32() + at.weight);
-    dnnl::memory piece_dst = memory_at(c.dst, dst + at.dst);
-    dnnl::memory pad = memory_at(c.scratchpad, out.scratch + p.pad_at + i * p.pad_step);
-    dnnl::memory bias = has_bias ? memory_at(c.bias, in[2].f32() + at.bias) : dnnl::memory();
-    const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, piece_src.get()}, {DNNL_ARG_WEIGHTS, weight.get()},
-                                    {DNNL_ARG_DST, piece_dst.get()}, {DNNL_ARG_SCRATCHPAD, pad.get()},
-                                    {DNNL_ARG_BIAS, has_bias ? bias.get() : nullptr}};
+    const dnnl_exec_arg_t args[] = {
+        {DNNL_ARG_SRC, m.at(i, Memories::kPieceSrc, c.src, src + at.src).get()},
+        {DNNL_ARG_WEIGHTS, m.at(i, Memories::kWeight, c.weight, in[1].f32() + at.weight).get()},
+        {DNNL_ARG_DST, m.at(i, Memories::kPieceDst, c.dst, dst + at.dst).get()},
+        {DNNL_ARG_SCRATCHPAD, m.at(i, Memories::kPad, c.scratchpad, out.scratch + p.pad_at + i * p.pad_step).get()},
+        {DNNL_ARG_BIAS, has_bias ? m.at(i, Memories::kBias, c.bias, in[2].f32() + at.bias).get() : nullptr}};
     execute(c.primitive, args, has_bias ? 5 : 4);
   };
   const size_t pieces = p.pieces.size();
@@ -396,7 +428,7 @@ void run_packed(const Packed& p, const FusedActivation& act, Ins in, const Outpu
     (*out.parallel)(pieces, std::cref(piece));
   else
     for (size_t i = 0; i < pieces; ++i) piece(i);
-  if (p.from_dst) reorder(*p.from_dst, memory_at(p.dst, dst), y);
+  if (p.from_dst) reorder(*p.from_dst, m.at(Memories::kDst, p.dst, dst), m.at(Memories::kGivenDst, p.dst_given, out.data));
   if (!p.act_fused) act.apply(out.f32(), out.size());
 }
 
