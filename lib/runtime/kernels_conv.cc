@@ -227,10 +227,9 @@ dnnl::memory memory_at(const Desc& desc, const void* data) {
 }
 
 // oneDNN's memory objects around a packed Conv's buffers, kept from one run to the next: making
-// one allocates (4 or 5 a piece on every run made a tenth of the CNN's time), while the buffers
-// (arena, weights, scratch) stay put from run to run of a run state. A buffer that moves (ONNX
-// Runtime's output, say) gets a new object; none is re-pointed, since oneDNN zero-fills the padding
-// of a memory it re-points and a packed weight is read-only.
+// one allocates (4 or 5 a piece on every run were ~7% of the CNN's time on one thread), while the
+// buffers (arena, weights, scratch) stay put from run to run of a run state. A buffer that moves
+// (ONNX Runtime's output, say) gets a new object.
 class Memories final : public OpState {
  public:
   // The given images, the primitive's (when reordered), then per piece its source, weight,

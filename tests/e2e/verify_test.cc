@@ -42,19 +42,32 @@ TEST(Verify, CompiledModelsMatchTheirOriginals) {
   }
 }
 
-// ONNX Runtime's Linux build records each session under ~/.cache/Microsoft unless told not to;
-// ctxgen's own host tells it not to, and leaves a user's ORT_DISABLE_TELEMETRY as they set it.
+// ONNX Runtime's Linux build records each session under ~/.cache/Microsoft (or $XDG_CACHE_HOME) and
+// leaves $TMPDIR/mat-debug-PID.log unless told not to; ctxgen's own host tells it not to, and leaves
+// a user's ORT_DISABLE_TELEMETRY as they set it.
 TEST(Verify, LeavesNoOnnxRuntimeTelemetryBehind) {
   TempDir dir;
   const fs::path ctx = compiled("cnn.onnx", dir);
   const std::string verify = std::string(CTXGEN_BINARY) + " verify " + quote(ctx) + " --reference " + quote(dir / "cnn.onnx");
-  auto r = run_command("env -u ORT_DISABLE_TELEMETRY HOME=" + quote(dir / "home") + " " + verify);
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_FALSE(fs::exists(dir / "home" / ".cache" / "Microsoft")) << "ONNX Runtime wrote telemetry under HOME";
-  r = run_command("env ORT_DISABLE_TELEMETRY=0 HOME=" + quote(dir / "home_on") + " " + verify);
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_TRUE(fs::exists(dir / "home_on" / ".cache" / "Microsoft"))
-      << "with ORT_DISABLE_TELEMETRY=0, ONNX Runtime no longer records sessions there: this test checks nothing";
+  const auto debug_logs = [](const fs::path& folder) {
+    size_t n = 0;
+    for (const auto& e : fs::directory_iterator(folder)) n += e.path().filename().string().rfind("mat-debug-", 0) == 0;
+    return n;
+  };
+  for (const bool opted_out : {true, false}) {
+    const fs::path home = dir / (opted_out ? "home" : "home_on"), tmp = dir / (opted_out ? "tmp" : "tmp_on");
+    fs::create_directories(tmp);
+    auto r = run_command("env -u XDG_CACHE_HOME " + std::string(opted_out ? "-u ORT_DISABLE_TELEMETRY" : "ORT_DISABLE_TELEMETRY=0") +
+                         " HOME=" + quote(home) + " TMPDIR=" + quote(tmp) + " " + verify);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    if (opted_out) {
+      EXPECT_FALSE(fs::exists(home / ".cache" / "Microsoft")) << "ONNX Runtime wrote telemetry under HOME";
+      EXPECT_EQ(debug_logs(tmp), 0u) << "ONNX Runtime left a mat-debug log in TMPDIR";
+    } else {  // ORT's telemetry left on by the user: the checks above can see it
+      EXPECT_TRUE(fs::exists(home / ".cache" / "Microsoft")) << "no telemetry under HOME even when on: this test checks nothing";
+      EXPECT_EQ(debug_logs(tmp), 1u) << "no mat-debug log in TMPDIR even when on: this test checks nothing";
+    }
+  }
 }
 
 // The project's LLM sample (scripts/gen_llm_pair.py, small): its float32 rounding passes the

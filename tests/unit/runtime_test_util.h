@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -64,8 +65,8 @@ inline void serial_tasks(size_t tasks, const std::function<void(size_t)>& body) 
   for (size_t t = 0; t < tasks; ++t) body(t);
 }
 
-// Whether `program` runs a packed Conv: its oneDNN memory objects are made on every call, and
-// oneDNN allocates for them and for the call inside the library.
+// Whether `program` runs a packed Conv: oneDNN allocates inside each primitive call, and the
+// memory objects around a buffer that moved are made again.
 inline bool calls_onednn_primitive(const ref::Program& program) {
   for (const ref::Op& op : program.ops)
     if (op.type == "Conv" && op.get_int("packed", 0) != 0) return true;
@@ -74,14 +75,16 @@ inline bool calls_onednn_primitive(const ref::Program& program) {
 
 // Validates and runs `program`; returns the bytes of each output (sized from its dtype and dims,
 // pre-filled with 0xAB so unwritten bytes show). Without `parallel`, the program runs a second
-// time, on copies of the inputs into other outputs (as ONNX Runtime's buffers move from run to
-// run), its kernels split into tasks (serial_tasks): that run must write the same bytes and, but
-// for oneDNN's own primitive calls, allocate nothing (as every run after the first does).
+// time on other copies of the inputs into other outputs (as ONNX Runtime's buffers move from run
+// to run; the first run's copies are overwritten, so a kernel still reading them shows), its
+// kernels split into tasks (serial_tasks): that run must write the same bytes and, but for
+// oneDNN's own primitive calls, allocate nothing (as every run after the first does).
 inline std::vector<Bytes> run_bytes(const ref::Program& program, const std::vector<Bytes>& inputs,
                                     const std::vector<Bytes>& weights = {}, const runtime::ParallelFor& parallel = {}) {
   runtime::validate(program, weights.size());
+  std::vector<Bytes> first = inputs;
   std::vector<const void*> in;
-  for (const auto& b : inputs) in.push_back(b.data());
+  for (const auto& b : first) in.push_back(b.data());
   std::vector<Bytes> outs, again;
   for (int32_t id : program.outputs)
     outs.emplace_back(static_cast<size_t>(program.values[static_cast<size_t>(id)].byte_size()), uint8_t{0xAB});
@@ -93,6 +96,7 @@ inline std::vector<Bytes> run_bytes(const ref::Program& program, const std::vect
   prepared.run(in, out, parallel);
   if (!parallel) {
     const runtime::ParallelFor split = serial_tasks;
+    for (auto& b : first) std::fill(b.begin(), b.end(), uint8_t{0xCD});
     const std::vector<Bytes> moved = inputs;
     std::vector<const void*> in_again;
     for (const auto& m : moved) in_again.push_back(m.data());
