@@ -37,14 +37,14 @@ struct Tensor {
 // An op's inputs, in a run's bound tensors.
 using Ins = std::span<const Tensor>;
 
-// What an op resolves before its first run, for kernels that need more than their attributes (a
-// oneDNN primitive, the size of a scratch buffer): made once per program by the op's planner.
 // What an op's kernel keeps from one run to the next of one run state (which one run uses at a
 // time), such as the library objects around its buffers.
 struct OpState {
   virtual ~OpState() = default;
 };
 
+// What an op resolves before its first run, for kernels that need more than their attributes (a
+// oneDNN primitive, the size of a scratch buffer): made once per program by the op's planner.
 struct OpPlan {
   virtual ~OpPlan() = default;
   // The op's state for a new run state; none for most ops.
