@@ -329,10 +329,10 @@ class Parser {
 
 }  // namespace
 
-std::shared_ptr<const ContextBinary> ContextBinary::open(const std::filesystem::path& path) {
+std::shared_ptr<const ContextBinary> ContextBinary::open(const std::filesystem::path& path, int fd) {
   std::shared_ptr<const MappedFile> file;
   try {
-    file = MappedFile::open(path);
+    file = fd < 0 ? MappedFile::open(path) : MappedFile::map(fd, path);
   } catch (const Error& e) {
     // MappedFile names the path already; only the code changes, to the one for binaries.
     throw Error(ErrorCode::kInvalidBinary, std::string("cannot open context binary: ") + e.what());

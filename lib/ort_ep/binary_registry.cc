@@ -24,24 +24,23 @@ BinaryRegistry& BinaryRegistry::instance() {
   return registry;
 }
 
-std::shared_ptr<const ContextBinary> BinaryRegistry::open_counted(const std::filesystem::path& path) {
-  auto counted = std::make_shared<CountedBinary>(ContextBinary::open(path));
+std::shared_ptr<const ContextBinary> BinaryRegistry::open_counted(const std::filesystem::path& path, int fd) {
+  auto counted = std::make_shared<CountedBinary>(ContextBinary::open(path, fd));
   ++g_opened;
   const ContextBinary* binary = counted->binary.get();
   return std::shared_ptr<const ContextBinary>(std::move(counted), binary);
 }
 
-std::shared_ptr<const ContextBinary> BinaryRegistry::open(const std::filesystem::path& canonical_path,
-                                                          bool shared) {
-  if (!shared) return open_counted(canonical_path);
+std::shared_ptr<const ContextBinary> BinaryRegistry::open(const ContextFile& file, bool shared) {
+  if (!shared) return open_counted(file.path, file.fd.get());
   // Opening under the lock keeps two sessions created at once from mapping the file twice.
   std::lock_guard lock(mutex_);
   std::erase_if(shared_, [](const auto& entry) { return entry.second.expired(); });
-  if (auto it = shared_.find(canonical_path); it != shared_.end()) {
+  if (auto it = shared_.find(file.path); it != shared_.end()) {
     if (auto binary = it->second.lock()) return binary;
   }
-  auto binary = open_counted(canonical_path);
-  shared_[canonical_path] = binary;
+  auto binary = open_counted(file.path, file.fd.get());
+  shared_[file.path] = binary;
   return binary;
 }
 

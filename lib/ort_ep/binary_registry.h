@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "context_path.h"
 #include "ctxgen/format.h"
 
 namespace ctxgen::ort_ep {
@@ -30,9 +31,11 @@ class BinaryRegistry {
  public:
   static BinaryRegistry& instance();
 
-  // Maps `canonical_path`. With `shared`, returns the mapping another sharing session holds, if
+  // Maps `file`. With `shared`, returns the mapping another sharing session holds of its path, if
   // any, and otherwise publishes the new one for later sharing sessions.
-  std::shared_ptr<const ContextBinary> open(const std::filesystem::path& canonical_path, bool shared);
+  std::shared_ptr<const ContextBinary> open(const ContextFile& file, bool shared);
+  // Maps the file at `path` for one session.
+  std::shared_ptr<const ContextBinary> open(const std::filesystem::path& path) { return open_counted(path, -1); }
 
   // Binaries published by sharing sessions that are still alive and hold a graph named `name`.
   std::vector<SharedGraph> find_shared_graph(const std::string& name);
@@ -40,7 +43,7 @@ class BinaryRegistry {
   BinaryStats stats() const;
 
  private:
-  std::shared_ptr<const ContextBinary> open_counted(const std::filesystem::path& path);
+  std::shared_ptr<const ContextBinary> open_counted(const std::filesystem::path& path, int fd);
 
   mutable std::mutex mutex_;
   std::map<std::filesystem::path, std::weak_ptr<const ContextBinary>> shared_;

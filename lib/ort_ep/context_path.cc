@@ -1,5 +1,14 @@
 #include "context_path.h"
 
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
 #include <system_error>
 
 #include "ctxgen/error.h"
@@ -26,18 +35,7 @@ bool has_parent_reference(const fs::path& path) {
   return false;
 }
 
-}  // namespace
-
-fs::path context_folder(const std::string& model_path, const std::optional<std::string>& context_file_path,
-                        const std::string& node, const std::string& cache_context) {
-  if (!model_path.empty()) return folder_of(model_path);
-  if (context_file_path && !context_file_path->empty()) return folder_of(*context_file_path);
-  reject(node, cache_context,
-         "cannot be located: the model was loaded from memory, so set the session option "
-         "ep.context_file_path to the model's path");
-}
-
-fs::path resolve_context_path(const fs::path& folder, const std::string& relative, const std::string& node) {
+void check_relative(const fs::path& folder, const std::string& relative, const std::string& node) {
   if (relative.empty()) {
     reject(node, relative, "is empty; it must name the context binary relative to the model folder '" +
                                folder.string() + "'");
@@ -52,11 +50,33 @@ fs::path resolve_context_path(const fs::path& folder, const std::string& relativ
     reject(node, relative, "contains '..'; it must not point outside the model folder '" +
                                folder.string() + "'");
   }
+}
 
+// The kernel resolves the path and keeps it beneath the folder (openat2, RESOLVE_BENEATH) in one
+// call; the canonical path is then the open file's. Nothing when that fails for any reason: the
+// path-based resolution below then decides, and names what is wrong.
+std::optional<ContextFile> open_beneath(const fs::path& folder, const std::string& relative) {
+  const FileDescriptor dir(::open(folder.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (dir.get() < 0) return std::nullopt;
+  open_how how{};
+  how.flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK;  // a FIFO opens without waiting, then is refused
+  how.resolve = RESOLVE_BENEATH;
+  FileDescriptor file(static_cast<int>(::syscall(SYS_openat2, dir.get(), relative.c_str(), &how, sizeof how)));
+  if (file.get() < 0) return std::nullopt;
+  char target[PATH_MAX];
+  const std::string link = "/proc/self/fd/" + std::to_string(file.get());
+  const ssize_t n = ::readlink(link.c_str(), target, sizeof target);
+  if (n <= 0 || static_cast<size_t>(n) == sizeof target || target[0] != '/') return std::nullopt;
+  return ContextFile{fs::path(std::string(target, static_cast<size_t>(n))), std::move(file)};
+}
+
+// Where openat2 is missing (Linux before 5.6, some seccomp filters) or refuses what the rules
+// allow (an absolute symlink to a file in the folder), and to name what is wrong.
+ContextFile open_by_path(const fs::path& folder, const std::string& relative, const std::string& node) {
   std::error_code ec;
   const fs::path base = fs::weakly_canonical(folder, ec);
   if (ec) reject(node, relative, "cannot be resolved: model folder '" + folder.string() + "': " + ec.message());
-  const fs::path resolved = fs::weakly_canonical(base / rel, ec);
+  const fs::path resolved = fs::weakly_canonical(base / relative, ec);
   if (ec) reject(node, relative, "cannot be resolved in '" + base.string() + "': " + ec.message());
   // A symlink inside the folder may still lead out of it; judge where it really points.
   const fs::path inside = resolved.lexically_relative(base);
@@ -64,13 +84,42 @@ fs::path resolve_context_path(const fs::path& folder, const std::string& relativ
     reject(node, relative, "resolves to '" + resolved.string() + "', outside the model folder '" +
                                base.string() + "'");
   }
-  if (!fs::is_regular_file(resolved, ec)) {
-    reject(node, relative, "names '" + resolved.string() + "', which does not exist or is not a regular file");
+  // O_NOFOLLOW: the path is resolved; a symlink put there since would lead anywhere.
+  FileDescriptor file(::open(resolved.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW));
+  if (file.get() < 0) {
+    if (errno == ENOENT || errno == ENOTDIR)
+      reject(node, relative, "names '" + resolved.string() + "', which does not exist or is not a regular file");
+    reject(node, relative, "names '" + resolved.string() + "', which cannot be opened: " + std::strerror(errno));
   }
-  const auto size = fs::file_size(resolved, ec);
-  if (ec) reject(node, relative, "names '" + resolved.string() + "', which cannot be read: " + ec.message());
-  if (size == 0) reject(node, relative, "names '" + resolved.string() + "', which is empty");
-  return resolved;
+  return ContextFile{resolved, std::move(file)};
+}
+
+}  // namespace
+
+FileDescriptor::~FileDescriptor() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+fs::path context_folder(const std::string& model_path, const std::optional<std::string>& context_file_path,
+                        const std::string& node, const std::string& cache_context) {
+  if (!model_path.empty()) return folder_of(model_path);
+  if (context_file_path && !context_file_path->empty()) return folder_of(*context_file_path);
+  reject(node, cache_context,
+         "cannot be located: the model was loaded from memory, so set the session option "
+         "ep.context_file_path to the model's path");
+}
+
+ContextFile open_context_file(const fs::path& folder, const std::string& relative, const std::string& node) {
+  check_relative(folder, relative, node);
+  std::optional<ContextFile> opened = open_beneath(folder, relative);
+  ContextFile file = opened ? std::move(*opened) : open_by_path(folder, relative, node);
+  struct stat st {};
+  if (::fstat(file.fd.get(), &st) != 0)
+    reject(node, relative, "names '" + file.path.string() + "', which cannot be read: " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    reject(node, relative, "names '" + file.path.string() + "', which does not exist or is not a regular file");
+  if (st.st_size == 0) reject(node, relative, "names '" + file.path.string() + "', which is empty");
+  return file;
 }
 
 }  // namespace ctxgen::ort_ep

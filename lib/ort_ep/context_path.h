@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <utility>
 
 namespace ctxgen::ort_ep {
 
@@ -16,10 +17,30 @@ std::filesystem::path context_folder(const std::string& model_path,
                                      const std::optional<std::string>& context_file_path,
                                      const std::string& node, const std::string& cache_context);
 
-// The canonical path of the file `relative` names inside `folder`. Throws Error(kInvalidModel)
-// naming `node` and the path when `relative` is empty, absolute, contains "..", resolves outside
-// `folder`, or does not name a non-empty regular file.
-std::filesystem::path resolve_context_path(const std::filesystem::path& folder, const std::string& relative,
-                                           const std::string& node);
+class FileDescriptor {
+ public:
+  explicit FileDescriptor(int fd) : fd_(fd) {}
+  ~FileDescriptor();
+  FileDescriptor(FileDescriptor&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(FileDescriptor&&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+struct ContextFile {
+  std::filesystem::path path;  // canonical: sessions sharing binaries find each other's by it
+  FileDescriptor fd;
+};
+
+// Opens the file `relative` names inside `folder`. Throws Error(kInvalidModel) naming `node` and
+// the path when `relative` is empty, absolute, contains "..", resolves outside `folder`, or does
+// not name a non-empty regular file. The file judged is the file opened: a symlink swapped after
+// the check cannot lead the open elsewhere.
+ContextFile open_context_file(const std::filesystem::path& folder, const std::string& relative,
+                              const std::string& node);
 
 }  // namespace ctxgen::ort_ep

@@ -187,12 +187,12 @@ const CtxgenEp::LoadedBinary& CtxgenEp::load_main_context(const EpContextNode& n
     return keep({label, std::move(binary)});
   }
   const auto folder = context_folder(model_path, config_.context_file_path, node.name, node.cache_context);
-  const std::string path = resolve_context_path(folder, node.cache_context, node.name).string();
+  const ContextFile file = open_context_file(folder, node.cache_context, node.name);
   for (const LoadedBinary& loaded : loaded_) {
-    if (loaded.label == path) return loaded;
+    if (loaded.label == file.path) return loaded;
   }
   try {
-    return keep({path, BinaryRegistry::instance().open(path, config_.share_contexts)});
+    return keep({file.path.string(), BinaryRegistry::instance().open(file, config_.share_contexts)});
   } catch (const Error& e) {
     throw e.within(where + ": ep_cache_context '" + node.cache_context + "'");
   }
@@ -379,7 +379,7 @@ std::vector<std::unique_ptr<CompiledNode>> CtxgenEp::compile_ordinary(const std:
   if (written && !shared) {
     write_context_binary_file(paths.binary, identity, workspace.graphs, workspace.store);
     log(ORT_LOGGING_LEVEL_INFO, "wrote context binary " + paths.binary.string());
-    if (cannot_run().empty()) binary = BinaryRegistry::instance().open(paths.binary.string(), false);
+    if (cannot_run().empty()) binary = BinaryRegistry::instance().open(paths.binary);
   } else if (cannot_run().empty()) {
     // Held in memory, aligned like a mapped file so weights are used in place.
     auto data = aligned_copy(payload);

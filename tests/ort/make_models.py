@@ -121,6 +121,9 @@ class Writer:
         self.single("path_missing_ctx.onnx", cache="missing.bin")
         self.single("path_emptyfile_ctx.onnx", cache="empty.bin")
         self.single("path_folder_ctx.onnx", cache="sub")
+        # Symlinks that stay inside the folder, which load.
+        self.single("path_relative_link_ctx.onnx", cache="relative_link.bin")
+        self.single("path_absolute_link_ctx.onnx", cache="absolute_link.bin")
 
         # Made by or for someone else, or not matching the graph.
         self.single("identity_ctx.onnx", cache="other_sdk.bin")

@@ -139,6 +139,23 @@ TEST_P(SharingTest, TwoSessionsMapTheBinaryOnceAndReleaseItWithTheLast) {
 INSTANTIATE_TEST_SUITE_P(DestroyOrder, SharingTest, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "FirstSessionFirst" : "SecondSessionFirst"; });
 
+// A link that stays in the model folder loads the file it names, whether its target is relative
+// (the kernel keeps it beneath the folder) or absolute (checked by its canonical path), and
+// sessions share the file by that path, however their models name it.
+TEST_F(OrtPluginTest, SymlinkInsideTheModelFolderLoadsTheFileItNames) {
+  for (const char* name : {"path_relative_link_ctx.onnx", "path_absolute_link_ctx.onnx"}) {
+    Ort::Session session = open_session(model(name), plugin_options());
+    expect_matches_cpu(session, "single_plain.onnx");
+  }
+  const PluginStats before = Plugin::stats();
+  const Ort::SessionOptions options = plugin_options({{"ep.share_ep_contexts", "1"}});
+  Ort::Session direct = open_session(model("single_ctx.onnx"), options);
+  Ort::Session relative = open_session(model("path_relative_link_ctx.onnx"), options);
+  Ort::Session absolute = open_session(model("path_absolute_link_ctx.onnx"), options);
+  EXPECT_EQ(Plugin::stats().opened - before.opened, 1u);
+  expect_matches_cpu(absolute, "single_plain.onnx");
+}
+
 TEST_F(OrtPluginTest, WithoutSharingEachSessionMapsItsOwnBinary) {
   const PluginStats before = Plugin::stats();
   Ort::Session first = open_session(model("single_ctx.onnx"), plugin_options());

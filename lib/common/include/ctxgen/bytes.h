@@ -18,6 +18,8 @@ class MappedFile {
  public:
   // Throws Error(kInvalidModel) naming the file when it cannot be opened or mapped.
   static std::shared_ptr<const MappedFile> open(const std::filesystem::path& path);
+  // Maps the file open on `fd`, which the caller keeps; `path` names it. Throws as open() does.
+  static std::shared_ptr<const MappedFile> map(int fd, const std::filesystem::path& path);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
