@@ -39,6 +39,14 @@ bool is_temporary(const std::string& name) {
 
 }  // namespace
 
+fs::path resolved_path(const fs::path& path, ErrorCode code) {
+  std::error_code ec;
+  fs::path absolute = fs::absolute(path, ec);
+  if (!ec) absolute = fs::weakly_canonical(absolute, ec);
+  if (ec) throw Error(code, path.string() + ": cannot be resolved: " + ec.message());
+  return absolute;
+}
+
 OutputFile::OutputFile(const fs::path& temp_path) : temp_(temp_path) {
   fd_ = ::open(temp_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) throw io_error(temp_.parent_path(), std::string("cannot create output: ") + std::strerror(errno));
@@ -112,7 +120,7 @@ OutputSummary OutputFile::finish(const fs::path& final_path) {
 OutputSet::OutputSet(std::vector<fs::path> paths, bool force) : paths_(std::move(paths)), force_(force) {
   for (size_t i = 0; i < paths_.size(); ++i)
     for (size_t j = i + 1; j < paths_.size(); ++j)
-      if (fs::weakly_canonical(fs::absolute(paths_[i])) == fs::weakly_canonical(fs::absolute(paths_[j])))
+      if (resolved_path(paths_[i], ErrorCode::kUsage) == resolved_path(paths_[j], ErrorCode::kUsage))
         throw Error(ErrorCode::kUsage, "two outputs would both be written to " + paths_[i].string() +
                                            " (model, binary, weights file and report each need their own path)");
   // Every check before any folder is made, so a refusal leaves nothing behind.
@@ -199,7 +207,7 @@ OutputFile& OutputSet::open(const fs::path& path) {
 void OutputSet::adopt(const fs::path& written, const fs::path& path) {
   std::error_code ec;
   const auto same = [&](const fs::path& other) {
-    return fs::weakly_canonical(fs::absolute(other)) == fs::weakly_canonical(fs::absolute(path));
+    return resolved_path(other, ErrorCode::kUsage) == resolved_path(path, ErrorCode::kUsage);
   };
   for (const auto& [source, target] : adopted_)
     if (same(target)) throw Error(ErrorCode::kUsage, "two outputs would both be written to " + path.string());

@@ -430,7 +430,7 @@ void run_pipeline(const std::vector<fs::path>& inputs, const CompileOptions& opt
   Plan plan = plan_outputs(inputs, options, backend);
   for (const auto& in : inputs)
     for (const auto& out : planned_paths(plan))
-      if (fs::weakly_canonical(fs::absolute(in)) == fs::weakly_canonical(fs::absolute(out)))
+      if (resolved_path(in, ErrorCode::kInvalidModel) == resolved_path(out, ErrorCode::kUsage))
         throw Error(ErrorCode::kUsage, out.string() + ": an output would overwrite an input model");
   OutputSet outputs(planned_paths(plan), options.force);
   outputs_checked = true;

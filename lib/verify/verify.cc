@@ -58,7 +58,10 @@ std::shared_ptr<const ContextBinary> load_context(const fs::path& model, const o
                                         "embedded context of node '" + node.name() + "'");
     }
     fs::path bin = model.parent_path() / cache->s();
-    if (!fs::exists(bin)) throw mismatch(model, "node '" + node.name() + "': context binary " + bin.string() + " is missing");
+    std::error_code ec;
+    if (!fs::exists(bin, ec))
+      throw mismatch(model, "node '" + node.name() + "': context binary " + bin.string() +
+                                (ec ? " cannot be reached: " + ec.message() : " is missing"));
     auto binary = ContextBinary::open(bin);
     checks.push_back(bin.string() + ": present, format v" + std::to_string(binary->format_version()) + ", metadata and programs intact");
     return binary;
@@ -152,7 +155,8 @@ void check_external_weights(const fs::path& model, const onnx::ModelProto& proto
   if (!recorded || !location) return;
   const fs::path file = model.parent_path() / *location;
   std::error_code ec;
-  if (!fs::exists(file, ec)) throw mismatch(model, "external weights file " + file.string() + " is missing");
+  if (!fs::exists(file, ec))
+    throw mismatch(model, "external weights file " + file.string() + (ec ? " cannot be reached: " + ec.message() : " is missing"));
   std::string& found = hashed[fs::weakly_canonical(file, ec)];
   if (found.empty()) {
     try {
@@ -457,7 +461,8 @@ Result run(const Options& options) {
   Result result;
   Hashed hashed;
   for (size_t i = 0; i < options.models.size(); ++i) {
-    if (!fs::exists(options.models[i])) throw mismatch(options.models[i], "no such file");
+    std::error_code ec;
+    if (!fs::exists(options.models[i], ec)) throw mismatch(options.models[i], ec ? ec.message() : "no such file");
     step(options, "checking " + options.models[i].string());
     onnx::ModelProto proto = parse(options.models[i]);  // read once, for both checks
     Result found;

@@ -170,6 +170,17 @@ TEST(Verify, AMissingBinaryFailsIntegrity) {
   EXPECT_NE(r.output.find("cnn_ref.bin is missing"), std::string::npos) << r.output;
 }
 
+TEST(Verify, ABinaryBehindASymlinkLoopFailsIntegrityNamingTheCause) {
+  TempDir dir;
+  fs::path ctx = compiled("cnn.onnx", dir);
+  fs::remove(dir / "cnn_ref.bin");
+  fs::create_symlink("loop.bin", dir / "cnn_ref.bin");
+  fs::create_symlink("cnn_ref.bin", dir / "loop.bin");
+  auto r = ctxgen("verify " + quote(ctx));
+  EXPECT_EQ(r.exit_code, 8) << r.output;
+  EXPECT_NE(r.output.find("cnn_ref.bin cannot be reached: Too many levels of symbolic links"), std::string::npos) << r.output;
+}
+
 TEST(Verify, ABinaryFromAnotherCompilationFailsIntegrityNamingBothIds) {
   TempDir dir;
   fs::path ctx = compiled("cnn.onnx", dir);

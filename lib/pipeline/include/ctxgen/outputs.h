@@ -9,10 +9,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ctxgen/error.h"
 #include "ctxgen/format.h"
 #include "ctxgen/pipeline.h"
 
 namespace ctxgen {
+
+// `path` made absolute with its symlinks followed (it need not exist), so two names of one file
+// compare equal. Throws Error(`code`) naming the path when it cannot be resolved (a symlink loop,
+// a folder on the way that cannot be searched).
+std::filesystem::path resolved_path(const std::filesystem::path& path, ErrorCode code);
 
 // Writes through a file descriptor, hashing the bytes as they go.
 class OutputFile {
