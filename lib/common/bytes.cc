@@ -15,18 +15,15 @@
 
 namespace ctxgen {
 
+FileDescriptor::~FileDescriptor() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
 std::shared_ptr<const MappedFile> MappedFile::open(const std::filesystem::path& path) {
   // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused as not a regular file below.
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) throw Error(ErrorCode::kInvalidModel, path.string() + ": " + std::strerror(errno));
-  try {
-    auto file = map(fd, path);
-    ::close(fd);
-    return file;
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
+  const FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
+  if (fd.get() < 0) throw Error(ErrorCode::kInvalidModel, path.string() + ": " + std::strerror(errno));
+  return map(fd.get(), path);
 }
 
 std::shared_ptr<const MappedFile> MappedFile::map(int fd, const std::filesystem::path& path) {
@@ -34,14 +31,20 @@ std::shared_ptr<const MappedFile> MappedFile::map(int fd, const std::filesystem:
     return Error(ErrorCode::kInvalidModel, path.string() + ": " + what);
   };
   struct stat st {};
-  if (::fstat(fd, &st) != 0) throw fail(std::strerror(errno));
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    throw fail(std::strerror(err));
+  }
   if (!S_ISREG(st.st_mode)) throw fail(S_ISDIR(st.st_mode) ? "is a directory, not a file" : "is not a regular file");
   std::shared_ptr<MappedFile> file(new MappedFile());
   file->path_ = path;
   file->size_ = static_cast<size_t>(st.st_size);
   if (file->size_ > 0) {
     void* p = ::mmap(nullptr, file->size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) throw fail(std::string("cannot map: ") + std::strerror(errno));
+    if (p == MAP_FAILED) {
+      const int err = errno;
+      throw fail(std::string("cannot map: ") + std::strerror(err));
+    }
     file->data_ = static_cast<const uint8_t*>(p);
   }
   return file;

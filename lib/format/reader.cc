@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <string_view>
 
@@ -329,15 +330,28 @@ class Parser {
 
 }  // namespace
 
-std::shared_ptr<const ContextBinary> ContextBinary::open(const std::filesystem::path& path, int fd) {
+namespace {
+
+std::shared_ptr<const ContextBinary> from_file(const std::function<std::shared_ptr<const MappedFile>()>& map,
+                                               const std::filesystem::path& path) {
   std::shared_ptr<const MappedFile> file;
   try {
-    file = fd < 0 ? MappedFile::open(path) : MappedFile::map(fd, path);
+    file = map();
   } catch (const Error& e) {
     // MappedFile names the path already; only the code changes, to the one for binaries.
     throw Error(ErrorCode::kInvalidBinary, std::string("cannot open context binary: ") + e.what());
   }
-  return from_memory(file->data(), file->size(), file, path.string());
+  return ContextBinary::from_memory(file->data(), file->size(), file, path.string());
+}
+
+}  // namespace
+
+std::shared_ptr<const ContextBinary> ContextBinary::open(const std::filesystem::path& path) {
+  return from_file([&] { return MappedFile::open(path); }, path);
+}
+
+std::shared_ptr<const ContextBinary> ContextBinary::map(int fd, const std::filesystem::path& path) {
+  return from_file([&] { return MappedFile::map(fd, path); }, path);
 }
 
 std::shared_ptr<const ContextBinary> ContextBinary::from_memory(const uint8_t* data, size_t size,

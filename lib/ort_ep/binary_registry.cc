@@ -17,6 +17,13 @@ struct CountedBinary {
   std::shared_ptr<const ContextBinary> binary;
 };
 
+std::shared_ptr<const ContextBinary> counted(std::shared_ptr<const ContextBinary> binary) {
+  auto counted = std::make_shared<CountedBinary>(std::move(binary));
+  ++g_opened;
+  const ContextBinary* raw = counted->binary.get();
+  return std::shared_ptr<const ContextBinary>(std::move(counted), raw);
+}
+
 }  // namespace
 
 BinaryRegistry& BinaryRegistry::instance() {
@@ -24,22 +31,19 @@ BinaryRegistry& BinaryRegistry::instance() {
   return registry;
 }
 
-std::shared_ptr<const ContextBinary> BinaryRegistry::open_counted(const std::filesystem::path& path, int fd) {
-  auto counted = std::make_shared<CountedBinary>(ContextBinary::open(path, fd));
-  ++g_opened;
-  const ContextBinary* binary = counted->binary.get();
-  return std::shared_ptr<const ContextBinary>(std::move(counted), binary);
+std::shared_ptr<const ContextBinary> BinaryRegistry::open(const std::filesystem::path& path) {
+  return counted(ContextBinary::open(path));
 }
 
 std::shared_ptr<const ContextBinary> BinaryRegistry::open(const ContextFile& file, bool shared) {
-  if (!shared) return open_counted(file.path, file.fd.get());
+  if (!shared) return counted(ContextBinary::map(file.fd.get(), file.path));
   // Opening under the lock keeps two sessions created at once from mapping the file twice.
   std::lock_guard lock(mutex_);
   std::erase_if(shared_, [](const auto& entry) { return entry.second.expired(); });
   if (auto it = shared_.find(file.path); it != shared_.end()) {
     if (auto binary = it->second.lock()) return binary;
   }
-  auto binary = open_counted(file.path, file.fd.get());
+  auto binary = counted(ContextBinary::map(file.fd.get(), file.path));
   shared_[file.path] = binary;
   return binary;
 }

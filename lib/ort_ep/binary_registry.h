@@ -35,7 +35,7 @@ class BinaryRegistry {
   // any, and otherwise publishes the new one for later sharing sessions.
   std::shared_ptr<const ContextBinary> open(const ContextFile& file, bool shared);
   // Maps the file at `path` for one session.
-  std::shared_ptr<const ContextBinary> open(const std::filesystem::path& path) { return open_counted(path, -1); }
+  std::shared_ptr<const ContextBinary> open(const std::filesystem::path& path);
 
   // Binaries published by sharing sessions that are still alive and hold a graph named `name`.
   std::vector<SharedGraph> find_shared_graph(const std::string& name);
@@ -43,7 +43,6 @@ class BinaryRegistry {
   BinaryStats stats() const;
 
  private:
-  std::shared_ptr<const ContextBinary> open_counted(const std::filesystem::path& path, int fd);
 
   mutable std::mutex mutex_;
   std::map<std::filesystem::path, std::weak_ptr<const ContextBinary>> shared_;

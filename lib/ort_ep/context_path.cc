@@ -10,6 +10,7 @@
 #include <climits>
 #include <cstring>
 #include <system_error>
+#include <vector>
 
 #include "ctxgen/error.h"
 
@@ -33,6 +34,16 @@ bool has_parent_reference(const fs::path& path) {
     if (part == "..") return true;
   }
   return false;
+}
+
+constexpr const char* kNotAFile = "does not exist or is not a regular file";
+// O_NONBLOCK: a FIFO opens without waiting for a writer, then is refused as not a regular file;
+// O_NOCTTY: a terminal opened so is never made the process's.
+constexpr int kReadFlags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY;
+
+[[noreturn]] void reject_file(const std::string& node, const std::string& relative, const fs::path& file,
+                              const std::string& why) {
+  reject(node, relative, "names '" + file.string() + "', which " + why);
 }
 
 void check_relative(const fs::path& folder, const std::string& relative, const std::string& node) {
@@ -59,19 +70,28 @@ std::optional<ContextFile> open_beneath(const fs::path& folder, const std::strin
   const FileDescriptor dir(::open(folder.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   if (dir.get() < 0) return std::nullopt;
   open_how how{};
-  how.flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK;  // a FIFO opens without waiting, then is refused
+  how.flags = kReadFlags;
   how.resolve = RESOLVE_BENEATH;
   FileDescriptor file(static_cast<int>(::syscall(SYS_openat2, dir.get(), relative.c_str(), &how, sizeof how)));
   if (file.get() < 0) return std::nullopt;
   char target[PATH_MAX];
   const std::string link = "/proc/self/fd/" + std::to_string(file.get());
   const ssize_t n = ::readlink(link.c_str(), target, sizeof target);
+  // Not a path when /proc is missing or the name is too long; another file's (or one ending in
+  // " (deleted)") when the file was renamed over or removed since it was opened.
   if (n <= 0 || static_cast<size_t>(n) == sizeof target || target[0] != '/') return std::nullopt;
-  return ContextFile{fs::path(std::string(target, static_cast<size_t>(n))), std::move(file)};
+  const std::string path(target, static_cast<size_t>(n));
+  struct stat named {}, opened {};
+  if (::stat(path.c_str(), &named) != 0 || ::fstat(file.get(), &opened) != 0 || named.st_dev != opened.st_dev ||
+      named.st_ino != opened.st_ino)
+    return std::nullopt;
+  return ContextFile{fs::path(path), std::move(file)};
 }
 
-// Where openat2 is missing (Linux before 5.6, some seccomp filters) or refuses what the rules
-// allow (an absolute symlink to a file in the folder), and to name what is wrong.
+// Where openat2 is missing (Linux before 5.6, seccomp filters that make it fail) or refuses what the
+// rules allow (an absolute symlink to a file in the folder), and to name what is wrong. The checked
+// path is then opened a component at a time from the folder, following no link: resolved, it has
+// none, so a link found on the way was put there since the check and is refused.
 ContextFile open_by_path(const fs::path& folder, const std::string& relative, const std::string& node) {
   std::error_code ec;
   const fs::path base = fs::weakly_canonical(folder, ec);
@@ -84,21 +104,25 @@ ContextFile open_by_path(const fs::path& folder, const std::string& relative, co
     reject(node, relative, "resolves to '" + resolved.string() + "', outside the model folder '" +
                                base.string() + "'");
   }
-  // O_NOFOLLOW: the path is resolved; a symlink put there since would lead anywhere.
-  FileDescriptor file(::open(resolved.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW));
-  if (file.get() < 0) {
-    if (errno == ENOENT || errno == ENOTDIR)
-      reject(node, relative, "names '" + resolved.string() + "', which does not exist or is not a regular file");
-    reject(node, relative, "names '" + resolved.string() + "', which cannot be opened: " + std::strerror(errno));
+  FileDescriptor at(::open(base.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  std::vector<fs::path> parts;
+  for (const fs::path& part : inside)
+    if (!part.empty() && part != ".") parts.push_back(part);
+  for (size_t i = 0; at.get() >= 0 && i < parts.size(); ++i) {
+    const bool last = i + 1 == parts.size();
+    at = FileDescriptor(::openat(at.get(), parts[i].c_str(),
+                                 last ? kReadFlags | O_NOFOLLOW : O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   }
-  return ContextFile{resolved, std::move(file)};
+  if (at.get() < 0) {
+    const int err = errno;
+    // ELOOP: a link with nothing behind it (weakly_canonical keeps a dangling link's own name).
+    if (err == ENOENT || err == ENOTDIR || err == ELOOP) reject_file(node, relative, resolved, kNotAFile);
+    reject_file(node, relative, resolved, std::string("cannot be opened: ") + std::strerror(err));
+  }
+  return ContextFile{resolved, std::move(at)};
 }
 
 }  // namespace
-
-FileDescriptor::~FileDescriptor() {
-  if (fd_ >= 0) ::close(fd_);
-}
 
 fs::path context_folder(const std::string& model_path, const std::optional<std::string>& context_file_path,
                         const std::string& node, const std::string& cache_context) {
@@ -114,11 +138,12 @@ ContextFile open_context_file(const fs::path& folder, const std::string& relativ
   std::optional<ContextFile> opened = open_beneath(folder, relative);
   ContextFile file = opened ? std::move(*opened) : open_by_path(folder, relative, node);
   struct stat st {};
-  if (::fstat(file.fd.get(), &st) != 0)
-    reject(node, relative, "names '" + file.path.string() + "', which cannot be read: " + std::strerror(errno));
-  if (!S_ISREG(st.st_mode))
-    reject(node, relative, "names '" + file.path.string() + "', which does not exist or is not a regular file");
-  if (st.st_size == 0) reject(node, relative, "names '" + file.path.string() + "', which is empty");
+  if (::fstat(file.fd.get(), &st) != 0) {
+    const int err = errno;
+    reject_file(node, relative, file.path, std::string("cannot be read: ") + std::strerror(err));
+  }
+  if (!S_ISREG(st.st_mode)) reject_file(node, relative, file.path, kNotAFile);
+  if (st.st_size == 0) reject_file(node, relative, file.path, "is empty");
   return file;
 }
 

@@ -6,7 +6,8 @@
 #include <filesystem>
 #include <optional>
 #include <string>
-#include <utility>
+
+#include "ctxgen/bytes.h"
 
 namespace ctxgen::ort_ep {
 
@@ -17,20 +18,6 @@ std::filesystem::path context_folder(const std::string& model_path,
                                      const std::optional<std::string>& context_file_path,
                                      const std::string& node, const std::string& cache_context);
 
-class FileDescriptor {
- public:
-  explicit FileDescriptor(int fd) : fd_(fd) {}
-  ~FileDescriptor();
-  FileDescriptor(FileDescriptor&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  FileDescriptor(const FileDescriptor&) = delete;
-  FileDescriptor& operator=(const FileDescriptor&) = delete;
-  FileDescriptor& operator=(FileDescriptor&&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
 struct ContextFile {
   std::filesystem::path path;  // canonical: sessions sharing binaries find each other's by it
   FileDescriptor fd;
@@ -38,8 +25,8 @@ struct ContextFile {
 
 // Opens the file `relative` names inside `folder`. Throws Error(kInvalidModel) naming `node` and
 // the path when `relative` is empty, absolute, contains "..", resolves outside `folder`, or does
-// not name a non-empty regular file. The file judged is the file opened: a symlink swapped after
-// the check cannot lead the open elsewhere.
+// not name a non-empty regular file. The file judged is the file opened: no link followed during
+// the open can lead outside `folder`, whatever changes in it meanwhile.
 ContextFile open_context_file(const std::filesystem::path& folder, const std::string& relative,
                               const std::string& node);
 

@@ -121,6 +121,7 @@ class Writer:
         self.single("path_missing_ctx.onnx", cache="missing.bin")
         self.single("path_emptyfile_ctx.onnx", cache="empty.bin")
         self.single("path_folder_ctx.onnx", cache="sub")
+        self.single("path_dangling_ctx.onnx", cache="dangling.bin")
         # Symlinks that stay inside the folder, which load.
         self.single("path_relative_link_ctx.onnx", cache="relative_link.bin")
         self.single("path_absolute_link_ctx.onnx", cache="absolute_link.bin")

@@ -133,6 +133,7 @@ void make_artifacts(const fs::path& folder) {
   // Links that stay inside the folder: one relative, one absolute.
   fs::create_symlink("model_ref.bin", folder / "relative_link.bin");
   fs::create_symlink(fs::absolute(folder / "model_ref.bin"), folder / "absolute_link.bin");
+  fs::create_symlink("nowhere.bin", folder / "dangling.bin");
 
   using testing::quote;
   const std::string command = std::string(CTXGEN_PYTHON) + " " + quote(CTXGEN_ORT_MODEL_SCRIPT) + " " +

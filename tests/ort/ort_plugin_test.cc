@@ -211,6 +211,7 @@ INSTANTIATE_TEST_SUITE_P(
         RefusedModel{"MissingFile", "path_missing_ctx.onnx", {"add_node", "missing.bin", "does not exist"}},
         RefusedModel{"EmptyFile", "path_emptyfile_ctx.onnx", {"add_node", "empty.bin", "is empty"}},
         RefusedModel{"Folder", "path_folder_ctx.onnx", {"add_node", "'sub'", "not a regular file"}},
+        RefusedModel{"DanglingLink", "path_dangling_ctx.onnx", {"add_node", "dangling.bin", "does not exist"}},
         RefusedModel{"OtherSdkBinary",
                      "identity_ctx.onnx",
                      {"add_node", "other_sdk.bin", "sdk_version", "'ctxgen-ref 0.9'", std::string("'") + ref::kSdkVersion + "'"}},

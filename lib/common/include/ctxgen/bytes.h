@@ -14,6 +14,24 @@
 namespace ctxgen {
 
 // A read-only mapping of a whole file. Views into it keep it alive through shared pointers.
+// Owns an open file descriptor and closes it.
+class FileDescriptor {
+ public:
+  explicit FileDescriptor(int fd) : fd_(fd) {}
+  ~FileDescriptor();
+  FileDescriptor(FileDescriptor&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(FileDescriptor&& other) noexcept {
+    std::swap(fd_, other.fd_);  // ours closes with `other`
+    return *this;
+  }
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
 class MappedFile {
  public:
   // Throws Error(kInvalidModel) naming the file when it cannot be opened or mapped.

@@ -88,10 +88,11 @@ struct WeightRecord {
 
 class ContextBinary {
  public:
-  // Maps and validates a file: the one open on `fd` when given (the caller keeps it), else the
-  // one `path` names. Throws Error(kInvalidBinary) naming the file, the field, and the value found
-  // vs the value expected.
-  static std::shared_ptr<const ContextBinary> open(const std::filesystem::path& path, int fd = -1);
+  // Maps and validates a file. Throws Error(kInvalidBinary) naming the file, the field, and the
+  // value found vs the value expected.
+  static std::shared_ptr<const ContextBinary> open(const std::filesystem::path& path);
+  // The same for the file open on `fd` (the caller keeps it), which `path` names.
+  static std::shared_ptr<const ContextBinary> map(int fd, const std::filesystem::path& path);
   // Validates bytes held in memory (embed mode); `owner` keeps them alive.
   static std::shared_ptr<const ContextBinary> from_memory(const uint8_t* data, size_t size,
                                                           std::shared_ptr<const void> owner,
