@@ -43,7 +43,6 @@ class BinaryRegistry {
   BinaryStats stats() const;
 
  private:
-
   mutable std::mutex mutex_;
   std::map<std::filesystem::path, std::weak_ptr<const ContextBinary>> shared_;
 };

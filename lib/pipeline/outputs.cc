@@ -118,9 +118,11 @@ OutputSummary OutputFile::finish(const fs::path& final_path) {
 }
 
 OutputSet::OutputSet(std::vector<fs::path> paths, bool force) : paths_(std::move(paths)), force_(force) {
+  std::vector<fs::path> resolved;
+  for (const auto& path : paths_) resolved.push_back(resolved_path(path, ErrorCode::kUsage));
   for (size_t i = 0; i < paths_.size(); ++i)
     for (size_t j = i + 1; j < paths_.size(); ++j)
-      if (resolved_path(paths_[i], ErrorCode::kUsage) == resolved_path(paths_[j], ErrorCode::kUsage))
+      if (resolved[i] == resolved[j])
         throw Error(ErrorCode::kUsage, "two outputs would both be written to " + paths_[i].string() +
                                            " (model, binary, weights file and report each need their own path)");
   // Every check before any folder is made, so a refusal leaves nothing behind.
@@ -206,9 +208,8 @@ OutputFile& OutputSet::open(const fs::path& path) {
 
 void OutputSet::adopt(const fs::path& written, const fs::path& path) {
   std::error_code ec;
-  const auto same = [&](const fs::path& other) {
-    return resolved_path(other, ErrorCode::kUsage) == resolved_path(path, ErrorCode::kUsage);
-  };
+  const fs::path resolved = resolved_path(path, ErrorCode::kUsage);
+  const auto same = [&](const fs::path& other) { return resolved_path(other, ErrorCode::kUsage) == resolved; };
   for (const auto& [source, target] : adopted_)
     if (same(target)) throw Error(ErrorCode::kUsage, "two outputs would both be written to " + path.string());
   // A planned path passed its checks when the set was made.

@@ -428,10 +428,12 @@ void run_pipeline(const std::vector<fs::path>& inputs, const CompileOptions& opt
   const Backend& backend = find_backend(backends, options.backend);
   summary.backend = backend.name();
   Plan plan = plan_outputs(inputs, options, backend);
-  for (const auto& in : inputs)
-    for (const auto& out : planned_paths(plan))
-      if (resolved_path(in, ErrorCode::kInvalidModel) == resolved_path(out, ErrorCode::kUsage))
-        throw Error(ErrorCode::kUsage, out.string() + ": an output would overwrite an input model");
+  std::vector<fs::path> resolved_inputs;
+  for (const auto& in : inputs) resolved_inputs.push_back(resolved_path(in, ErrorCode::kInvalidModel));
+  for (const auto& out : planned_paths(plan))
+    if (std::find(resolved_inputs.begin(), resolved_inputs.end(), resolved_path(out, ErrorCode::kUsage)) !=
+        resolved_inputs.end())
+      throw Error(ErrorCode::kUsage, out.string() + ": an output would overwrite an input model");
   OutputSet outputs(planned_paths(plan), options.force);
   outputs_checked = true;
 

@@ -44,6 +44,14 @@ onnx::ModelProto parse(const fs::path& path) {
   }
 }
 
+// A file `model` needs, refused as a failed integrity check naming `what` when it is missing or
+// cannot be reached (a symlink loop, a folder that cannot be searched).
+void expect_present(const fs::path& model, const std::string& what, const fs::path& file) {
+  std::error_code ec;
+  if (!fs::exists(file, ec))
+    throw mismatch(model, what + " " + file.string() + (ec ? " cannot be reached: " + ec.message() : " is missing"));
+}
+
 // A context binary, with load errors reported as a failed integrity check.
 std::shared_ptr<const ContextBinary> load_context(const fs::path& model, const onnx::NodeProto& node,
                                                   std::vector<std::string>& checks) {
@@ -58,10 +66,7 @@ std::shared_ptr<const ContextBinary> load_context(const fs::path& model, const o
                                         "embedded context of node '" + node.name() + "'");
     }
     fs::path bin = model.parent_path() / cache->s();
-    std::error_code ec;
-    if (!fs::exists(bin, ec))
-      throw mismatch(model, "node '" + node.name() + "': context binary " + bin.string() +
-                                (ec ? " cannot be reached: " + ec.message() : " is missing"));
+    expect_present(model, "node '" + node.name() + "': context binary", bin);
     auto binary = ContextBinary::open(bin);
     checks.push_back(bin.string() + ": present, format v" + std::to_string(binary->format_version()) + ", metadata and programs intact");
     return binary;
@@ -154,9 +159,8 @@ void check_external_weights(const fs::path& model, const onnx::ModelProto& proto
   const auto location = external_location(proto.graph());
   if (!recorded || !location) return;
   const fs::path file = model.parent_path() / *location;
+  expect_present(model, "external weights file", file);
   std::error_code ec;
-  if (!fs::exists(file, ec))
-    throw mismatch(model, "external weights file " + file.string() + (ec ? " cannot be reached: " + ec.message() : " is missing"));
   std::string& found = hashed[fs::weakly_canonical(file, ec)];
   if (found.empty()) {
     try {

@@ -13,7 +13,6 @@
 
 namespace ctxgen {
 
-// A read-only mapping of a whole file. Views into it keep it alive through shared pointers.
 // Owns an open file descriptor and closes it.
 class FileDescriptor {
  public:
@@ -32,6 +31,7 @@ class FileDescriptor {
   int fd_;
 };
 
+// A read-only mapping of a whole file. Views into it keep it alive through shared pointers.
 class MappedFile {
  public:
   // Throws Error(kInvalidModel) naming the file when it cannot be opened or mapped.
