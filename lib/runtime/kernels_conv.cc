@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "ctxgen/error.h"
+#include "kept.h"
 #include "kernels.h"
 #include "onednn.h"
 
@@ -129,35 +131,38 @@ std::optional<std::pair<dnnl::algorithm, std::pair<float, float>>> post_op(const
 // the same layout.
 struct Setup {
   dnnl::convolution_forward::primitive_desc pd;
-  bool act_fused = false;
 };
+
+// Where a convolution's windows go; a band of rows has pads of its own.
+struct Geometry {
+  Dims strides, pads, dilations;
+};
+
+Geometry geometry_of(const ref::Op& op) { return {op.get_ints("strides"), op.get_ints("pads"), op.get_ints("dilations")}; }
 
 Desc any_desc(const Dims& d) {
   return Desc(dnnl::memory::dims(d.begin(), d.end()), dnnl::memory::data_type::f32, Tag::any);
 }
 
-Setup setup(const ref::Op& op, const Desc& src, const Desc& weight, const Desc& bias, const Desc& dst) {
+Setup setup(const ref::Op& op, const Geometry& g, const Desc& src, const Desc& weight, const Desc& bias,
+            const Desc& dst) {
   const size_t spatial = static_cast<size_t>(src.dims().size()) - 2;
-  const Dims strides = op.get_ints("strides"), pads = op.get_ints("pads"), dilations = op.get_ints("dilations");
-  dnnl::memory::dims pad_begin(pads.begin(), pads.begin() + static_cast<long>(spatial));
-  dnnl::memory::dims pad_end(pads.begin() + static_cast<long>(spatial), pads.end());
+  dnnl::memory::dims pad_begin(g.pads.begin(), g.pads.begin() + static_cast<long>(spatial));
+  dnnl::memory::dims pad_end(g.pads.begin() + static_cast<long>(spatial), g.pads.end());
   dnnl::memory::dims dilate;  // oneDNN counts the gaps between taps
-  for (int64_t d : dilations) dilate.push_back(d - 1);
-  Setup s{{}, false};
+  for (int64_t d : g.dilations) dilate.push_back(d - 1);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (auto p = post_op(op)) {
     dnnl::post_ops ops;
     ops.append_eltwise(1.0f, p->first, p->second.first, p->second.second);
     attr.set_post_ops(ops);
-    s.act_fused = true;
   }
   const dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src,
-                                             weight, bias, dst, dnnl::memory::dims(strides.begin(), strides.end()), dilate,
-                                             pad_begin, pad_end);
+                                             weight, bias, dst, dnnl::memory::dims(g.strides.begin(), g.strides.end()),
+                                             dilate, pad_begin, pad_end);
   onednn::OneThread one;
-  s.pd = dnnl::convolution_forward::primitive_desc(desc, attr, onednn::engine());
-  return s;
+  return {dnnl::convolution_forward::primitive_desc(desc, attr, onednn::engine())};
 }
 
 // A Conv with channels_last = 1 computes on channels-last images (whose rows are contiguous, so
@@ -166,7 +171,7 @@ Setup setup(const ref::Op& op, const Desc& src, const Desc& weight, const Desc& 
 // runtime plans the op.
 Setup setup(const ref::Op& op, const Dims& x, const Desc& weight, const Dims& y, bool bias) {
   const bool last = op.get_int("channels_last", 0) != 0;
-  return setup(op, last ? image_desc(x, true) : any_desc(x), weight, bias ? plain_desc({y[1]}) : Desc(),
+  return setup(op, geometry_of(op), last ? image_desc(x, true) : any_desc(x), weight, bias ? plain_desc({y[1]}) : Desc(),
                last ? image_desc(y, true) : any_desc(y));
 }
 
@@ -219,7 +224,7 @@ struct Packed {
   bool act_fused = false;  // else the plan's activation runs after
   std::vector<Part> parts;
   std::vector<Piece> pieces;
-  uint64_t src_at = 0, dst_at = 0, pad_at = 0, pad_step = 0;  // bytes in the run's scratch
+  uint64_t src_at = 0, dst_at = 0, pad_at = 0, pad_step = 0, scratch_bytes = 0;  // bytes in the run's scratch
 };
 
 dnnl::memory memory_at(const Desc& desc, const void* data) {
@@ -258,7 +263,7 @@ struct ConvPlan final : OpPlan {
   std::unique_ptr<OpState> make_state() const override {
     return packed ? std::make_unique<Memories>(packed->pieces.size()) : nullptr;
   }
-  std::optional<Packed> packed;  // absent: im2col + GEMM, scratch_bytes holding the im2col matrix
+  std::shared_ptr<const Packed> packed;  // absent: im2col + GEMM, scratch_bytes holding the im2col matrix
   FusedActivation act;
   // The im2col path's geometry (spatial axes).
   int64_t group = 1;
@@ -310,14 +315,15 @@ Part whole_part(const Setup& s) {
 
 // Bands of output rows of a channels-last convolution of one image: band k computes rows
 // [r0, r1) from the input rows they read, padded where the whole is padded. Bands of equal
-// geometry share a primitive (the middle ones). No primitive of the whole is made: describing one
-// costs ~60 µs, as much as a band's, and oneDNN caches only those whose primitive it made. A band
+// geometry share a primitive (the middle ones). The whole is not even described: that costs as
+// much as describing a band (~10 µs), and oneDNN caches only what it made a primitive of. A band
 // that only oneDNN's reference implementation runs is refused (the whole runs then), as is one
 // wholly in the padding.
 bool cut_into_bands(const ref::Op& op, const Desc& weight, const Dims& x, const Dims& w, const Dims& y, bool bias,
                     Packed& p) {
   if (y[0] != 1 || product(w) * product(y, 2, y.size()) < kMinSplitWork) return false;
-  const Dims strides = op.get_ints("strides"), pads = op.get_ints("pads"), dilations = op.get_ints("dilations");
+  const Geometry whole = geometry_of(op);
+  const Dims &strides = whole.strides, &pads = whole.pads, &dilations = whole.dilations;
   // One band per hardware thread, at most kMaxPieces: each band re-reads the input rows its
   // neighbours read too, and on the project's 2 cores 4 bands ran the exported CNN slower than 2.
   // Asked once: the C++ library reads it from /sys on every call (~10 µs).
@@ -336,11 +342,10 @@ bool cut_into_bands(const ref::Op& op, const Desc& weight, const Dims& x, const 
       const std::array<int64_t, 4> key = {end - begin, begin - first, last + 1 - end, r1 - r0};
       auto it = parts.find(key);
       if (it == parts.end()) {
-        ref::Op band = op;
-        for (auto& a : band.attrs)
-          if (a.name == "pads") a.ints = {key[1], pads[1], key[2], pads[3]};
-        const Setup s = setup(band, image_desc({1, channels, key[0], iw}, true), weight, bias ? plain_desc({y[1]}) : Desc(),
-                              image_desc({1, y[1], key[3], y[3]}, true));
+        Geometry band = whole;
+        band.pads = {key[1], pads[1], key[2], pads[3]};
+        const Setup s = setup(op, band, image_desc({1, channels, key[0], iw}, true), weight,
+                              bias ? plain_desc({y[1]}) : Desc(), image_desc({1, y[1], key[3], y[3]}, true));
         if (std::string_view(s.pd.impl_info_str()).starts_with("ref:")) return false;
         it = parts.emplace(key, made.size()).first;
         made.push_back(whole_part(s));
@@ -373,7 +378,7 @@ void cut_into_pieces(const ref::Op& op, const Setup& whole, const Dims& w, const
   if (pieces == 1) return all();
   const int64_t count = y[1] / pieces;
   try {
-    const Setup s = setup(op, whole.pd.src_desc(), cut(weight, 0, count, ow->first, ow->second),
+    const Setup s = setup(op, geometry_of(op), whole.pd.src_desc(), cut(weight, 0, count, ow->first, ow->second),
                           bias ? plain_desc({count}) : Desc(), cut(dst, 1, count, od->first, od->second));
     if (std::string(s.pd.impl_info_str()) != whole.pd.impl_info_str()) return all();
     p.parts = {whole_part(s)};
@@ -431,6 +436,98 @@ void run_packed(const Packed& p, const FusedActivation& act, Ins in, const Outpu
   if (!p.act_fused) act.apply(out.f32(), out.size());
 }
 
+Error cannot_run(const dnnl::error& e) {
+  return Error(ErrorCode::kInvalidBinary,
+               std::string("oneDNN cannot run this packed convolution on ") + onednn::architecture() + ": " + e.what());
+}
+
+// The plan of a packed Conv: the image layouts, the reorders to and from them, the pieces and
+// their primitives.
+std::shared_ptr<const Packed> plan_packed(const ref::Op& op, const Dims& x, const Dims& out, bool bias) {
+  const Dims w = op.get_ints("weight_shape");
+  const bool src_last = op.get_int("src_channels_last", 0) != 0, dst_last = op.get_int("dst_channels_last", 0) != 0;
+  const Dims image = src_last ? Dims{x[0], x[4], x[2], x[3]} : x;
+  const Dims y = dst_last ? Dims{out[0], out[4], out[2], out[3]} : out;
+  auto p = std::make_shared<Packed>();
+  try {
+    const Desc weight = recorded_weight(op);
+    // A convolution computing channels last reads and writes nhwc; else oneDNN chooses (blocked).
+    // The given image layouts are reordered when they are not the primitive's.
+    const bool last = op.get_int("channels_last", 0) != 0;
+    std::optional<Setup> whole;
+    if (!last) whole = setup(op, image, weight, y, bias);
+    p->src = whole ? whole->pd.src_desc() : image_desc(image, true);
+    p->dst = whole ? whole->pd.dst_desc() : image_desc(y, true);
+    p->src_given = image_desc(image, src_last);
+    p->dst_given = image_desc(y, dst_last);
+    p->act_fused = post_op(op).has_value();
+    onednn::OneThread one;
+    uint64_t at = 0;
+    if (p->src != p->src_given) {
+      p->to_src = dnnl::reorder(dnnl::reorder::primitive_desc(onednn::engine(), p->src_given, onednn::engine(), p->src));
+      p->src_at = at;
+      at += aligned(p->src.get_size());
+    }
+    if (p->dst != p->dst_given) {
+      p->from_dst = dnnl::reorder(dnnl::reorder::primitive_desc(onednn::engine(), p->dst, onednn::engine(), p->dst_given));
+      p->dst_at = at;
+      at += aligned(p->dst.get_size());
+    }
+    if (!last || !cut_into_bands(op, weight, image, w, y, bias, *p)) {
+      if (!whole) whole = setup(op, image, weight, y, bias);
+      cut_into_pieces(op, *whole, w, y, bias, *p);
+    }
+    p->pad_at = at;  // each piece a scratchpad of its own: they run at once
+    for (const Part& part : p->parts) p->pad_step = std::max(p->pad_step, aligned(part.scratchpad.get_size()));
+    p->scratch_bytes = at + p->pieces.size() * p->pad_step;
+  } catch (const dnnl::error& e) {
+    throw cannot_run(e);
+  }
+  return p;
+}
+
+void put(std::string& key, const void* data, size_t bytes) { key.append(static_cast<const char*>(data), bytes); }
+template <class T>
+void put(std::string& key, const T& value) {
+  put(key, &value, sizeof value);
+}
+void put(std::string& key, const Dims& dims) {
+  put(key, dims.size());
+  put(key, dims.data(), dims.size() * sizeof(int64_t));
+}
+
+// All a packed Conv's plan is made of: its attributes (geometry, activation, layouts), its image
+// dims and whether it has a bias (the weight's own bytes are only read when it runs).
+std::string planned_key(const ref::Op& op, const Dims& x, const Dims& y, bool bias) {
+  std::string key;
+  for (const ref::Attr& a : op.attrs) {
+    put(key, a.name.size());
+    put(key, a.name.data(), a.name.size());
+    put(key, a.kind);
+    put(key, a.i);
+    put(key, a.f);
+    put(key, a.ints);
+    put(key, a.floats.size());
+    put(key, a.floats.data(), a.floats.size() * sizeof(float));
+  }
+  put(key, x);
+  put(key, y);
+  put(key, bias);
+  return key;
+}
+
+// Planning a packed Conv costs oneDNN ~10 µs a primitive described (it tries its implementations
+// in turn), and its primitive cache is looked up by the description, so it cannot spare that: a
+// session on the exported CNN spent ~130 µs of its ~600 µs describing the convolutions an earlier
+// session of the process had described already. Plans are immutable (a run keeps its buffers in
+// its own state), so the process keeps them, keyed by all they are made of (planned_key), and a
+// session loading a model the process has loaded before, or one with the same convolutions, shares
+// them: the 1024 most recently used, as many as oneDNN's primitive cache keeps by default.
+Kept<Packed>& planned() {
+  static Kept<Packed> kept(1024);
+  return kept;
+}
+
 }  // namespace
 
 Dims grouped(const Dims& w, int64_t group) {
@@ -462,6 +559,8 @@ std::vector<int64_t> conv_weight_layout(const ref::Op& op, const Dims& x, const 
 }
 
 uint64_t packed_conv_weight_bytes(const ref::Op& op) { return recorded_weight(op).get_size(); }
+
+uint64_t packed_conv_plans_made() { return planned().made(); }
 
 MadeBytes pack_conv_weight(const ref::Op& op, const uint8_t* weight) {
   try {
@@ -513,53 +612,20 @@ std::unique_ptr<OpPlan> plan_conv(const ref::Op& op, const std::vector<const ref
       plan->scratch_bytes = static_cast<uint64_t>(product(w, 1, w.size()) * product(out.dims, 2, out.dims.size())) * sizeof(float);
     return plan;
   }
-  const Dims w = op.get_ints("weight_shape");
-  const bool bias = in.size() > 2 && in[2] != nullptr;
-  const bool src_last = op.get_int("src_channels_last", 0) != 0, dst_last = op.get_int("dst_channels_last", 0) != 0;
-  const Dims image = src_last ? Dims{x[0], x[4], x[2], x[3]} : x;
-  const Dims y = dst_last ? Dims{out.dims[0], out.dims[4], out.dims[2], out.dims[3]} : out.dims;
-  Packed p;
+  // On the weight's recorded layout, which the bands need before any primitive of the whole exists.
+  uint64_t weight_bytes = 0;
   try {
-    // On the weight's recorded layout, which the bands need before any primitive of the whole
-    // exists. The given image layouts are reordered when they are not the primitive's.
-    const Desc weight = recorded_weight(op);
-    if (weight.get_size() != in[1]->byte_size())
-      throw Error(ErrorCode::kInvalidBinary, "packed weight of " + std::to_string(in[1]->byte_size()) +
-                                                 " bytes, its recorded layout (weight_layout) spans " +
-                                                 std::to_string(weight.get_size()));
-    // A convolution computing channels last reads and writes nhwc; else oneDNN chooses (blocked).
-    const bool last = op.get_int("channels_last", 0) != 0;
-    std::optional<Setup> whole;
-    if (!last) whole = setup(op, image, weight, y, bias);
-    p.src = whole ? whole->pd.src_desc() : image_desc(image, true);
-    p.dst = whole ? whole->pd.dst_desc() : image_desc(y, true);
-    p.src_given = image_desc(image, src_last);
-    p.dst_given = image_desc(y, dst_last);
-    p.act_fused = post_op(op).has_value();
-    onednn::OneThread one;
-    uint64_t at = 0;
-    if (p.src != p.src_given) {
-      p.to_src = dnnl::reorder(dnnl::reorder::primitive_desc(onednn::engine(), p.src_given, onednn::engine(), p.src));
-      p.src_at = at;
-      at += aligned(p.src.get_size());
-    }
-    if (p.dst != p.dst_given) {
-      p.from_dst = dnnl::reorder(dnnl::reorder::primitive_desc(onednn::engine(), p.dst, onednn::engine(), p.dst_given));
-      p.dst_at = at;
-      at += aligned(p.dst.get_size());
-    }
-    if (!last || !cut_into_bands(op, weight, image, w, y, bias, p)) {
-      if (!whole) whole = setup(op, image, weight, y, bias);
-      cut_into_pieces(op, *whole, w, y, bias, p);
-    }
-    p.pad_at = at;  // each piece a scratchpad of its own: they run at once
-    for (const Part& part : p.parts) p.pad_step = std::max(p.pad_step, aligned(part.scratchpad.get_size()));
-    plan->scratch_bytes = at + p.pieces.size() * p.pad_step;
+    weight_bytes = recorded_weight(op).get_size();
   } catch (const dnnl::error& e) {
-    throw Error(ErrorCode::kInvalidBinary, std::string("oneDNN cannot run this packed convolution on ") +
-                                               onednn::architecture() + ": " + e.what());
+    throw cannot_run(e);
   }
-  plan->packed = std::move(p);
+  if (weight_bytes != in[1]->byte_size())
+    throw Error(ErrorCode::kInvalidBinary, "packed weight of " + std::to_string(in[1]->byte_size()) +
+                                               " bytes, its recorded layout (weight_layout) spans " +
+                                               std::to_string(weight_bytes));
+  const bool bias = in.size() > 2 && in[2] != nullptr;
+  plan->packed = planned().find(planned_key(op, x, out.dims, bias), [&] { return plan_packed(op, x, out.dims, bias); });
+  plan->scratch_bytes = plan->packed->scratch_bytes;
   return plan;
 }
 

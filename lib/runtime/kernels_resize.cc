@@ -52,6 +52,8 @@ Taps axis_taps(const ref::Op& op, float scale, int64_t out_len, int64_t in_len) 
   int64_t coord = op.get_int("coord", 0), nearest = op.get_int("nearest_mode", 0);
   bool linear = op.get_int("mode", 0) == 1;
   Taps t;
+  for (auto* v : {&t.lo, &t.hi}) v->reserve(static_cast<size_t>(out_len));
+  for (auto* v : {&t.w_lo, &t.w_hi}) v->reserve(static_cast<size_t>(out_len));
   for (int64_t x = 0; x < out_len; ++x) {
     float original = original_coordinate(coord, x, scale, out_len, in_len);
     if (!linear) {

@@ -14,7 +14,7 @@ struct Binary {
   std::vector<uint8_t> bytes;
   std::shared_ptr<const ContextBinary> binary;
 
-  explicit Binary(std::function<void(CompiledGraph&, ref::Program&)> tamper = {}) {
+  explicit Binary(std::function<void(CompiledGraph&, ref::Program&)> tamper = {}, size_t weight_count = 1) {
     ProgramBuilder b;
     int32_t x = b.input({2, 2});
     int32_t w = b.weight({2, 2}, 0);
@@ -30,8 +30,12 @@ struct Binary {
     g.weight_ids = {0};
     if (tamper) tamper(g, program);
     g.program = ref::serialize(program);
-    Blob w_blob = Blob::owned(f32({1, -1, 2, 0}));
-    std::vector<WeightPayload> weights = {{xxh3_128(w_blob.data, w_blob.size), w_blob}};
+    std::vector<WeightPayload> weights;
+    for (size_t i = 0; i < weight_count; ++i) {  // W, then W doubled
+      const float k = static_cast<float>(i + 1);
+      Blob w_blob = Blob::owned(f32({k, -k, 2 * k, 0}));
+      weights.push_back({xxh3_128(w_blob.data, w_blob.size), w_blob});
+    }
     write_context_binary({"ref", "1", "cpu"}, {g}, weights,
                          [&](const uint8_t* data, size_t size) { bytes.insert(bytes.end(), data, data + size); });
     binary = ContextBinary::from_memory(bytes.data(), bytes.size(), nullptr, "test.bin");
@@ -82,6 +86,25 @@ TEST(RuntimeExecutable, RunsConcurrently) {
     // Row 2: [3, i] x W = [3 + 2i, -3]: Relu -> [3 + 2i, 0], + x.
     expect_near(results[i], {6, 2, 6 + 2 * f, f});
   }
+}
+
+// The process keeps the programs it read and validated, by their bytes, but those bytes are only
+// valid with the binary's weights: the same program reads weight 1 of a binary that has it, and is
+// refused in one that does not.
+TEST(RuntimeExecutable, AProgramValidatedBeforeIsCheckedAgainstEachBinary) {
+  const auto reads_weight_1 = [](CompiledGraph& g, ref::Program& p) {
+    p.values[1].index = 1;
+    g.weight_ids = {1};
+  };
+  Binary two(reads_weight_1, 2);
+  runtime::Executable exe(two.binary, "g");
+  std::vector<float> x = {1, 2, 3, 4}, y(4);
+  exe.run({x.data()}, {y.data()});
+  expect_near(y, {11, 2, 25, 4});  // x (2 W) = [[10,-2],[22,-6]]: Relu, then + x
+  Binary one([](CompiledGraph&, ref::Program& p) { p.values[1].index = 1; }, 1);
+  ASSERT_EQ(ref::serialize(one.program), ref::serialize(two.program));
+  expect_error([&] { runtime::Executable(one.binary, "g"); }, ErrorCode::kInvalidBinary,
+               "test.bin: graph 'g': ref program: value 1 (weight) refers to weight 1, the binary has 1");
 }
 
 TEST(RuntimeExecutable, RejectsMissingGraphsAndBadPrograms) {

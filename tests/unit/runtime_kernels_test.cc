@@ -473,6 +473,53 @@ TEST(RuntimeKernels, PackedConvMatchesThePlainOne) {
   }
 }
 
+// The process keeps the plans of packed Convs (kernels_conv.cc, Planned): the same Conv planned
+// again takes the plan made before, while a Conv that differs only in its activation or in its
+// pads gets a plan of its own, so each still computes what the plain one does.
+TEST(RuntimeKernels, PackedConvPlansAreSharedOnlyByEqualConvs) {
+  const Dims x = {1, 8, 19, 17}, w = {16, 8, 3, 3};
+  std::mt19937 random(11);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<float> xs(static_cast<size_t>(runtime::product(x))), ws(static_cast<size_t>(runtime::product(w)));
+  for (float& e : xs) e = uniform(random);
+  for (float& e : ws) e = uniform(random);
+  const std::vector<std::pair<Dims, std::vector<ref::Attr>>> variants = {
+      {{1, 1, 1, 1}, {act(Activation::kRelu)}},
+      {{1, 1, 1, 1}, {}},
+      {{0, 1, 2, 1}, {act(Activation::kRelu)}},
+  };
+  for (const bool last : {false, true}) {
+    for (int round = 0; round < 2; ++round) {
+      for (size_t v = 0; v < variants.size(); ++v) {
+        SCOPED_TRACE(std::string(last ? "channels last" : "oneDNN's layout") + ", round " + std::to_string(round) +
+                     ", variant " + std::to_string(v));
+        const auto attrs = conv_attrs({3, 3}, {1, 1}, variants[v].first, {1, 1}, 1, variants[v].second);
+        ref::Op op;
+        op.type = "Conv";
+        op.attrs = attrs;
+        const ref::Value xv{ref::DType::kFloat32, x}, wv{ref::DType::kFloat32, w};
+        const Dims y = runtime::infer_output(op, {&xv, &wv}, "conv").dims;
+        const auto plain = run_op("Conv", {{x, f32(xs)}, {w, f32(ws)}, {}}, y, attrs);
+        op.attrs.push_back(int_attr("packed", 1));
+        op.attrs.push_back(ints_attr("weight_shape", w));
+        if (last) {
+          ASSERT_TRUE(runtime::conv_runs_channels_last(op, x, w, y, false));
+          op.attrs.push_back(int_attr("channels_last", 1));
+        }
+        op.attrs.push_back(ints_attr("weight_layout", runtime::conv_weight_layout(op, x, w, y, false)));
+        const auto packed = runtime::pack_conv_weight(op, reinterpret_cast<const uint8_t*>(ws.data()));
+        ProgramBuilder p;
+        p.op("Conv", {p.input(x), p.input({static_cast<int64_t>(packed.size() / sizeof(float))})}, p.output(y), op.attrs);
+        const uint64_t before = runtime::packed_conv_plans_made();
+        expect_near(values_of<float>(run_bytes(p.program(), {f32(xs), Bytes(packed.begin(), packed.end())}, {},
+                                               two_threads)[0]),
+                    plain, 1e-4f);
+        EXPECT_EQ(runtime::packed_conv_plans_made() - before, round == 0 ? 1u : 0u);
+      }
+    }
+  }
+}
+
 // A packed weight of another size than its recorded layout spans is refused when the op is
 // planned, with both sizes named, not read out of bounds (one smaller than the layout reaches is
 // refused by the rule: RuntimeValidate.PackedConvLayoutStaysInsideItsWeight).

@@ -40,15 +40,16 @@ class PreparedProgram {
   // Throws Error(kInvalidBinary) when an op cannot run on this CPU, Error(kRuntime) when `weights`
   // has no bytes for a weight the program reads.
   PreparedProgram(ref::Program program, const WeightLookup& weights);
+  PreparedProgram(std::shared_ptr<const ref::Program> program, const WeightLookup& weights);
   ~PreparedProgram();
 
-  const ref::Program& program() const { return program_; }
+  const ref::Program& program() const { return *program_; }
   // inputs[i] / outputs[i] point at dense buffers of the program's input and output sizes.
   void run(const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
            const ParallelFor& parallel = {}) const;
 
  private:
-  ref::Program program_;
+  std::shared_ptr<const ref::Program> program_;
   std::unique_ptr<const Plans> plans_;
   mutable std::mutex states_mutex_;
   mutable std::vector<std::unique_ptr<RunState>> states_;  // one per run that was in flight at once
@@ -108,6 +109,9 @@ uint64_t packed_conv_weight_bytes(const ref::Op& op);
 // writes channels-last images (src_channels_last, dst_channels_last) without reordering them.
 bool conv_runs_channels_last(const ref::Op& op, const std::vector<int64_t>& x, const std::vector<int64_t>& w,
                              const std::vector<int64_t>& y, bool bias);
+// How many packed Convs this process has planned (their oneDNN primitives made): a plan is kept
+// for the process and shared by every later Conv with the same attributes and image dims.
+uint64_t packed_conv_plans_made();
 
 // The float32 matrix [rows, cols] at `from` (any alignment) as [cols, rows]: a MatMul weight as
 // the `ref` compiler stores it. Runs on all of oneDNN's threads.
