@@ -230,6 +230,32 @@ TEST(RuntimeKernels, KernelsSplitOverThreadsWriteWhatOneThreadWrites) {
   }
 }
 
+// Concat on the channels of channels-last images ([N, 1, H, W, C]) interleaves the inputs at every
+// position, in blocks of 128, 64 and 20 bytes here (the first two copied 16 bytes at a time), the
+// positions split over the caller's threads.
+TEST(RuntimeKernels, ConcatOfChannelsLastImagesInterleavesEachPosition) {
+  const Dims channels = {32, 16, 5};
+  const int64_t positions = 33 * 31, total = 53;
+  ProgramBuilder p;
+  std::vector<int32_t> ids;
+  std::vector<Bytes> inputs;
+  std::vector<float> expected(static_cast<size_t>(positions * total));
+  int64_t first = 0;  // the input's first channel in the output
+  for (int64_t c : channels) {
+    std::vector<float> v(static_cast<size_t>(positions * c));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(first * 100000 + static_cast<int64_t>(i));
+    for (int64_t at = 0; at < positions; ++at)
+      for (int64_t k = 0; k < c; ++k)
+        expected[static_cast<size_t>(at * total + first + k)] = v[static_cast<size_t>(at * c + k)];
+    ids.push_back(p.input({1, 1, 33, 31, c}));
+    inputs.push_back(f32(v));
+    first += c;
+  }
+  p.op("Concat", ids, p.output({1, 1, 33, 31, total}), {int_attr("axis", 4)});
+  for (const runtime::ParallelFor& parallel : {runtime::ParallelFor{}, two_threads})
+    EXPECT_EQ(values_of<float>(run_bytes(p.program(), inputs, {}, parallel)[0]), expected);
+}
+
 std::vector<ref::Attr> resize_attrs(int64_t mode, std::vector<float> scales, Dims sizes) {
   return {int_attr("mode", mode), int_attr("coord", 0), int_attr("nearest_mode", 0),
           ref::floats_attr("scales", std::move(scales)), ints_attr("sizes", std::move(sizes))};
