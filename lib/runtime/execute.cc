@@ -2,6 +2,7 @@
 // slices) and calls each op's kernel in order.
 
 #include <algorithm>
+#include <atomic>
 #include <string>
 
 #include "ctxgen/error.h"
@@ -44,17 +45,21 @@ constexpr uint64_t kScratchAlignment = 64;
 // (a program is ~100 bytes an op), so that what stays after the sessions end stays small.
 constexpr uint64_t kKeptProgramBytes = uint64_t{1} << 20;
 
+std::atomic<uint64_t> g_programs_read{0};
+
 std::shared_ptr<const ref::Program> validated(const uint8_t* bytes, uint64_t size, size_t weight_count) {
-  const auto read = [&] {
-    auto program = std::make_shared<ref::Program>(ref::deserialize(bytes, size));
-    validate(*program, weight_count);
-    return program;
+  // From the bytes it is kept by, which the mapped file cannot change after they are copied.
+  const auto read = [weight_count](const uint8_t* program, uint64_t program_size) {
+    auto p = std::make_shared<ref::Program>(ref::deserialize(program, program_size));
+    validate(*p, weight_count);
+    ++g_programs_read;
+    return p;
   };
-  if (size > kKeptProgramBytes) return read();
+  if (size > kKeptProgramBytes) return read(bytes, size);
   static Kept<ref::Program> kept(16);
   std::string key(reinterpret_cast<const char*>(bytes), size);
   key.append(reinterpret_cast<const char*>(&weight_count), sizeof weight_count);
-  return kept.find(key, read);
+  return kept.find(key, [&] { return read(reinterpret_cast<const uint8_t*>(key.data()), size); });
 }
 
 }  // namespace
@@ -239,6 +244,8 @@ class RefRuntime final : public BackendRuntime {
 }  // namespace
 
 std::unique_ptr<BackendRuntime> make_ref_runtime() { return std::make_unique<RefRuntime>(); }
+
+uint64_t programs_validated() { return g_programs_read; }
 
 Executable::Executable(std::shared_ptr<const ContextBinary> binary, const std::string& graph_name)
     : binary_(std::move(binary)) {

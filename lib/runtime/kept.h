@@ -9,15 +9,14 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
-#include <utility>
 
 #include "ctxgen/bytes.h"
 
 namespace ctxgen::runtime {
 
-// The `capacity` most recently used values, each made once from its key (every byte the value
-// depends on). Values are immutable and shared: a session holds its own reference, so eviction
-// never pulls one from under a session.
+// The `capacity` most recently used values (none when 0), each made once from its key (every byte
+// the value depends on). Values are immutable and shared: a session holds its own reference, so
+// eviction never pulls one from under a session.
 template <class T>
 class Kept {
  public:
@@ -28,18 +27,24 @@ class Kept {
     {
       std::lock_guard lock(mutex_);
       if (auto it = index_.find(key); it != index_.end()) {
-        order_.splice(order_.begin(), order_, it->second);
-        return it->second->second;
+        order_.splice(order_.begin(), order_, it->second.used);
+        return it->second.value;
       }
     }
     std::shared_ptr<const T> made = make();  // outside the lock: sessions created at once do not wait
     ++made_;
     std::lock_guard lock(mutex_);
-    if (auto it = index_.find(key); it != index_.end()) return it->second->second;
-    order_.emplace_front(key, made);
-    index_.emplace(key, order_.begin());
+    auto [it, added] = index_.try_emplace(key, Entry{made, {}});
+    if (!added) return it->second.value;  // another session made it meanwhile
+    try {
+      order_.push_front(&it->first);
+    } catch (...) {
+      index_.erase(it);
+      throw;
+    }
+    it->second.used = order_.begin();
     if (order_.size() > capacity_) {
-      index_.erase(order_.back().first);
+      index_.erase(*order_.back());
       order_.pop_back();
     }
     return made;
@@ -55,12 +60,16 @@ class Kept {
       return xxh3_128(reinterpret_cast<const uint8_t*>(key.data()), key.size()).low;
     }
   };
+  struct Entry {
+    std::shared_ptr<const T> value;
+    std::list<const std::string*>::iterator used;  // in order_
+  };
 
   const size_t capacity_;
   std::atomic<uint64_t> made_{0};
   std::mutex mutex_;
-  std::list<std::pair<std::string, std::shared_ptr<const T>>> order_;  // most recent first
-  std::unordered_map<std::string, typename decltype(order_)::iterator, Hash> index_;
+  std::unordered_map<std::string, Entry, Hash> index_;  // each key held once, here
+  std::list<const std::string*> order_;                 // index_'s keys, most recently used first
 };
 
 }  // namespace ctxgen::runtime

@@ -500,6 +500,7 @@ void put(std::string& key, const Dims& dims) {
 // dims and whether it has a bias (the weight's own bytes are only read when it runs).
 std::string planned_key(const ref::Op& op, const Dims& x, const Dims& y, bool bias) {
   std::string key;
+  put(key, op.attrs.size());
   for (const ref::Attr& a : op.attrs) {
     put(key, a.name.size());
     put(key, a.name.data(), a.name.size());
@@ -522,9 +523,11 @@ std::string planned_key(const ref::Op& op, const Dims& x, const Dims& y, bool bi
 // session of the process had described already. Plans are immutable (a run keeps its buffers in
 // its own state), so the process keeps them, keyed by all they are made of (planned_key), and a
 // session loading a model the process has loaded before, or one with the same convolutions, shares
-// them: the 1024 most recently used, as many as oneDNN's primitive cache keeps by default.
+// them. A plan holds its primitives' code (~0.12 MB a plan: 1000 plans kept 123 MB), so the
+// process keeps the 256 most recently used, and none when the host turned oneDNN's own primitive
+// cache off (ONEDNN_PRIMITIVE_CACHE_CAPACITY=0) to keep memory down.
 Kept<Packed>& planned() {
-  static Kept<Packed> kept(1024);
+  static Kept<Packed> kept(std::min<size_t>(256, static_cast<size_t>(dnnl::get_primitive_cache_capacity())));
   return kept;
 }
 

@@ -88,9 +88,9 @@ TEST(RuntimeExecutable, RunsConcurrently) {
   }
 }
 
-// The process keeps the programs it read and validated, by their bytes, but those bytes are only
-// valid with the binary's weights: the same program reads weight 1 of a binary that has it, and is
-// refused in one that does not.
+// The process keeps the programs it read and validated, by their bytes, and another binary with
+// the same bytes takes the one kept; but those bytes are only valid with the binary's weights: the
+// same program reads weight 1 of a binary that has it, and is refused in one that does not.
 TEST(RuntimeExecutable, AProgramValidatedBeforeIsCheckedAgainstEachBinary) {
   const auto reads_weight_1 = [](CompiledGraph& g, ref::Program& p) {
     p.values[1].index = 1;
@@ -101,6 +101,11 @@ TEST(RuntimeExecutable, AProgramValidatedBeforeIsCheckedAgainstEachBinary) {
   std::vector<float> x = {1, 2, 3, 4}, y(4);
   exe.run({x.data()}, {y.data()});
   expect_near(y, {11, 2, 25, 4});  // x (2 W) = [[10,-2],[22,-6]]: Relu, then + x
+  Binary again(reads_weight_1, 2);  // another binary with the same bytes: its program is not read again
+  const uint64_t before = runtime::programs_validated();
+  runtime::Executable(again.binary, "g").run({x.data()}, {y.data()});
+  EXPECT_EQ(runtime::programs_validated(), before);
+  expect_near(y, {11, 2, 25, 4});
   Binary one([](CompiledGraph&, ref::Program& p) { p.values[1].index = 1; }, 1);
   ASSERT_EQ(ref::serialize(one.program), ref::serialize(two.program));
   expect_error([&] { runtime::Executable(one.binary, "g"); }, ErrorCode::kInvalidBinary,

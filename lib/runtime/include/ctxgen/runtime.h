@@ -55,6 +55,10 @@ class PreparedProgram {
   mutable std::vector<std::unique_ptr<RunState>> states_;  // one per run that was in flight at once
 };
 
+// How many programs Executables of this process have read and validated: one read before, byte
+// for byte, with as many weights in its binary, is kept for the process and not read again.
+uint64_t programs_validated();
+
 // Prepares a validated program and runs it once.
 void execute(const ref::Program& program, const WeightLookup& weights, const std::vector<const void*>& inputs,
              const std::vector<void*>& outputs, const ParallelFor& parallel = {});
