@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <functional>
 #include <map>
 #include <string_view>
 
@@ -332,8 +331,8 @@ class Parser {
 
 namespace {
 
-std::shared_ptr<const ContextBinary> from_file(const std::function<std::shared_ptr<const MappedFile>()>& map,
-                                               const std::filesystem::path& path) {
+template <class Map>
+std::shared_ptr<const ContextBinary> from_file(Map map, const std::filesystem::path& path) {
   std::shared_ptr<const MappedFile> file;
   try {
     file = map();

@@ -2,7 +2,6 @@
 // What the runtime keeps for the whole process, looked up by the bytes it is made from, so that a
 // session loading what an earlier session of the process loaded does not make it again.
 
-#include <atomic>
 #include <cstdint>
 #include <list>
 #include <memory>
@@ -32,7 +31,6 @@ class Kept {
       }
     }
     std::shared_ptr<const T> made = make();  // outside the lock: sessions created at once do not wait
-    ++made_;
     std::lock_guard lock(mutex_);
     auto [it, added] = index_.try_emplace(key, Entry{made, {}});
     if (!added) return it->second.value;  // another session made it meanwhile
@@ -50,9 +48,6 @@ class Kept {
     return made;
   }
 
-  // How many values were made (not found).
-  uint64_t made() const { return made_; }
-
  private:
   // Keys run to kilobytes: xxHash reads one in well under a microsecond.
   struct Hash {
@@ -66,7 +61,6 @@ class Kept {
   };
 
   const size_t capacity_;
-  std::atomic<uint64_t> made_{0};
   std::mutex mutex_;
   std::unordered_map<std::string, Entry, Hash> index_;  // each key held once, here
   std::list<const std::string*> order_;                 // index_'s keys, most recently used first

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <optional>
@@ -129,9 +130,7 @@ std::optional<std::pair<dnnl::algorithm, std::pair<float, float>>> post_op(const
 // prefers for this CPU (or in the layouts given), and a scratchpad the caller provides. The same
 // function makes it when ctxgen packs the weight and when the runtime plans the op, so both see
 // the same layout.
-struct Setup {
-  dnnl::convolution_forward::primitive_desc pd;
-};
+using Setup = dnnl::convolution_forward::primitive_desc;
 
 // Where a convolution's windows go; a band of rows has pads of its own.
 struct Geometry {
@@ -162,7 +161,7 @@ Setup setup(const ref::Op& op, const Geometry& g, const Desc& src, const Desc& w
                                              weight, bias, dst, dnnl::memory::dims(g.strides.begin(), g.strides.end()),
                                              dilate, pad_begin, pad_end);
   onednn::OneThread one;
-  return {dnnl::convolution_forward::primitive_desc(desc, attr, onednn::engine())};
+  return Setup(desc, attr, onednn::engine());
 }
 
 // A Conv with channels_last = 1 computes on channels-last images (whose rows are contiguous, so
@@ -309,8 +308,7 @@ constexpr int64_t kMinPieceChannels = 32;
 
 Part whole_part(const Setup& s) {
   onednn::OneThread one;
-  return {dnnl::convolution_forward(s.pd), s.pd.src_desc(), s.pd.weights_desc(), s.pd.bias_desc(), s.pd.dst_desc(),
-          s.pd.scratchpad_desc()};
+  return {dnnl::convolution_forward(s), s.src_desc(), s.weights_desc(), s.bias_desc(), s.dst_desc(), s.scratchpad_desc()};
 }
 
 // Bands of output rows of a channels-last convolution of one image: band k computes rows
@@ -346,7 +344,7 @@ bool cut_into_bands(const ref::Op& op, const Desc& weight, const Dims& x, const 
         band.pads = {key[1], pads[1], key[2], pads[3]};
         const Setup s = setup(op, band, image_desc({1, channels, key[0], iw}, true), weight,
                               bias ? plain_desc({y[1]}) : Desc(), image_desc({1, y[1], key[3], y[3]}, true));
-        if (std::string_view(s.pd.impl_info_str()).starts_with("ref:")) return false;
+        if (std::string_view(s.impl_info_str()).starts_with("ref:")) return false;
         it = parts.emplace(key, made.size()).first;
         made.push_back(whole_part(s));
       }
@@ -366,7 +364,7 @@ void cut_into_pieces(const ref::Op& op, const Setup& whole, const Dims& w, const
     p.parts = {whole_part(whole)};
     p.pieces = {Piece{}};
   };
-  const Desc weight = whole.pd.weights_desc(), dst = whole.pd.dst_desc();
+  const Desc weight = whole.weights_desc(), dst = whole.dst_desc();
   const auto ow = outermost(weight, 0);
   const auto od = outermost(dst, 1);
   if (y[0] != 1 || op.get_int("group", 1) != 1 || product(w) * product(y, 2, y.size()) < kMinSplitWork || !ow || !od)
@@ -378,9 +376,9 @@ void cut_into_pieces(const ref::Op& op, const Setup& whole, const Dims& w, const
   if (pieces == 1) return all();
   const int64_t count = y[1] / pieces;
   try {
-    const Setup s = setup(op, geometry_of(op), whole.pd.src_desc(), cut(weight, 0, count, ow->first, ow->second),
+    const Setup s = setup(op, geometry_of(op), whole.src_desc(), cut(weight, 0, count, ow->first, ow->second),
                           bias ? plain_desc({count}) : Desc(), cut(dst, 1, count, od->first, od->second));
-    if (std::string(s.pd.impl_info_str()) != whole.pd.impl_info_str()) return all();
+    if (std::string(s.impl_info_str()) != whole.impl_info_str()) return all();
     p.parts = {whole_part(s)};
     p.pieces.clear();
     for (int64_t i = 0; i < pieces; ++i)
@@ -436,6 +434,8 @@ void run_packed(const Packed& p, const FusedActivation& act, Ins in, const Outpu
   if (!p.act_fused) act.apply(out.f32(), out.size());
 }
 
+std::atomic<uint64_t> g_plans_made{0};
+
 Error cannot_run(const dnnl::error& e) {
   return Error(ErrorCode::kInvalidBinary,
                std::string("oneDNN cannot run this packed convolution on ") + onednn::architecture() + ": " + e.what());
@@ -443,21 +443,22 @@ Error cannot_run(const dnnl::error& e) {
 
 // The plan of a packed Conv: the image layouts, the reorders to and from them, the pieces and
 // their primitives.
-std::shared_ptr<const Packed> plan_packed(const ref::Op& op, const Dims& x, const Dims& out, bool bias) {
+std::shared_ptr<const Packed> plan_packed(const ref::Op& op, const Desc& weight, const Dims& x, const Dims& out,
+                                          bool bias) {
   const Dims w = op.get_ints("weight_shape");
   const bool src_last = op.get_int("src_channels_last", 0) != 0, dst_last = op.get_int("dst_channels_last", 0) != 0;
   const Dims image = src_last ? Dims{x[0], x[4], x[2], x[3]} : x;
   const Dims y = dst_last ? Dims{out[0], out[4], out[2], out[3]} : out;
   auto p = std::make_shared<Packed>();
+  ++g_plans_made;
   try {
-    const Desc weight = recorded_weight(op);
     // A convolution computing channels last reads and writes nhwc; else oneDNN chooses (blocked).
     // The given image layouts are reordered when they are not the primitive's.
     const bool last = op.get_int("channels_last", 0) != 0;
     std::optional<Setup> whole;
     if (!last) whole = setup(op, image, weight, y, bias);
-    p->src = whole ? whole->pd.src_desc() : image_desc(image, true);
-    p->dst = whole ? whole->pd.dst_desc() : image_desc(y, true);
+    p->src = whole ? whole->src_desc() : image_desc(image, true);
+    p->dst = whole ? whole->dst_desc() : image_desc(y, true);
     p->src_given = image_desc(image, src_last);
     p->dst_given = image_desc(y, dst_last);
     p->act_fused = post_op(op).has_value();
@@ -491,9 +492,14 @@ template <class T>
 void put(std::string& key, const T& value) {
   put(key, &value, sizeof value);
 }
-void put(std::string& key, const Dims& dims) {
-  put(key, dims.size());
-  put(key, dims.data(), dims.size() * sizeof(int64_t));
+template <class T>
+void put(std::string& key, const std::vector<T>& values) {
+  put(key, values.size());
+  put(key, values.data(), values.size() * sizeof(T));
+}
+void put(std::string& key, const std::string& text) {
+  put(key, text.size());
+  put(key, text.data(), text.size());
 }
 
 // All a packed Conv's plan is made of: its attributes (geometry, activation, layouts), its image
@@ -502,14 +508,12 @@ std::string planned_key(const ref::Op& op, const Dims& x, const Dims& y, bool bi
   std::string key;
   put(key, op.attrs.size());
   for (const ref::Attr& a : op.attrs) {
-    put(key, a.name.size());
-    put(key, a.name.data(), a.name.size());
+    put(key, a.name);
     put(key, a.kind);
     put(key, a.i);
     put(key, a.f);
     put(key, a.ints);
-    put(key, a.floats.size());
-    put(key, a.floats.data(), a.floats.size() * sizeof(float));
+    put(key, a.floats);
   }
   put(key, x);
   put(key, y);
@@ -543,7 +547,7 @@ Dims grouped(const Dims& w, int64_t group) {
 std::vector<int64_t> conv_weight_layout(const ref::Op& op, const Dims& x, const Dims& w, const Dims& y, bool bias) {
   dnnl_memory_desc_t d{};
   try {
-    d = setup(op, x, any_weight(op, w), y, bias).pd.weights_desc().data;
+    d = setup(op, x, any_weight(op, w), y, bias).weights_desc().data;
   } catch (const dnnl::error& e) {
     throw Error(ErrorCode::kInternal, std::string("oneDNN cannot run this convolution: ") + e.what());
   }
@@ -563,7 +567,7 @@ std::vector<int64_t> conv_weight_layout(const ref::Op& op, const Dims& x, const 
 
 uint64_t packed_conv_weight_bytes(const ref::Op& op) { return recorded_weight(op).get_size(); }
 
-uint64_t packed_conv_plans_made() { return planned().made(); }
+uint64_t packed_conv_plans_made() { return g_plans_made; }
 
 MadeBytes pack_conv_weight(const ref::Op& op, const uint8_t* weight) {
   try {
@@ -587,8 +591,8 @@ bool conv_runs_channels_last(const ref::Op& op, const Dims& x, const Dims& w, co
     last.attrs.push_back(ref::int_attr("channels_last", 1));
     // As fast as the layout oneDNN prefers when it is the same kernel (its blocked layouts and
     // channels last run at the same rate on AVX2).
-    return std::string(setup(last, x, any_weight(op, w), y, bias).pd.impl_info_str()) ==
-           setup(op, x, any_weight(op, w), y, bias).pd.impl_info_str();
+    return std::string(setup(last, x, any_weight(op, w), y, bias).impl_info_str()) ==
+           setup(op, x, any_weight(op, w), y, bias).impl_info_str();
   } catch (const dnnl::error&) {
     return false;
   }
@@ -616,18 +620,19 @@ std::unique_ptr<OpPlan> plan_conv(const ref::Op& op, const std::vector<const ref
     return plan;
   }
   // On the weight's recorded layout, which the bands need before any primitive of the whole exists.
-  uint64_t weight_bytes = 0;
+  Desc weight;
   try {
-    weight_bytes = recorded_weight(op).get_size();
+    weight = recorded_weight(op);
   } catch (const dnnl::error& e) {
     throw cannot_run(e);
   }
+  const uint64_t weight_bytes = weight.get_size();
   if (weight_bytes != in[1]->byte_size())
     throw Error(ErrorCode::kInvalidBinary, "packed weight of " + std::to_string(in[1]->byte_size()) +
                                                " bytes, its recorded layout (weight_layout) spans " +
                                                std::to_string(weight_bytes));
   const bool bias = in.size() > 2 && in[2] != nullptr;
-  plan->packed = planned().find(planned_key(op, x, out.dims, bias), [&] { return plan_packed(op, x, out.dims, bias); });
+  plan->packed = planned().find(planned_key(op, x, out.dims, bias), [&] { return plan_packed(op, weight, x, out.dims, bias); });
   plan->scratch_bytes = plan->packed->scratch_bytes;
   return plan;
 }

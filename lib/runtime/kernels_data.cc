@@ -153,8 +153,10 @@ const Planner plan_axis = plan_as<Axis>;
 // Copies `bytes` bytes, 16 at a time inline when they are a few such (a channels-last image's
 // channels at one position): a call to memcpy for each of those cost more than the copy.
 void copy_block(uint8_t* to, const uint8_t* from, int64_t bytes) {
-  if (bytes % 16 != 0 || bytes > 256) return static_cast<void>(std::memcpy(to, from, static_cast<size_t>(bytes)));
-  for (int64_t i = 0; i < bytes; i += 16) __builtin_memcpy(to + i, from + i, 16);
+  if (bytes % 16 != 0 || bytes > 256)
+    std::memcpy(to, from, static_cast<size_t>(bytes));
+  else
+    for (int64_t i = 0; i < bytes; i += 16) __builtin_memcpy(to + i, from + i, 16);
 }
 
 // Output row by output row, each input's block in turn, so that the output is written in order;
