@@ -93,8 +93,11 @@ std::string run_cases(Ort::Session& session, std::vector<Case>& cases) {
     for (const auto& o : outputs) out_names.push_back(o.c_str());
     auto got = session.Run(Ort::RunOptions{nullptr}, in_names.data(), feeds.data(), feeds.size(), out_names.data(),
                            out_names.size());
+    verify::Tolerance tolerance;
+    tolerance.rtol = kRtol;
+    tolerance.atol = kAtol;
     for (size_t i = 0; i < outputs.size(); ++i) {
-      auto d = verify::compare(Tensor::from(got[i]), c.outputs[i], verify::Tolerance{kRtol, kAtol, verify::ErrorStat::kElementwise, std::nullopt, std::nullopt});
+      auto d = verify::compare(Tensor::from(got[i]), c.outputs[i], tolerance);
       if (!d.within)
         return "data set " + std::to_string(n) + " output '" + outputs[i] + "': " +
                (d.problem.empty() ? d.failed

@@ -114,6 +114,10 @@ Parsed parse(int argc, const char* const* argv, bool with_verify, const std::str
                        "With a float64 reference: the most an output's rms error may be, as a multiple of the original's own float32 error")
         ->check(number("> 0", [](double v) { return v > 0; }))
         ->capture_default_str();
+    verify->add_option("--max-steps", line.max_steps,
+                       "How many quantization steps a quantized output (of a DequantizeLinear or QuantizeLinear) may be off")
+        ->check(number(">= 0", [](double v) { return v >= 0; }))
+        ->capture_default_str();
     verify->add_option("--seed", line.seed, "Seed of the random inputs")->capture_default_str();
     verify->add_option("--input-shape", line.verify_shapes, "Shape for a dynamic input: INPUT=1x128 (repeatable)");
     verify->add_option("--plugin", line.plugin, "The ctxgen plugin EP library (default: the one built with ctxgen)");

@@ -41,6 +41,7 @@ struct CommandLine {
   std::string error_stat = "elementwise", reference_precision = "float32";
   std::optional<double> min_cosine, min_snr;
   double max_error_ratio = 4;
+  double max_steps = 1;
   uint64_t seed = 1;
   std::string plugin;
 };

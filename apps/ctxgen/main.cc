@@ -39,6 +39,7 @@ nlohmann::json statistics_json(const ctxgen::verify::Difference& d) {
                           {"median", finite_or_null(s.median)}, {"p99", finite_or_null(s.p99)}};
   };
   return {{"shape", d.dims}, {"elements", d.elements}, {"atol", finite_or_null(d.atol)},
+          {"quantization_step", d.step > 0 ? nlohmann::json(d.step) : nlohmann::json()},
           {"error_rms", finite_or_null(d.error_rms)},
           {"reference_magnitude", {{"max_abs", finite_or_null(d.reference_max_abs)}, {"rms", finite_or_null(d.reference_rms)}}},
           {"abs_error", summary(d.abs)}, {"rel_error", summary(d.rel)}, {"fraction_outside", d.outside},
@@ -61,7 +62,7 @@ nlohmann::json verification_json(const ctxgen::verify::Options& options, const c
        {{"models", paths(options.models)}, {"references", paths(options.references)}, {"rtol", options.tolerance.rtol},
         {"atol", finite_or_null(options.tolerance.atol)}, {"error_stat", ctxgen::verify::error_stat_name(options.tolerance.stat)},
         {"min_cosine", finite_or_null(options.tolerance.min_cosine)}, {"min_snr_db", finite_or_null(options.tolerance.min_snr_db)},
-        {"max_error_ratio", options.tolerance.max_error_ratio},
+        {"max_error_ratio", options.tolerance.max_error_ratio}, {"max_steps", options.tolerance.max_steps},
         {"reference_precision", options.reference_precision == ctxgen::verify::Precision::kFloat64 ? "float64" : "float32"},
         {"seed", options.seed}, {"input_shapes", options.input_shapes},
         {"plugin", options.plugin.empty() ? nlohmann::json() : nlohmann::json(options.plugin.string())}}}};
@@ -104,9 +105,13 @@ void print_outputs(const std::vector<ctxgen::verify::OutputCheck>& outputs) {
     }
     std::string shape;
     for (size_t i = 0; i < d.dims.size(); ++i) shape += (i ? "x" : "") + std::to_string(d.dims[i]);
-    char magnitude[128];
-    std::snprintf(magnitude, sizeof magnitude, "|reference| max %.3g, rms %.3g; atol %.3g", d.reference_max_abs,
-                  d.reference_rms, d.atol);
+    char magnitude[160];
+    if (d.step > 0)
+      std::snprintf(magnitude, sizeof magnitude, "|reference| max %.3g, rms %.3g; quantized in steps of %.3g, max error %.3g of them",
+                    d.reference_max_abs, d.reference_rms, d.step, d.abs.max / d.step);
+    else
+      std::snprintf(magnitude, sizeof magnitude, "|reference| max %.3g, rms %.3g; atol %.3g", d.reference_max_abs,
+                    d.reference_rms, d.atol);
     std::cout << " [" << shape << "] against the " << o.reference << " reference, " << magnitude << "\n";
     std::cout << "      " << statistics_text(d) << "\n";
     if (o.baseline) {
@@ -218,7 +223,7 @@ int main(int argc, char** argv) {
 #ifdef CTXGEN_WITH_VERIFY
         ctxgen::verify::Options options;
         options.tolerance = {line.rtol, line.atol, *ctxgen::verify::error_stat_named(line.error_stat), line.min_cosine,
-                             line.min_snr, line.max_error_ratio};
+                             line.min_snr, line.max_error_ratio, std::nullopt, line.max_steps};
         options.reference_precision =
             line.reference_precision == "float64" ? ctxgen::verify::Precision::kFloat64 : ctxgen::verify::Precision::kFloat32;
         options.seed = line.seed;

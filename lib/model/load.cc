@@ -11,6 +11,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <queue>
 #include <set>
 #include <stdexcept>
 #include <unordered_map>
@@ -363,6 +364,46 @@ void check_defined(const fs::path& path, const onnx::GraphProto& graph, std::set
     for (const auto& name : node.output())
       if (!name.empty()) defined.insert(name);
   }
+}
+
+// ONNX requires a graph's nodes in topological order, but ONNX Runtime sorts a graph that is not
+// (some converters write their nodes in another order) and runs it, so ctxgen sorts it too. Nodes
+// keep their order wherever the dependencies allow (the earliest stored ready node goes first), so
+// a sorted graph is left as it is; a cycle is left for check_defined to report.
+void sort_nodes(onnx::GraphProto& graph) {
+  for (auto& node : *graph.mutable_node())
+    for_each_subgraph(node, [](const std::string&, onnx::GraphProto& g) { sort_nodes(g); });
+  const int count = graph.node_size();
+  std::unordered_map<std::string, int> producer;
+  for (int i = 0; i < count; ++i)
+    for (const auto& out : graph.node(i).output())
+      if (!out.empty()) producer.emplace(out, i);
+  std::vector<int> waiting(static_cast<size_t>(count), 0);
+  std::vector<std::vector<int>> readers(static_cast<size_t>(count));
+  bool sorted = true;
+  for (int i = 0; i < count; ++i)
+    for (const auto& name : node_reads(graph.node(i)))
+      if (auto it = producer.find(name); it != producer.end() && it->second != i) {
+        ++waiting[static_cast<size_t>(i)];
+        readers[static_cast<size_t>(it->second)].push_back(i);
+        sorted = sorted && it->second < i;
+      }
+  if (sorted) return;
+  std::priority_queue<int, std::vector<int>, std::greater<>> ready;
+  for (int i = 0; i < count; ++i)
+    if (waiting[static_cast<size_t>(i)] == 0) ready.push(i);
+  std::vector<int> order;
+  while (!ready.empty()) {
+    const int i = ready.top();
+    ready.pop();
+    order.push_back(i);
+    for (int r : readers[static_cast<size_t>(i)])
+      if (--waiting[static_cast<size_t>(r)] == 0) ready.push(r);
+  }
+  if (static_cast<int>(order.size()) != count) return;
+  google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
+  for (int i : order) *nodes.Add() = std::move(*graph.mutable_node(i));
+  graph.mutable_node()->Swap(&nodes);
 }
 
 // IR < 4 lists every initializer as a graph input too; those inputs are not real inputs.
@@ -804,6 +845,7 @@ Model load_model(ParsedModel embedded, const fs::path& path, const LoadOptions& 
   reject_compiled(path, proto.graph());
   drop_initializer_inputs(proto);
   hoist_constants(*proto.mutable_graph());
+  sort_nodes(*proto.mutable_graph());
   if (embedded.file) restore_attribute_tensors(*proto.mutable_graph(), embedded);
   apply_shapes(path, *proto.mutable_graph(), options);
   apply_values(path, *proto.mutable_graph(), options, model);

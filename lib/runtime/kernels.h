@@ -69,13 +69,19 @@ struct Output {
   uint8_t* bytes() const { return static_cast<uint8_t*>(data); }
 };
 
-// Calls f(T{}) with the C++ type of `dtype` (bool is stored as uint8_t, 0 or 1).
+// Calls f(T{}) with the C++ type of `dtype`. bool is stored as uint8_t, 0 or 1; uint8 is visited
+// as char8_t, an unsigned byte of its own type, so that a kernel can tell it from bool (a Cast to
+// uint8 keeps the value, one to bool tests it against zero).
 template <typename F>
 decltype(auto) visit_dtype(ref::DType dtype, F&& f) {
   switch (dtype) {
     case ref::DType::kInt32: return f(int32_t{});
     case ref::DType::kInt64: return f(int64_t{});
     case ref::DType::kBool: return f(uint8_t{});
+    case ref::DType::kUInt8: return f(char8_t{});
+    case ref::DType::kInt8: return f(int8_t{});
+    case ref::DType::kUInt16: return f(uint16_t{});
+    case ref::DType::kInt16: return f(int16_t{});
     case ref::DType::kFloat32: break;
   }
   return f(float{});
@@ -260,6 +266,10 @@ FusedActivation fused_activation_of(const ref::Op& op);
 // The kernels, one per op type; kernels_*.cc hold them by family.
 namespace kernels {
 
+// QuantizeLinear and DequantizeLinear (kernels_quant.cc).
+void quantize_linear(Ins, const Output&);
+void dequantize_linear(Ins, const Output&);
+
 // Elementwise, comparisons, casts and generated constants (kernels_elementwise.cc).
 void add(Ins, const Output&);
 void sub(Ins, const Output&);
@@ -393,6 +403,7 @@ extern const Planner plan_reduction, plan_columns, plan_normalisation, plan_nll_
 extern const Planner plan_window;                                                         // kernels_pool.cc
 extern const Planner plan_conv_transpose;                                                 // kernels_resize.cc
 extern const Planner plan_product;                                                        // kernels_linear.cc
+extern const Planner plan_quant;                                                          // kernels_quant.cc
 
 }  // namespace kernels
 

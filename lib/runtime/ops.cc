@@ -21,7 +21,9 @@ using ref::kMaxElements;  // also bounds kernel scratch buffers
 using ref::kMaxWindow;
 
 const std::vector<DType> kNumeric = {DType::kFloat32, DType::kInt32, DType::kInt64};
-const std::vector<DType> kAny = {DType::kFloat32, DType::kInt32, DType::kInt64, DType::kBool};
+const std::vector<DType> kAny = {DType::kFloat32, DType::kUInt8, DType::kInt8,  DType::kUInt16,
+                                 DType::kInt16,   DType::kInt32, DType::kInt64, DType::kBool};
+const std::vector<DType> kQuantized = {DType::kUInt8, DType::kInt8, DType::kUInt16, DType::kInt16};
 
 int64_t rank_of(const ref::Value& v) { return static_cast<int64_t>(v.dims.size()); }
 
@@ -179,6 +181,58 @@ OutType range(const OpCheck& c) {
   scalar_attr(c, t, "start");
   scalar_attr(c, t, "delta");
   return {t, {c.int_attr("count", 0, kMaxElements)}};
+}
+
+// ---- quantization ------------------------------------------------------------------------------
+
+// The scale (input 1, float32) and optional zero point (input 2, of `zero_point_type`) of a
+// QuantizeLinear or DequantizeLinear over x: one value for the whole tensor; one per index of
+// x's dim `axis` (dims [x.dims[axis]]); or, with `block_size` > 0, one per block of that many
+// consecutive indices along `axis` (x's dims with that dim divided into blocks, rounded up).
+void quant_params(const OpCheck& c, const ref::Value& x, DType zero_point_type) {
+  c.expect_dtype(c.in(1), DType::kFloat32, "input 1 (scale)");
+  const Dims& s = c.in(1).dims;
+  const int64_t axis = c.int_attr("axis", 0, std::max<int64_t>(rank_of(x) - 1, 0));
+  const int64_t block = c.int_attr("block_size", 0, kMaxElements);
+  const bool per_tensor = block == 0 && s.size() <= 1 && product(s) == 1;
+  if (block > 0) {
+    c.expect(!x.dims.empty(), "block_size on a scalar");
+    Dims blocked = x.dims;
+    blocked[static_cast<size_t>(axis)] = (blocked[static_cast<size_t>(axis)] + block - 1) / block;
+    c.expect_dims(c.in(1), blocked, "input 1 (scale)");
+  } else {
+    c.expect(per_tensor || (s.size() == 1 && !x.dims.empty() && s[0] == x.dims[static_cast<size_t>(axis)]), [&] {
+      return "input 1 (scale) has dims " + dims_text(s) + ", expected one value or one per index of axis " +
+             std::to_string(axis) + " of " + dims_text(x.dims);
+    });
+  }
+  if (const ref::Value* zero_point = c.optional_in(2)) {
+    c.expect_dtype(*zero_point, zero_point_type, "input 2 (zero point)");
+    // One value may be a scalar beside a scale of dims [1], or the reverse, as ONNX Runtime takes.
+    if (!per_tensor || zero_point->dims.size() > 1 || product(zero_point->dims) != 1)
+      c.expect_dims(*zero_point, s, "input 2 (zero point)");
+  }
+}
+
+// y = saturate(round_half_even(x / scale) + zero_point), of the integer type `dtype`.
+OutType quantize_linear(const OpCheck& c) {
+  c.arity(2, 3);
+  c.expect_dtype(c.in(0), DType::kFloat32, "input 0");
+  const DType t = c.dtype_attr("dtype");
+  c.expect(std::find(kQuantized.begin(), kQuantized.end(), t) != kQuantized.end(),
+           [&] { return "attribute 'dtype' is " + ref::dtype_name(t) + ", expected an 8- or 16-bit integer type"; });
+  quant_params(c, c.in(0), t);
+  return {t, c.in(0).dims};
+}
+
+// y = (x - zero_point) * scale, in float32.
+OutType dequantize_linear(const OpCheck& c) {
+  c.arity(2, 3);
+  const DType t = c.in(0).dtype;
+  c.expect(t == DType::kInt32 || std::find(kQuantized.begin(), kQuantized.end(), t) != kQuantized.end(),
+           [&] { return "input 0 has element type " + ref::dtype_name(t) + ", expected an 8-, 16- or 32-bit integer type"; });
+  quant_params(c, c.in(0), t);
+  return {DType::kFloat32, c.in(0).dims};
 }
 
 // ---- linear algebra ----------------------------------------------------------------------------
@@ -814,6 +868,8 @@ const std::vector<OpDef>& op_defs() {
       {"Not", logical_not, k::logical_not},
       {"Where", where, k::where, true, plan_broadcast},
       {"Cast", cast, k::cast},
+      {"QuantizeLinear", quantize_linear, k::quantize_linear, true, k::plan_quant},
+      {"DequantizeLinear", dequantize_linear, k::dequantize_linear, true, k::plan_quant},
       {"Neg", numeric_unary, k::neg},
       {"Abs", numeric_unary, k::abs},
       {"Sqrt", unary, k::sqrt},

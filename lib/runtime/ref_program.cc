@@ -107,7 +107,8 @@ size_t dtype_size(DType dtype) {
   switch (dtype) {
     case DType::kFloat32: case DType::kInt32: return 4;
     case DType::kInt64: return 8;
-    case DType::kBool: return 1;
+    case DType::kUInt16: case DType::kInt16: return 2;
+    case DType::kUInt8: case DType::kInt8: case DType::kBool: return 1;
   }
   return 0;
 }
@@ -118,6 +119,10 @@ std::string dtype_name(DType dtype) {
     case DType::kInt32: return "int32";
     case DType::kInt64: return "int64";
     case DType::kBool: return "bool";
+    case DType::kUInt8: return "uint8";
+    case DType::kInt8: return "int8";
+    case DType::kUInt16: return "uint16";
+    case DType::kInt16: return "int16";
   }
   return "dtype " + std::to_string(static_cast<int>(dtype));
 }

@@ -231,9 +231,11 @@ SpecialiseSummary specialise(Model& model, const SpecialiseOptions& options) {
       model.value_types[name] = type;
       ++summary.typed_values;
     }
-    if (!result->bytes) continue;
-    folded_bytes += result->bytes->size();
-    add_folded_weight(model, result->types[0].first, result->types[0].second, std::move(*result->bytes));
+    if (!result->values) continue;
+    for (size_t k = 0; k < result->types.size(); ++k) {
+      folded_bytes += (*result->values)[k].size();
+      add_folded_weight(model, result->types[k].first, result->types[k].second, std::move((*result->values)[k]));
+    }
     removed[static_cast<size_t>(i)] = true;
     drop_reads(node);
     ++summary.folded_nodes;

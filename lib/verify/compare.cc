@@ -133,13 +133,16 @@ Difference compare(const Tensor& got, const Tensor& expected, const Tolerance& t
     const double y = std::fabs(kind->read(expected.bytes.data() + i * kind->size));
     if (std::isfinite(y)) d.reference_max_abs = std::max(d.reference_max_abs, y);
   }
-  const double atol = d.atol = tolerance.atol.value_or(tolerance.rtol * d.reference_max_abs);
+  const bool quantized = tolerance.step && *tolerance.step > 0;
+  const double rtol = quantized ? 0 : tolerance.rtol;
+  d.step = quantized ? *tolerance.step : 0;
+  const double atol = d.atol = quantized ? tolerance.max_steps * d.step : tolerance.atol.value_or(rtol * d.reference_max_abs);
   const double scale = d.reference_max_abs > 0 ? d.reference_max_abs : 1;
   std::vector<float> abs_errors, rel_errors, judged_rel;
   abs_errors.reserve(n);
   // A statistic judged by rtol needs every element: one whose expected value is 0 and got is not
   // is infinitely wrong relatively (the shown rel statistics leave such elements out).
-  const bool judging_rel = tolerance.stat != ErrorStat::kElementwise;
+  const bool judging_rel = tolerance.stat != ErrorStat::kElementwise && !quantized;
   double abs_sum = 0, rel_sum = 0, judged_sum = 0, abs_max = 0, rel_max = 0, judged_max = 0;
   double dot = 0, got_squares = 0, expected_squares = 0, error_squares = 0;
   uint64_t outside = 0, unequal = 0, unmatched = 0, finite = 0;
@@ -170,7 +173,7 @@ Difference compare(const Tensor& got, const Tensor& expected, const Tolerance& t
       judged_sum += rel;
       judged_max = std::max(judged_max, rel);
     }
-    if (one_sided || (diff != 0 && !(diff <= atol + tolerance.rtol * std::fabs(y)))) ++outside;
+    if (one_sided || (diff != 0 && !(diff <= atol + rtol * std::fabs(y)))) ++outside;
     // Sums of squares in units of the reference's largest value, so values near 1e154 do not
     // overflow them. The reference's own magnitude counts its finite values, whatever got holds.
     const double ds = diff / scale, xs = x / scale, ys = y / scale;
@@ -201,17 +204,22 @@ Difference compare(const Tensor& got, const Tensor& expected, const Tolerance& t
     if (d.within) d.failed = std::move(why);
     d.within = false;
   };
-  if (kind->exact) {
+  if (kind->exact && !quantized) {
     if (unequal) fail(std::to_string(unequal) + " of " + std::to_string(n) + " elements differ (integers and booleans must be equal)");
     return d;
   }
   if (unmatched)
     fail(std::to_string(unmatched) + " of " + std::to_string(n) +
          " elements are NaN or infinite on one side only (they must match exactly, whatever the tolerance)");
-  if (tolerance.stat == ErrorStat::kElementwise) {
+  if (quantized) {
     if (outside)
       fail(std::to_string(outside) + " of " + std::to_string(n) + " elements (" + number(100 * d.outside) +
-           "%) differ by more than atol + rtol * |expected| = " + number(atol) + " + " + number(tolerance.rtol) + " * |expected|");
+           "%) differ by more than " + number(tolerance.max_steps) + " quantization step" +
+           (tolerance.max_steps == 1 ? "" : "s") + " of " + number(d.step));
+  } else if (tolerance.stat == ErrorStat::kElementwise) {
+    if (outside)
+      fail(std::to_string(outside) + " of " + std::to_string(n) + " elements (" + number(100 * d.outside) +
+           "%) differ by more than atol + rtol * |expected| = " + number(atol) + " + " + number(rtol) + " * |expected|");
   } else {
     const char* name = error_stat_name(tolerance.stat);
     const double abs = d.abs.of(tolerance.stat), rel = summarise(judged_rel, judged_sum, judged_max).of(tolerance.stat);

@@ -311,6 +311,38 @@ void judge_against_baseline(OutputCheck& check, double max_ratio) {
   }
 }
 
+// The step of each output of `reference` that holds quantized values: a DequantizeLinear with one
+// constant scale gives multiples of that scale, a QuantizeLinear integers one apart.
+std::map<std::string, double> quantization_steps(const onnx::ModelProto& reference) {
+  const auto& graph = reference.graph();
+  std::map<std::string, const onnx::TensorProto*> constants;
+  for (const auto& t : graph.initializer()) constants[t.name()] = &t;
+  for (const auto& node : graph.node())
+    if (const auto* value = attribute(node, "value"); node.op_type() == "Constant" && node.output_size() == 1 && value && value->has_t())
+      constants[node.output(0)] = &value->t();
+  std::set<std::string> outputs;
+  for (const auto& o : graph.output()) outputs.insert(o.name());
+  std::map<std::string, double> steps;
+  for (const auto& node : graph.node()) {
+    const bool quantizer = is_onnx_domain(node.domain()) || node.domain() == "com.microsoft";
+    if (!quantizer || node.output_size() < 1 || !outputs.count(node.output(0))) continue;
+    if (node.op_type() == "QuantizeLinear") steps[node.output(0)] = 1;
+    if (node.op_type() != "DequantizeLinear" || node.input_size() < 2) continue;
+    const auto scale = constants.find(node.input(1));
+    if (scale == constants.end() || scale->second->data_type() != onnx::TensorProto::FLOAT) continue;
+    std::vector<uint8_t> bytes;
+    try {
+      bytes = tensor_bytes(*scale->second);
+    } catch (const Error&) {
+      continue;  // a scale ONNX Runtime refuses as well
+    }
+    float step = 0;
+    if (bytes.size() == sizeof step) std::memcpy(&step, bytes.data(), sizeof step);
+    if (std::isfinite(step) && step > 0) steps[node.output(0)] = step;
+  }
+  return steps;
+}
+
 std::vector<OutputCheck> compare_outputs(const fs::path& model, const onnx::ModelProto& proto, const fs::path& reference,
                                          OrtHost& host,
                                          const Options& options) {
@@ -365,10 +397,15 @@ std::vector<OutputCheck> compare_outputs(const fs::path& model, const onnx::Mode
   const auto expected = copies(run(original, reference.string(), inputs, false));
   step(options, "running " + model.string() + " with " + host.identity().backend);
   const auto got = copies(run(compiled, model.string(), inputs, true));
+  // An --atol given by the user decides quantized outputs too.
+  const auto steps = options.tolerance.atol ? std::map<std::string, double>{} : quantization_steps(parse(reference));
+  std::vector<Tolerance> tolerances(output_names.size(), options.tolerance);
+  for (size_t i = 0; i < output_names.size(); ++i)
+    if (auto it = steps.find(output_names[i]); it != steps.end()) tolerances[i].step = it->second;
   std::vector<OutputCheck> checks;
   for (size_t i = 0; i < output_names.size(); ++i)
-    checks.push_back({model, output_names[i], compare(got[i], expected[i], options.tolerance),
-                      "float32", std::nullopt, std::nullopt});
+    checks.push_back({model, output_names[i], compare(got[i], expected[i], tolerances[i]), "float32", std::nullopt,
+                      std::nullopt});
   if (options.reference_precision == Precision::kFloat64) {
     // Their outputs are copied out: the widened weights may take the memory the sessions hold.
     original = Ort::Session(nullptr);
@@ -406,9 +443,10 @@ std::vector<OutputCheck> compare_outputs(const fs::path& model, const onnx::Mode
         checks[i].reference = "float32 (integers and booleans must equal the original's float32 run)";
         continue;
       }
-      checks[i].difference = compare(widened(got[i]), truth, options.tolerance);
-      checks[i].baseline = compare(widened(expected[i]), truth, options.tolerance);
-      judge_against_baseline(checks[i], options.tolerance.max_error_ratio);
+      checks[i].difference = compare(widened(got[i]), truth, tolerances[i]);
+      checks[i].baseline = compare(widened(expected[i]), truth, tolerances[i]);
+      // A quantized output's error is whole steps, the original's often none: judged in steps.
+      if (!tolerances[i].step) judge_against_baseline(checks[i], options.tolerance.max_error_ratio);
       checks[i].reference = kept.empty() ? "float64" : "float64 (" + kept + " in float32: no float64 kernel)";
     }
   }
@@ -531,7 +569,7 @@ void put(Message& m, const Difference& d) {
   m.put_size(d.dims.size());
   for (int64_t dim : d.dims) m.put(std::to_string(dim));
   m.put_size(d.elements);
-  for (double v : {d.reference_max_abs, d.reference_rms, d.error_rms, d.atol, d.abs.max, d.abs.mean, d.abs.median, d.abs.p99, d.rel.max,
+  for (double v : {d.reference_max_abs, d.reference_rms, d.error_rms, d.atol, d.step, d.abs.max, d.abs.mean, d.abs.median, d.abs.p99, d.rel.max,
                    d.rel.mean, d.rel.median, d.rel.p99, d.outside, d.cosine, d.snr_db})
     m.put_double(v);
   m.put_size(d.within ? 1 : 0);
@@ -543,7 +581,7 @@ Difference get_difference(Message& m) {
   Difference d;
   for (uint64_t n = m.size(); n > 0; --n) d.dims.push_back(std::stoll(m.get()));
   d.elements = m.size();
-  for (double* v : {&d.reference_max_abs, &d.reference_rms, &d.error_rms, &d.atol, &d.abs.max, &d.abs.mean, &d.abs.median, &d.abs.p99, &d.rel.max,
+  for (double* v : {&d.reference_max_abs, &d.reference_rms, &d.error_rms, &d.atol, &d.step, &d.abs.max, &d.abs.mean, &d.abs.median, &d.abs.p99, &d.rel.max,
                     &d.rel.mean, &d.rel.median, &d.rel.p99, &d.outside, &d.cosine, &d.snr_db})
     *v = m.get_double();
   d.within = m.size() == 1;

@@ -257,6 +257,9 @@ RULES = [
     ("verify.md", r"ctxgen verify dist/prefill_ctx.onnx", rule_synopsis),
     ("verify.md", r"ok    dist/prefill_ctx.onnx: output 'hidden_out' \[128x1024\] against the float32",
      rule_sample(LLM + "ctxgen verify dist/prefill_ctx.onnx --reference dist/prefill.onnx")),
+    ("verify.md", r"ok    out/cnn_upsample_qdq_u8s8_ctx.onnx: output 'logits'", rule_sample(
+        "ctxgen compile testdata/quantized/cnn_upsample_qdq_u8s8.onnx --fix-dim batch=1 --output-dir out -q --force && "
+        "ctxgen verify out/cnn_upsample_qdq_u8s8_ctx.onnx --reference testdata/quantized/cnn_upsample_qdq_u8s8.onnx")),
     ("verify.md", r"ok    dist/prefill_ctx.onnx: output 'hidden_out' \[128x1024\] against the float64",
      rule_sample(LLM + "ctxgen verify dist/prefill_ctx.onnx --reference dist/prefill.onnx --reference-precision float64")),
 ]

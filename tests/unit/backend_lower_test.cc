@@ -832,5 +832,63 @@ TEST(RefLower, CompilationIsDeterministic) {
   EXPECT_EQ(backend->compile(m3, whole_graph(m3), "g", s1).program, backend->compile(m4, whole_graph(m4), "g", s2).program);
 }
 
+
+// Every node of a QDQ unit runs on ref, in one program; the weight and bias stay int8 and int32 in
+// the store, and the result is what dequantize, convolve, quantize computes.
+TEST(RefLower, AQdqConvUnitCompilesWholeKeepingItsIntegers) {
+  struct Case {
+    std::string domain;
+    int32_t type;
+    std::vector<uint8_t> zero_point;
+    ref::DType dtype;
+  };
+  // 16-bit units (com.microsoft) are typed by the specialise stage first: SpecialiseTest covers them.
+  for (const Case& c : {Case{"", onnx::TensorProto::UINT8, {128}, ref::DType::kUInt8},
+                        Case{"", onnx::TensorProto::INT8, {0xFB}, ref::DType::kInt8}}) {
+    SCOPED_TRACE(c.type);
+    auto l = lower(testing::qdq_conv_unit(c.domain, c.type, c.zero_point).load());
+    const auto& p = l->program();
+    size_t quantize = 0, dequantize = 0;
+    for (const auto& op : p.ops) {
+      quantize += op.type == "QuantizeLinear";
+      dequantize += op.type == "DequantizeLinear";
+    }
+    EXPECT_EQ(quantize, 2u);
+    EXPECT_EQ(dequantize, 4u);
+    std::map<ref::DType, int> weight_types;
+    for (const auto& v : p.values) {
+      if (v.kind == ValueKind::kWeight) ++weight_types[v.dtype];
+    }
+    // The weight and its zero point (and, for int8 activations, x's and y's zero points).
+    EXPECT_EQ(weight_types[ref::DType::kInt8], c.dtype == ref::DType::kInt8 ? 4 : 2) << "the weight stays int8";
+    EXPECT_EQ(weight_types[ref::DType::kInt32], 1) << "the bias stays int32";
+    for (const auto& v : p.values) {
+      if (v.kind == ValueKind::kWeight && v.dtype == ref::DType::kFloat32) {
+        EXPECT_LE(v.element_count(), 2) << "only the scales are float32: nothing was dequantized at compile time";
+      }
+    }
+    const std::vector<float> x = {0.1f, -0.2f, 0.3f, 0.45f, 0.5f, -0.6f, 0.7f, 0.8f, 0.9f};
+    auto y = run_lowered(*l, {testing::bytes_of_floats(x)});
+    std::vector<float> got(8);
+    std::memcpy(got.data(), y[0].data(), 32);
+    // The same in plain arithmetic: x rounded to steps of 0.05, the convolution, y to steps of 0.02.
+    const bool u8 = c.type == onnx::TensorProto::UINT8;
+    const double zp = u8 ? 128 : -5, bottom = u8 ? 0 : -128, top = u8 ? 255 : 127;
+    auto q = [&](double v, double s) { return std::clamp(std::nearbyint(v / s) + zp, bottom, top); };
+    std::vector<double> xd(9);
+    for (size_t i = 0; i < 9; ++i) xd[i] = (q(x[i], 0.05f) - zp) * 0.05f;
+    const double w[2][4] = {{0.1 * 1, 0.1 * 2, 0.1 * 3, 0.1 * 4}, {0.02 * -1, 0.02 * -2, 0.02 * -3, 0.02 * 127}};
+    const double bias[2] = {10 * 0.005, -10 * 0.001};
+    for (int m = 0; m < 2; ++m)
+      for (int r = 0; r < 2; ++r)
+        for (int col = 0; col < 2; ++col) {
+          double s = bias[m] + w[m][0] * xd[r * 3 + col] + w[m][1] * xd[r * 3 + col + 1] + w[m][2] * xd[(r + 1) * 3 + col] +
+                     w[m][3] * xd[(r + 1) * 3 + col + 1];
+          EXPECT_NEAR(got[static_cast<size_t>(m * 4 + r * 2 + col)], (q(s, 0.02f) - zp) * 0.02f, 1e-6) << m << r << col;
+        }
+  }
+}
+
+
 }  // namespace
 }  // namespace ctxgen

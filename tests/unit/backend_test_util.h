@@ -57,6 +57,10 @@ class TestModel {
   TestModel& int32s(const std::string& name, const std::vector<int64_t>& dims, const std::vector<int32_t>& values) {
     return raw(name, dims, onnx::TensorProto::INT32, values.data(), values.size() * 4);
   }
+  // An initializer of any element type, from its little-endian bytes.
+  TestModel& tensor(const std::string& name, const std::vector<int64_t>& dims, int32_t type, const std::vector<uint8_t>& bytes) {
+    return raw(name, dims, type, bytes.data(), bytes.size());
+  }
   TestModel& node(const std::string& op, const std::vector<std::string>& ins, const std::vector<std::string>& outs,
                   const std::string& domain = "") {
     auto* n = proto_.mutable_graph()->add_node();
@@ -137,6 +141,45 @@ class TestModel {
 
   onnx::ModelProto proto_;
 };
+
+inline std::vector<uint8_t> bytes_of_floats(const std::vector<float>& v) {
+  std::vector<uint8_t> b(v.size() * 4);
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+// A QDQ Conv as ONNX Runtime's quantizer lays it out: x quantized (uint8 or uint16) and
+// dequantized, an int8 per-channel weight and an int32 bias through DequantizeLinear, the output
+// quantized and dequantized again; `domain` is "" or com.microsoft.
+inline TestModel qdq_conv_unit(const std::string& domain, int32_t activation_type, const std::vector<uint8_t>& zero_point) {
+  TestModel t(13);
+  if (!domain.empty()) {
+    auto* ms = t.proto().add_opset_import();
+    ms->set_domain(domain);
+    ms->set_version(1);
+  }
+  t.input("x", {1, 1, 3, 3})
+      .floats("x_scale", {}, {0.05f})
+      .tensor("x_zp", {}, activation_type, zero_point)
+      .tensor("w", {2, 1, 2, 2}, onnx::TensorProto::INT8, {1, 2, 3, 4, 0xFF, 0xFE, 0xFD, 0x7F})
+      .floats("w_scale", {2}, {0.1f, 0.02f})
+      .tensor("w_zp", {2}, onnx::TensorProto::INT8, {0, 0})
+      .tensor("b", {2}, onnx::TensorProto::INT32, {10, 0, 0, 0, 0xF6, 0xFF, 0xFF, 0xFF})
+      .floats("b_scale", {2}, {0.005f, 0.001f})
+      .floats("y_scale", {}, {0.02f})
+      .tensor("y_zp", {}, activation_type, zero_point)
+      .node("QuantizeLinear", {"x", "x_scale", "x_zp"}, {"xq"}, domain)
+      .node("DequantizeLinear", {"xq", "x_scale", "x_zp"}, {"xd"}, domain)
+      .node("DequantizeLinear", {"w", "w_scale", "w_zp"}, {"wd"}, domain)
+      .attr("axis", int64_t{0})
+      .node("DequantizeLinear", {"b", "b_scale"}, {"bd"}, domain)
+      .attr("axis", int64_t{0})
+      .node("Conv", {"xd", "wd", "bd"}, {"c"})
+      .node("QuantizeLinear", {"c", "y_scale", "y_zp"}, {"cq"}, domain)
+      .node("DequantizeLinear", {"cq", "y_scale", "y_zp"}, {"y"}, domain)
+      .output("y");
+  return t;
+}
 
 // Support answer for the model's only (or first) node with the given op type.
 inline NodeSupport support_of(const Model& m, const std::string& op_type) {

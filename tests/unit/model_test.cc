@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstring>
 
 #include "ctxgen/error.h"
@@ -66,6 +67,39 @@ TEST(Model, HoistsConstantNodes) {
   EXPECT_EQ(values[0], 0.5f);
   EXPECT_EQ(values[3], 2.0f);
   ASSERT_NE(m.constant("w"), nullptr);
+}
+
+// ONNX Runtime sorts a graph stored out of topological order and runs it; so does ctxgen, keeping
+// the stored order wherever the dependencies allow.
+TEST(Model, SortsNodesStoredOutOfOrder) {
+  onnx::ModelProto proto;
+  proto.set_ir_version(8);
+  proto.add_opset_import()->set_version(17);
+  auto& g = *proto.mutable_graph();
+  g.set_name("unsorted");
+  auto typed = [](onnx::ValueInfoProto* v, const std::string& name) {
+    v->set_name(name);
+    auto* t = v->mutable_type()->mutable_tensor_type();
+    t->set_elem_type(onnx::TensorProto::FLOAT);
+    t->mutable_shape()->add_dim()->set_dim_value(2);
+  };
+  typed(g.add_input(), "x");
+  typed(g.add_output(), "y");
+  for (const auto& [op, in, out] : std::vector<std::array<std::string, 3>>{
+           {"Relu", "b", "c"}, {"Abs", "x", "a"}, {"Neg", "a", "b"}, {"Sigmoid", "x", "s"}, {"Add", "c", "y"}}) {
+    auto* n = g.add_node();
+    n->set_op_type(op);
+    n->add_input(in);
+    if (op == "Add") n->add_input("s");
+    n->add_output(out);
+  }
+  TempDir dir;
+  write_file(dir.path() / "unsorted.onnx", proto.SerializeAsString());
+  Model m = load_model(dir.path() / "unsorted.onnx");
+  std::vector<std::string> ops;
+  for (const auto& n : m.graph().node()) ops.push_back(n.op_type());
+  EXPECT_EQ(ops, (std::vector<std::string>{"Abs", "Neg", "Relu", "Sigmoid", "Add"}));
+  ASSERT_TRUE(m.type_of("c") && m.type_of("c")->is_static()) << "shape inference ran on the sorted graph";
 }
 
 TEST(Model, FindsWeightsInsideSubgraphs) {

@@ -146,11 +146,16 @@ TEST(RuntimeProgram, ElementTypesRoundTrip) {
   EXPECT_EQ(ref::dtype_size(ref::DType::kInt32), 4u);
   EXPECT_EQ(ref::dtype_size(ref::DType::kInt64), 8u);
   EXPECT_EQ(ref::dtype_size(ref::DType::kBool), 1u);
-  EXPECT_EQ(ref::dtype_size(static_cast<ref::DType>(2)), 0u);
+  EXPECT_EQ(ref::dtype_size(ref::DType::kUInt8), 1u);
+  EXPECT_EQ(ref::dtype_size(ref::DType::kInt8), 1u);
+  EXPECT_EQ(ref::dtype_size(ref::DType::kUInt16), 2u);
+  EXPECT_EQ(ref::dtype_size(ref::DType::kInt16), 2u);
+  EXPECT_EQ(ref::dtype_size(static_cast<ref::DType>(8)), 0u);
   EXPECT_EQ(ref::dtype_name(ref::DType::kInt32), "int32");
   EXPECT_EQ(ref::dtype_name(ref::DType::kBool), "bool");
+  EXPECT_EQ(ref::dtype_name(ref::DType::kUInt16), "uint16");
   // The first value's dtype is byte 12 (after magic, version and value count).
-  for (uint8_t code : {uint8_t{0}, uint8_t{2}, uint8_t{10}, uint8_t{16}}) {
+  for (uint8_t code : {uint8_t{0}, uint8_t{8}, uint8_t{10}, uint8_t{16}}) {
     Bytes bad = bytes;
     bad[12] = code;
     expect_error([&] { ref::deserialize(bad.data(), bad.size()); }, ErrorCode::kInvalidBinary,

@@ -45,14 +45,17 @@ std::vector<T> values_of(const Bytes& bytes) {
   return values;
 }
 
-// The ref element type stored as T (bool as uint8_t).
+// The ref element type stored as T (bool as uint8_t; uint8, stored the same, is named by its dtype).
 template <typename T>
 constexpr ref::DType dtype_of() {
   if constexpr (std::is_same_v<T, float>) return ref::DType::kFloat32;
   else if constexpr (std::is_same_v<T, int32_t>) return ref::DType::kInt32;
   else if constexpr (std::is_same_v<T, int64_t>) return ref::DType::kInt64;
+  else if constexpr (std::is_same_v<T, int8_t>) return ref::DType::kInt8;
+  else if constexpr (std::is_same_v<T, int16_t>) return ref::DType::kInt16;
+  else if constexpr (std::is_same_v<T, uint16_t>) return ref::DType::kUInt16;
   else {
-    static_assert(std::is_same_v<T, uint8_t>, "float, int32_t, int64_t or uint8_t (bool)");
+    static_assert(std::is_same_v<T, uint8_t>, "float, int8/16/32/64_t, uint16_t or uint8_t (bool; uint8 by its dtype)");
     return ref::DType::kBool;
   }
 }

@@ -335,7 +335,7 @@ TEST(RuntimeValidate, PerOpElementTypeRules) {
                  "input 0 (condition) has element type float32, expected bool", 0);
   expect_invalid(single("Where", {{{2}, kB}, {{2}, kF}, {{2}, kI}}, {2}, {}), "input 2 has element type int64, expected float32", 0);
   expect_invalid(single("Where", {{{3}, kB}, {{2}, kF}, {{2}, kF}}, {2}, {}), "input dims [3] and [2] do not broadcast", 0);
-  expect_invalid(single("Cast", {{{2}, kF}}, {2}, {int_attr("to", 2)}), "attribute 'to' is 2, not a ref element type", 0);
+  expect_invalid(single("Cast", {{{2}, kF}}, {2}, {int_attr("to", 8)}), "attribute 'to' is 8, not a ref element type", 0);
   expect_invalid(single("Cast", {{{2}, kF}}, {2}, {int_attr("to", static_cast<int64_t>(kI))}),
                  "output has element type float32, expected int64", 0);
   expect_invalid(single("Sqrt", {{{2}, kI32}}, {2}, {}, kI32), "input 0 has element type int32, expected float32", 0);

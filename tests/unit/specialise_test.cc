@@ -115,6 +115,59 @@ TEST(Specialise, NodesThatFailToEvaluateStay) {
   EXPECT_EQ(op_types(m), (std::vector<std::string>{"Gather", "Add"}));
 }
 
+// tf2onnx writes a Pad's pads as Concat(Split(constant)): every output of the Split folds, and so
+// does what reads them.
+TEST(Specialise, EveryOutputOfAMultiOutputNodeFolds) {
+  auto m = TestModel(13)
+               .input("x", {2, 3})
+               .int64s("packed", {4}, {0, 1, 0, 2})
+               .int64s("sizes", {2}, {2, 2})
+               .node("Split", {"packed", "sizes"}, {"before", "after"})
+               .attr("axis", int64_t{0})
+               .node("Concat", {"before", "after"}, {"pads"})
+               .attr("axis", int64_t{0})
+               .node("Pad", {"x", "pads"}, {"y"})
+               .output("y")
+               .load();
+  auto summary = specialise(m);
+  EXPECT_EQ(summary.folded_by_op.at("Split"), 1u);
+  EXPECT_EQ(summary.folded_by_op.at("Concat"), 1u);
+  EXPECT_EQ(int64_values(m, "pads"), (std::vector<int64_t>{0, 1, 0, 2}));
+  EXPECT_EQ(op_types(m), (std::vector<std::string>{"Pad"}));
+  EXPECT_TRUE(support_of(m, "Pad").supported);
+}
+
+// An int8 weight behind a DequantizeLinear stays int8: folding it would store four times the bytes.
+TEST(Specialise, ADequantizedWeightStaysIntegers) {
+  auto m = TestModel(13)
+               .input("x", {1, 2})
+               .tensor("w", {2, 2}, onnx::TensorProto::INT8, {0x01, 0xFF, 0x7F, 0x80})
+               .floats("scale", {}, {0.5f})
+               .node("DequantizeLinear", {"w", "scale"}, {"wf"})
+               .node("MatMul", {"x", "wf"}, {"y"})
+               .output("y")
+               .load();
+  auto summary = specialise(m);
+  EXPECT_EQ(summary.folded_nodes, 0u);
+  EXPECT_EQ(op_types(m), (std::vector<std::string>{"DequantizeLinear", "MatMul"}));
+  ASSERT_TRUE(m.type_of("wf") && m.type_of("wf")->is_static());
+  EXPECT_EQ(m.type_of("wf")->elem_type, onnx::TensorProto::FLOAT);
+  EXPECT_EQ(m.constant("w")->data.dtype, onnx::TensorProto::INT8);
+}
+
+// ONNX Runtime writes 16-bit QDQ in the com.microsoft domain below opset 21; onnx's shape inference
+// skips that domain, so the specialise stage types the unit and every node of it runs on ref.
+TEST(Specialise, TypesA16BitQdqUnitOfTheMicrosoftDomain) {
+  auto m = qdq_conv_unit("com.microsoft", onnx::TensorProto::UINT16, {0x00, 0x80}).load();
+  EXPECT_EQ(m.type_of("xq"), nullptr) << "onnx typed a com.microsoft value: the test no longer tests the stage";
+  specialise(m);
+  ASSERT_TRUE(m.type_of("xq") && m.type_of("xq")->is_static());
+  EXPECT_EQ(m.type_of("xq")->elem_type, onnx::TensorProto::UINT16);
+  EXPECT_EQ(m.type_of("y")->elem_type, onnx::TensorProto::FLOAT);
+  EXPECT_EQ(op_types(m).size(), 7u) << "nothing folded: the weight's DequantizeLinear stays";
+  EXPECT_EQ(whole_graph(m).nodes.size(), 7u);
+}
+
 onnx::GraphProto branch(const std::string& op, const std::string& out) {
   onnx::GraphProto g;
   g.set_name(op);

@@ -1,10 +1,11 @@
 // Single-node evaluation for the specialise stage: normalise the node as the compiler does, then
-// run a one-op program whose inputs are the constants' own bytes.
+// run each ref op it becomes as a one-op program whose inputs are the constants' own bytes.
 
 #include "ctxgen/ref_evaluate.h"
 
 #include <cstddef>
 #include <cstdint>
+#include <unordered_map>
 #include <vector>
 
 #include "ctxgen/error.h"
@@ -13,27 +14,15 @@
 #include "normalise.h"
 
 namespace ctxgen::ref {
+namespace {
 
-std::optional<Evaluated> evaluate(const Model& model, const onnx::NodeProto& node, uint64_t max_bytes) {
-  std::vector<refc::NormalisedNode> parts;
-  try {
-    parts = refc::normalise_all(model, node);
-  } catch (const refc::Refusal&) {
-    return std::nullopt;
-  }
-  Evaluated result;
-  for (const auto& part : parts) {
-    if (part.internal) continue;
-    ValueType type;
-    type.elem_type = static_cast<int32_t>(part.output_type.dtype);
-    type.dims = part.output_type.dims;
-    result.types.emplace_back(part.output, type);
-  }
-  if (parts.size() != 1 || parts[0].output_type.byte_size() > max_bytes) return result;
-  const refc::NormalisedNode& n = parts[0];
+// Values computed for the earlier parts of a node, by name.
+using Computed = std::unordered_map<std::string, std::pair<Value, std::vector<uint8_t>>>;
 
-  // Inputs become weights of a one-op program; an op that reads only dims (Shape, Size) gets a
-  // stand-in buffer its kernel never reads.
+// The value of one part, or nullopt when an input it reads is computed at run time.
+std::optional<std::vector<uint8_t>> evaluate_part(const Model& model, const refc::NormalisedNode& n,
+                                                  const Computed& computed) {
+  // An op that reads only dims (Shape, Size) gets a stand-in buffer its kernel never reads.
   static const uint8_t kUnread[8] = {};
   bool data_free = !runtime::reads_input_data(n.type);
   Program program;
@@ -53,19 +42,25 @@ std::optional<Evaluated> evaluate(const Model& model, const onnx::NodeProto& nod
       op.inputs.push_back(-1);
       continue;
     }
-    const Weight* constant = model.constant(name);
-    if (!constant && !data_free) return result;
     Value v;
-    v.dtype = refc::ref_dtype(constant ? constant->data.dtype : model.type_of(name)->elem_type, name);
-    v.dims = refc::static_dims(model, name, name, true);
+    if (auto it = computed.find(name); it != computed.end()) {
+      v = it->second.first;
+      weights.push_back(it->second.second.data());
+    } else {
+      const Weight* constant = model.constant(name);
+      if (!constant && !data_free) return std::nullopt;
+      v.dtype = refc::ref_dtype(constant ? constant->data.dtype : model.type_of(name)->elem_type, name);
+      v.dims = refc::static_dims(model, name, name, true);
+      weights.push_back(constant ? readable(constant->data) : kUnread);
+    }
     v.kind = ValueKind::kWeight;
-    v.index = weights.size();
-    weights.push_back(constant ? readable(constant->data) : kUnread);
+    v.index = weights.size() - 1;
     op.inputs.push_back(static_cast<int32_t>(program.values.size()));
     program.values.push_back(std::move(v));
   }
   Value out = n.output_type;
   out.kind = ValueKind::kOutput;
+  out.index = 0;
   op.outputs.push_back(static_cast<int32_t>(program.values.size()));
   program.outputs.push_back(op.outputs[0]);
   program.values.push_back(std::move(out));
@@ -74,7 +69,43 @@ std::optional<Evaluated> evaluate(const Model& model, const onnx::NodeProto& nod
   std::vector<uint8_t> bytes(n.output_type.byte_size());
   runtime::validate(program, weights.size());
   runtime::execute(program, [&](uint32_t id) { return weights[id]; }, {}, {bytes.data()});
-  result.bytes = std::move(bytes);
+  return bytes;
+}
+
+}  // namespace
+
+std::optional<Evaluated> evaluate(const Model& model, const onnx::NodeProto& node, uint64_t max_bytes) {
+  std::vector<refc::NormalisedNode> parts;
+  try {
+    parts = refc::normalise_all(model, node);
+  } catch (const refc::Refusal&) {
+    return std::nullopt;
+  }
+  Evaluated result;
+  uint64_t bytes = 0;
+  for (const auto& part : parts) {
+    bytes += part.output_type.byte_size();
+    // A quantized weight stays integers in the binary, dequantized as the program runs: folding
+    // its DequantizeLinear would store it as float32, two to four times its size.
+    if (part.type == "DequantizeLinear") max_bytes = 0;
+    if (part.internal) continue;
+    ValueType type;
+    type.elem_type = static_cast<int32_t>(part.output_type.dtype);
+    type.dims = part.output_type.dims;
+    result.types.emplace_back(part.output, type);
+  }
+  if (bytes > max_bytes) return result;
+
+  // Each part in turn: a Split's slices read the node's input, an Einsum's product the parts
+  // before it.
+  Computed computed;
+  for (const auto& part : parts) {
+    auto value = evaluate_part(model, part, computed);
+    if (!value) return result;
+    computed[part.output] = {part.output_type, std::move(*value)};
+  }
+  result.values.emplace();
+  for (const auto& [name, type] : result.types) result.values->push_back(std::move(computed.at(name).second));
   return result;
 }
 

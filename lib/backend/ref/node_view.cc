@@ -8,6 +8,8 @@ namespace ctxgen::refc {
 
 void refuse(std::string reason) { throw Refusal{std::move(reason)}; }
 
+const char* const kSupportedTypes = "ref supports float32, uint8, int8, uint16, int16, int32, int64, bool";
+
 std::string dims_text(const std::vector<int64_t>& dims) {
   std::string text = "[";
   for (size_t i = 0; i < dims.size(); ++i) {
@@ -120,7 +122,21 @@ Scalar scalar_of(int32_t dtype, const uint8_t* data, size_t size, const std::str
     }
     case onnx::TensorProto::INT64: std::memcpy(&v.i, data, 8); return v;
     case onnx::TensorProto::BOOL: v.i = data[0] != 0 ? 1 : 0; return v;
-    default: refuse(what + " has element type " + dtype_name(dtype) + " (ref supports float32, int32, int64, bool)");
+    case onnx::TensorProto::UINT8: v.i = data[0]; return v;
+    case onnx::TensorProto::INT8: v.i = static_cast<int8_t>(data[0]); return v;
+    case onnx::TensorProto::UINT16: {
+      uint16_t u;
+      std::memcpy(&u, data, 2);
+      v.i = u;
+      return v;
+    }
+    case onnx::TensorProto::INT16: {
+      int16_t i;
+      std::memcpy(&i, data, 2);
+      v.i = i;
+      return v;
+    }
+    default: refuse(what + " has element type " + dtype_name(dtype) + " (" + kSupportedTypes + ")");
   }
 }
 
@@ -172,7 +188,11 @@ ref::DType ref_dtype(int32_t onnx_type, const std::string& what) {
     case onnx::TensorProto::INT32: return ref::DType::kInt32;
     case onnx::TensorProto::INT64: return ref::DType::kInt64;
     case onnx::TensorProto::BOOL: return ref::DType::kBool;
-    default: refuse("element type " + dtype_name(onnx_type) + " on " + what + " (ref supports float32, int32, int64, bool)");
+    case onnx::TensorProto::UINT8: return ref::DType::kUInt8;
+    case onnx::TensorProto::INT8: return ref::DType::kInt8;
+    case onnx::TensorProto::UINT16: return ref::DType::kUInt16;
+    case onnx::TensorProto::INT16: return ref::DType::kInt16;
+    default: refuse("element type " + dtype_name(onnx_type) + " on " + what + " (" + kSupportedTypes + ")");
   }
 }
 

@@ -28,6 +28,8 @@ struct Refusal {
 
 [[noreturn]] void refuse(std::string reason);
 
+extern const char* const kSupportedTypes;  // "ref supports float32, ...", for refusals
+
 std::string dims_text(const std::vector<int64_t>& dims);  // "[1,3,?,?]" (-1 shown as ?)
 std::string values_text(const std::vector<int64_t>& values);  // "[1,-1,0]": attribute and constant values
 
@@ -36,7 +38,8 @@ class NodeView {
   NodeView(const Model& model, const onnx::NodeProto& node);
 
   const std::string& op() const { return node_.op_type(); }
-  int64_t opset() const { return opset_; }
+  const std::string& domain() const { return node_.domain(); }
+  int64_t opset() const { return opset_; }  // of the default domain
 
   // Attributes; `fallback` when absent. A present attribute of the wrong kind is refused.
   bool has_attr(const std::string& name) const;
@@ -53,7 +56,8 @@ class NodeView {
   const std::string& input(size_t i) const;
   // A float32 input with a static, non-empty shape; returns its dims.
   std::vector<int64_t> float_input(size_t i) const;
-  // An input of a ref element type (float32, int32, int64, bool) with a static, non-empty shape.
+  // An input of a ref element type (float32, the 8- and 16-bit integers, int32, int64, bool) with a
+  // static, non-empty shape.
   ref::Value typed_input(size_t i) const;
   // Static dims and element type of an input, whatever the type.
   std::vector<int64_t> input_dims(size_t i) const;

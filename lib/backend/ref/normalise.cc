@@ -156,6 +156,49 @@ NormalisedNode clip(const NodeView& v) {
   return make(v, "Clip", {v.input(0)}, {float_attr("min", lo), float_attr("max", hi)});
 }
 
+// ---- quantization ------------------------------------------------------------------------------
+
+// Ops of the com.microsoft domain ref takes: ONNX Runtime's tool writes 16-bit QuantizeLinear and
+// DequantizeLinear there below opset 21, with the default domain's semantics.
+const std::set<std::string> kMicrosoftOps = {"QuantizeLinear", "DequantizeLinear"};
+
+// A QuantizeLinear or DequantizeLinear's `axis` and `block_size`: axis 0 for a single scale, where
+// ONNX ignores it; before opset 13 ONNX has no axis, so the scale must be a single value.
+std::vector<ref::Attr> quant_attrs(const NodeView& v, const std::vector<int64_t>& x) {
+  auto scale = v.float_input(1);
+  const int64_t block = v.int_attr("block_size", 0);
+  if (block < 0) refuse("block_size " + std::to_string(block));
+  const bool per_tensor = block == 0 && scale.size() <= 1 && element_count(scale) == 1;
+  if (!per_tensor && v.opset() < 13 && is_onnx_domain(v.domain()))
+    refuse("scale of dims " + dims_text(scale) + " before opset 13, which quantizes per tensor only");
+  int64_t axis = per_tensor ? 0 : normalise_axis(v.int_attr("axis", 1), static_cast<int64_t>(x.size()), "axis");
+  return {int_attr("axis", axis), int_attr("block_size", block)};
+}
+
+std::vector<std::string> quant_inputs(const NodeView& v) {
+  return {v.input(0), v.input(1), v.has_input(2) ? v.input(2) : ""};
+}
+
+// The output type is the zero point's, else `output_dtype` (opset 21), else uint8.
+NormalisedNode quantize_linear(const NodeView& v) {
+  auto x = v.float_input(0);
+  const int64_t output_dtype = v.int_attr("output_dtype", 0);
+  ref::DType t = ref::DType::kUInt8;
+  if (v.has_input(2)) t = v.typed_input(2).dtype;
+  else if (output_dtype != 0) t = ref_dtype(static_cast<int32_t>(output_dtype), "attribute output_dtype");
+  if (v.has_input(2) && output_dtype != 0 && output_dtype != static_cast<int64_t>(t))
+    refuse("output_dtype " + dtype_name(static_cast<int32_t>(output_dtype)) + " differs from the zero point's type " +
+           ref::dtype_name(t));
+  auto attrs = quant_attrs(v, x);
+  attrs.push_back(int_attr("dtype", static_cast<int64_t>(t)));
+  return make(v, "QuantizeLinear", quant_inputs(v), std::move(attrs));
+}
+
+NormalisedNode dequantize_linear(const NodeView& v) {
+  auto x = v.typed_input(0).dims;
+  return make(v, "DequantizeLinear", quant_inputs(v), quant_attrs(v, x));
+}
+
 // ---- generated constants -----------------------------------------------------------------------
 
 // A scalar of `dtype` as the attribute kind the runtime reads: float for float32, int otherwise.
@@ -911,6 +954,7 @@ const std::map<std::string, Rule>& rules() {
       {"ReduceProd", reduce},   {"ReduceL1", reduce},
       {"ReduceL2", reduce},     {"ReduceSumSquare", reduce},
       {"ReduceLogSum", reduce}, {"ReduceLogSumExp", reduce},
+      {"QuantizeLinear", quantize_linear}, {"DequantizeLinear", dequantize_linear},
   };
   return kRules;
 }
@@ -1268,7 +1312,8 @@ void finish(const Model& model, NormalisedNode& n, const std::map<std::string, r
 }  // namespace
 
 std::vector<NormalisedNode> normalise_all(const Model& model, const onnx::NodeProto& node) {
-  if (!is_onnx_domain(node.domain())) refuse("domain '" + node.domain() + "' is not supported");
+  if (!is_onnx_domain(node.domain()) && !(node.domain() == "com.microsoft" && kMicrosoftOps.count(node.op_type())))
+    refuse("domain '" + node.domain() + "' is not supported");
   auto multi = multi_rules().find(node.op_type());
   auto single = rules().find(node.op_type());
   if (multi == multi_rules().end() && single == rules().end()) refuse("unsupported op");

@@ -16,11 +16,12 @@ namespace ctxgen::ref {
 
 struct Evaluated {
   std::vector<std::pair<std::string, ValueType>> types;  // static type of each output, by name
-  std::optional<std::vector<uint8_t>> bytes;  // the value of a single-output node whose inputs are constants
+  // The value of each output, in the order of `types`, when every input the node reads is constant.
+  std::optional<std::vector<std::vector<uint8_t>>> values;
 };
 
-// nullopt when ref does not take the node. The value is computed only when it is at most
-// `max_bytes` long.
+// nullopt when ref does not take the node. The values are computed only when they and the values
+// between the ref ops the node becomes are at most `max_bytes` long in all.
 std::optional<Evaluated> evaluate(const Model& model, const onnx::NodeProto& node, uint64_t max_bytes);
 
 }  // namespace ctxgen::ref

@@ -13,7 +13,8 @@
 // its rule in lib/runtime/ops.cc; docs/ref-program-format.md describes every op, its attribute
 // codes (Resize `coord`/`nearest_mode`, Pad `mode`, the fused `act` of Conv/Gemm/MatMul) and the
 // byte encoding. float32 is the compute type; int32, int64 and bool carry indices, positions,
-// masks and shape arithmetic.
+// masks and shape arithmetic; the 8- and 16-bit integers carry quantized values, converted from
+// and to float32 by QuantizeLinear and DequantizeLinear with their scales and zero points.
 
 #include <cstddef>
 #include <cstdint>
@@ -22,9 +23,12 @@
 
 namespace ctxgen::ref {
 
-// ONNX TensorProto codes. float32 is the compute type; the integer and bool types carry indices,
-// positions, masks and the shape arithmetic of exported models.
-enum class DType : uint8_t { kFloat32 = 1, kInt32 = 6, kInt64 = 7, kBool = 9 };
+// ONNX TensorProto codes. float32 is the compute type; int32, int64 and bool carry indices,
+// positions, masks and the shape arithmetic of exported models; the 8- and 16-bit integers carry
+// quantized values (data-movement ops pass them through unchanged).
+enum class DType : uint8_t {
+  kFloat32 = 1, kUInt8 = 2, kInt8 = 3, kUInt16 = 4, kInt16 = 5, kInt32 = 6, kInt64 = 7, kBool = 9,
+};
 
 // Limits every program respects, so no size or offset arithmetic can overflow: a value holds at
 // most 2^48 elements; window attributes (kernel, stride, pad, dilation) are below 2^31.
@@ -41,7 +45,7 @@ inline constexpr uint64_t kMaxWork = uint64_t{1} << 48;
 
 // Bytes per element, or 0 for a code that is not a DType.
 size_t dtype_size(DType dtype);
-std::string dtype_name(DType dtype);  // "float32", "int32", "int64", "bool"
+std::string dtype_name(DType dtype);  // "float32", "uint8", "int8", "uint16", "int16", "int32", "int64", "bool"
 
 enum class Activation : int64_t {
   kNone = 0, kRelu = 1, kLeakyRelu = 2, kSigmoid = 3, kTanh = 4, kClip = 5, kHardSigmoid = 6,

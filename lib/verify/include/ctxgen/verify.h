@@ -89,6 +89,12 @@ struct Tolerance {
   // the original's own float32 rms error. Rounding differently stays within a small factor; a
   // kernel that computes something else does not, even when it is within the tolerance.
   double max_error_ratio = 4;
+  // A quantized output (one a DequantizeLinear gives, or the integers of a QuantizeLinear) holds
+  // only multiples of its step: judged in steps, each element within `max_steps` of them (rtol and
+  // the default atol do not apply). Two correct implementations round a value that falls near the
+  // midpoint of two steps to either side (docs/verify.md).
+  std::optional<double> step;
+  double max_steps = 1;
 };
 
 // The errors of one output as a distribution, so float32 rounding (small errors spread over every
@@ -106,6 +112,7 @@ struct Difference {
   ErrorSummary abs;  // |got - expected|
   ErrorSummary rel;  // |got - expected| / |expected|, over the elements whose expected value is not 0
   double atol = 0;     // the one applied
+  double step = 0;     // of a quantized output, 0 for others; abs.max / step is its largest error in steps
   double outside = 0;  // fraction of elements with |got - expected| > atol + rtol * |expected|
   // Of got and expected as vectors; 1 when both are all zeros, NaN when an element is NaN or
   // infinite on one side only.

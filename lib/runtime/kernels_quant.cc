@@ -1,0 +1,130 @@
+// QuantizeLinear and DequantizeLinear: float32 to and from the 8- and 16-bit integer types, with a
+// scale and zero point per tensor, per index of an axis, or per block along an axis. They compute
+// what ONNX Runtime's CPU kernels compute: x / scale rounded half to even, plus the zero point,
+// saturated (NaN saturates to the type's lowest value, as x86 min/max give); and
+// (x - zero_point) * scale with the difference taken in integers.
+
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "kernels.h"
+
+namespace ctxgen::runtime {
+namespace {
+
+// Where each element finds its scale: x seen as [outer, extent, inner] around the axis; the
+// element (o, a, i) reads scale[row_scale(o, a) + i * step].
+struct QuantPlan final : OpPlan {
+  QuantPlan(const ref::Op& op, const std::vector<const ref::Value*>& in, const ref::Value&) {
+    const Dims& x = in[0]->dims;
+    const auto axis = static_cast<size_t>(op.get_int("axis", 0));
+    block = op.get_int("block_size", 0);
+    if (block == 0 && in[1]->element_count() == 1) {
+      inner = product(x);  // one scale: the whole tensor is one row
+      return;
+    }
+    outer = product(x, 0, axis);
+    extent = x[axis];
+    inner = product(x, axis + 1, x.size());
+    per_axis = block == 0;
+  }
+  int64_t row_scale(int64_t o, int64_t a) const {
+    if (block > 0) return (o * ((extent + block - 1) / block) + a / block) * inner;
+    return per_axis ? a : 0;
+  }
+  int64_t step() const { return block > 0 ? 1 : 0; }
+  int64_t outer = 1, extent = 1, inner = 1, block = 0;
+  bool per_axis = false;
+};
+
+// Calls f(T{}) with the C++ type of a quantized (or, for DequantizeLinear, int32) dtype.
+template <typename F>
+void visit_quantized(ref::DType dtype, F&& f) {
+  switch (dtype) {
+    case ref::DType::kUInt8: return f(uint8_t{});
+    case ref::DType::kInt8: return f(int8_t{});
+    case ref::DType::kUInt16: return f(uint16_t{});
+    case ref::DType::kInt16: return f(int16_t{});
+    default: return f(int32_t{});
+  }
+}
+
+// Runs row(r, begin, end) over elements [begin, end) of each row r of the plan's view, split over
+// the caller's threads: by rows, or within the one row of a tensor with a single scale.
+template <typename Row>
+void for_rows(const QuantPlan& p, const Output& out, Row&& row) {
+  const int64_t rows = p.outer * p.extent;
+  if (rows == 1)
+    return parallel_ranges(out.parallel, p.inner, 2, [&](int64_t begin, int64_t end) { row(0, begin, end); });
+  parallel_ranges(out.parallel, rows, 2 * p.inner, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) row(r, 0, p.inner);
+  });
+}
+
+template <typename Q>
+void quantize(Ins in, const Output& out) {
+  const auto& p = plan_of<QuantPlan>(out);
+  const float* x = in[0].f32();
+  const float* scale = in[1].f32();
+  const Q* zero_point = in.size() > 2 && in[2].present() ? in[2].as<Q>() : nullptr;
+  Q* y = out.as<Q>();
+  constexpr auto lo = static_cast<float>(std::numeric_limits<Q>::lowest());
+  constexpr auto hi = static_cast<float>(std::numeric_limits<Q>::max());
+  // Adding then subtracting 1.5 * 2^23 rounds a float of magnitude below 2^22 to an integer, ties
+  // to even, in plain arithmetic the loop vectorises (nearbyint is a library call without SSE4.1).
+  // Quotients are first held within +-2^22, which saturates them all the same.
+  constexpr float kRound = 12582912.0f, kBound = 4194304.0f;
+  for_rows(p, out, [&](int64_t r, int64_t begin, int64_t end) {
+    const int64_t s0 = p.row_scale(r / p.extent, r % p.extent), step = p.step();
+    const float* xr = x + r * p.inner;
+    Q* yr = y + r * p.inner;
+    for (int64_t i = begin; i < end; ++i) {
+      float q = xr[i] / scale[s0 + i * step];
+      q = q >= -kBound ? q : -kBound;  // NaN too
+      q = q <= kBound ? q : kBound;
+      q = (q + kRound) - kRound;
+      if (zero_point) q += static_cast<float>(zero_point[s0 + i * step]);
+      q = q >= lo ? q : lo;
+      q = q <= hi ? q : hi;
+      yr[i] = static_cast<Q>(q);
+    }
+  });
+}
+
+template <typename Q>
+void dequantize(Ins in, const Output& out) {
+  using Wide = std::conditional_t<sizeof(Q) < 4, int32_t, int64_t>;  // holds any x - zero_point
+  const auto& p = plan_of<QuantPlan>(out);
+  const Q* x = in[0].as<Q>();
+  const float* scale = in[1].f32();
+  const Q* zero_point = in.size() > 2 && in[2].present() ? in[2].as<Q>() : nullptr;
+  float* y = out.f32();
+  for_rows(p, out, [&](int64_t r, int64_t begin, int64_t end) {
+    const int64_t s0 = p.row_scale(r / p.extent, r % p.extent), step = p.step();
+    const Q* xr = x + r * p.inner;
+    float* yr = y + r * p.inner;
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t s = s0 + i * step;
+      const Wide zero = zero_point ? static_cast<Wide>(zero_point[s]) : 0;
+      yr[i] = static_cast<float>(static_cast<Wide>(xr[i]) - zero) * scale[s];
+    }
+  });
+}
+
+}  // namespace
+
+namespace kernels {
+
+const Planner plan_quant = plan_as<QuantPlan>;
+
+void quantize_linear(Ins in, const Output& out) {
+  visit_quantized(out.dtype(), [&](auto tag) { quantize<decltype(tag)>(in, out); });
+}
+
+void dequantize_linear(Ins in, const Output& out) {
+  visit_quantized(in[0].dtype(), [&](auto tag) { dequantize<decltype(tag)>(in, out); });
+}
+
+}  // namespace kernels
+}  // namespace ctxgen::runtime

@@ -1,0 +1,148 @@
+// QuantizeLinear and DequantizeLinear: rounding, saturation, the three ways of giving scales, and
+// quantized values passing through data-movement ops unchanged.
+
+#include <cmath>
+#include <limits>
+
+#include "runtime_test_util.h"
+
+namespace ctxgen::testing {
+namespace {
+
+using ref::DType;
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+std::vector<ref::Attr> quant(int64_t axis, int64_t block, DType dtype) {
+  return {int_attr("axis", axis), int_attr("block_size", block), int_attr("dtype", static_cast<int64_t>(dtype))};
+}
+std::vector<ref::Attr> dequant(int64_t axis, int64_t block) { return {int_attr("axis", axis), int_attr("block_size", block)}; }
+
+TEST(RuntimeQuant, QuantizeRoundsHalfToEvenAndSaturates) {
+  // scale 0.5: x / scale = 2x. Halves go to the even neighbour, out-of-range values and infinities
+  // saturate, NaN gives the lowest value (as ONNX Runtime's x86 kernel does).
+  const std::vector<float> x = {0.25f, 0.75f, 1.25f, -0.25f, -0.75f, 3.0f, 1000.0f, -1000.0f, kInf, -kInf, kNaN, 63.4f};
+  const Dims d = {static_cast<int64_t>(x.size())};
+  const Bytes y = run_op_bytes("QuantizeLinear", {{d, f32(x)}, {{}, f32({0.5f})}, {{}, bytes_of<uint8_t>({128}), DType::kUInt8}},
+                               d, DType::kUInt8, quant(0, 0, DType::kUInt8));
+  EXPECT_EQ(y, (Bytes{128, 130, 130, 128, 126, 134, 255, 0, 255, 0, 0, 255}));
+  const auto s8 = run_op_as<int8_t>("QuantizeLinear", {{d, f32(x)}, {{1}, f32({0.5f})}, {{1}, bytes_of<int8_t>({-3}), DType::kInt8}},
+                                    d, quant(0, 0, DType::kInt8));
+  EXPECT_EQ(s8, (std::vector<int8_t>{-3, -1, -1, -3, -5, 3, 127, -128, 127, -128, -128, 124}));
+  // No zero point: 0; 16-bit ranges.
+  const auto u16 = run_op_as<uint16_t>("QuantizeLinear", {{{3}, f32({-1.0f, 70000.0f, 1234.5f})}, {{}, f32({1.0f})}}, {3},
+                                       quant(0, 0, DType::kUInt16));
+  EXPECT_EQ(u16, (std::vector<uint16_t>{0, 65535, 1234}));
+  const auto s16 = run_op_as<int16_t>("QuantizeLinear", {{{3}, f32({-40000.0f, 40000.0f, -2.5f})}, {{}, f32({1.0f})}}, {3},
+                                      quant(0, 0, DType::kInt16));
+  EXPECT_EQ(s16, (std::vector<int16_t>{-32768, 32767, -2}));
+}
+
+TEST(RuntimeQuant, ScalesPerAxisAndPerBlock) {
+  // [2,3] per axis 1: column c has scale 2^c and zero point c.
+  const auto axis = run_op_as<int8_t>(
+      "QuantizeLinear",
+      {{{2, 3}, f32({2, 2, 2, -8, -8, -8})}, {{3}, f32({1, 2, 4})}, {{3}, bytes_of<int8_t>({0, 1, 2}), DType::kInt8}}, {2, 3},
+      quant(1, 0, DType::kInt8));
+  EXPECT_EQ(axis, (std::vector<int8_t>{2, 2, 2, -8, -3, 0}));
+  // Per axis 0 of [2,3]: row r has scale r + 1.
+  const auto rows = run_op_as<int16_t>("QuantizeLinear", {{{2, 3}, f32({1, 2, 3, 4, 6, 8})}, {{2}, f32({1, 2})}}, {2, 3},
+                                       quant(0, 0, DType::kInt16));
+  EXPECT_EQ(rows, (std::vector<int16_t>{1, 2, 3, 2, 3, 4}));
+  // Blocks of 2 along axis 1 of [2,5] (the last block short): scales [2,3].
+  const std::vector<float> scales = {1, 10, 100, 2, 20, 200};
+  const auto blocked = run_op_as<int16_t>(
+      "QuantizeLinear", {{{2, 5}, f32({10, 10, 10, 10, 1000, 10, 10, 40, 40, 400})}, {{2, 3}, f32(scales)}}, {2, 5},
+      quant(1, 2, DType::kInt16));
+  EXPECT_EQ(blocked, (std::vector<int16_t>{10, 10, 1, 1, 10, 5, 5, 2, 2, 2}));
+  // Dequantizing with the same scales gives each element's block back.
+  const auto back = run_op("DequantizeLinear", {{{2, 5}, bytes_of<int16_t>(blocked), DType::kInt16}, {{2, 3}, f32(scales)}},
+                           {2, 5}, dequant(1, 2));
+  expect_near(back, {10, 10, 10, 10, 1000, 10, 10, 40, 40, 400});
+  // Blocks along axis 0 of [3,2], block 2: scales [2,2].
+  const auto down = run_op("DequantizeLinear",
+                           {{{3, 2}, bytes_of<int8_t>({1, 1, 1, 1, 1, 1}), DType::kInt8}, {{2, 2}, f32({1, 2, 3, 4})},
+                            {{2, 2}, bytes_of<int8_t>({0, 0, 0, -1}), DType::kInt8}},
+                           {3, 2}, dequant(0, 2));
+  expect_near(down, {1, 2, 1, 2, 3, 8});
+}
+
+TEST(RuntimeQuant, DequantizeEveryIntegerType) {
+  const Dims d = {4};
+  expect_near(run_op("DequantizeLinear", {{d, bytes_of<uint8_t>({0, 128, 255, 1}), DType::kUInt8}, {{}, f32({0.5f})},
+                                          {{}, bytes_of<uint8_t>({128}), DType::kUInt8}}, d, dequant(0, 0)),
+              {-64, 0, 63.5f, -63.5f});
+  expect_near(run_op("DequantizeLinear", {{d, bytes_of<int8_t>({-128, 127, 0, -1}), DType::kInt8}, {{}, f32({2.0f})},
+                                          {{}, bytes_of<int8_t>({127}), DType::kInt8}}, d, dequant(0, 0)),
+              {-510, 0, -254, -256});
+  expect_near(run_op("DequantizeLinear", {{d, bytes_of<uint16_t>({0, 65535, 32768, 1}), DType::kUInt16}, {{}, f32({1.0f})},
+                                          {{}, bytes_of<uint16_t>({32768}), DType::kUInt16}}, d, dequant(0, 0)),
+              {-32768, 32767, 0, -32767});
+  expect_near(run_op("DequantizeLinear", {{d, bytes_of<int16_t>({-32768, 32767, 0, 5}), DType::kInt16}, {{}, f32({1.0f})},
+                                          {{}, bytes_of<int16_t>({32767}), DType::kInt16}}, d, dequant(0, 0)),
+              {-65535, 0, -32767, -32762});
+  // int32 (a quantized bias), no zero point, per axis.
+  expect_near(run_op("DequantizeLinear", {{{2, 2}, i32({-2147483647, 3, 4, 5}), DType::kInt32}, {{2}, f32({1.0f, 0.25f})}},
+                     {2, 2}, dequant(1, 0)),
+              {-2147483647.0f, 0.75f, 4, 1.25f});
+}
+
+TEST(RuntimeQuant, ARoundTripIsWithinHalfAStep) {
+  // Split over threads (run_bytes' second run) or not, each element comes back within scale / 2.
+  std::vector<float> x(5000);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(static_cast<float>(i)) * 3.0f;
+  const Dims d = {50, 100};
+  const float scale = 6.0f / 255.0f;
+  const Bytes q = run_op_bytes("QuantizeLinear", {{d, f32(x)}, {{}, f32({scale})}, {{}, bytes_of<uint8_t>({127}), DType::kUInt8}},
+                               d, DType::kUInt8, quant(0, 0, DType::kUInt8));
+  const auto back = run_op("DequantizeLinear", {{d, q, DType::kUInt8}, {{}, f32({scale})}, {{}, bytes_of<uint8_t>({127}), DType::kUInt8}},
+                           d, dequant(0, 0));
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_LE(std::fabs(back[i] - x[i]), scale / 2 * 1.0001f) << "element " << i;
+}
+
+TEST(RuntimeQuant, QuantizedValuesPassThroughDataMovementUnchanged) {
+  const Bytes u8 = {0, 200, 255, 7, 128, 1};
+  EXPECT_EQ(run_op_bytes("Transpose", {{{2, 3}, u8, DType::kUInt8}}, {3, 2}, DType::kUInt8, {ints_attr("perm", {1, 0})}),
+            (Bytes{0, 7, 200, 128, 255, 1}));
+  EXPECT_EQ(run_op_bytes("Concat", {{{1, 3}, Bytes{1, 2, 3}, DType::kUInt8}, {{1, 3}, Bytes{4, 5, 6}, DType::kUInt8}}, {2, 3},
+                         DType::kUInt8, {int_attr("axis", 0)}),
+            (Bytes{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(run_op_as<int16_t>("Gather", {{{3}, bytes_of<int16_t>({-5, 6, -7}), DType::kInt16}, {{2}, i64({2, 0}), DType::kInt64}}, {2},
+                               {int_attr("axis", 0)}),
+            (std::vector<int16_t>{-7, -5}));
+  // uint8 is not bool: a Cast keeps its value (bool would give 1) and comes back from float.
+  EXPECT_EQ(run_op_bytes("Cast", {{{6}, u8, DType::kUInt8}}, {6}, DType::kInt64, {int_attr("to", 7)}),
+            i64({0, 200, 255, 7, 128, 1}));
+  EXPECT_EQ(run_op_bytes("Cast", {{{3}, f32({200.0f, 255.9f, 3.0f})}}, {3}, DType::kUInt8, {int_attr("to", 2)}), (Bytes{200, 255, 3}));
+  EXPECT_EQ(run_op_bytes("Cast", {{{3}, Bytes{0, 200, 1}, DType::kUInt8}}, {3}, DType::kBool, {int_attr("to", 9)}), (Bytes{0, 1, 1}));
+  EXPECT_EQ(run_op_bytes("Pad", {{{2}, bytes_of<int8_t>({-1, 2}), DType::kInt8}}, {4}, DType::kInt8,
+                         {ints_attr("pads", {1, 1}), int_attr("mode", 0), int_attr("value", -128)}),
+            bytes_of<int8_t>({-128, -1, 2, -128}));
+}
+
+TEST(RuntimeQuant, RulesRefuseMismatchedScalesZeroPointsAndTypes) {
+  auto check = [](const std::string& type, const std::vector<In>& inputs, DType out, std::vector<ref::Attr> attrs,
+                  const std::string& part) {
+    expect_error([&] { run_op_bytes(type, inputs, inputs[0].dims, out, attrs); }, ErrorCode::kInvalidBinary, part);
+  };
+  const In x = {{2, 3}, f32({1, 2, 3, 4, 5, 6})};
+  // A zero point of another type than the output's.
+  check("QuantizeLinear", {x, {{}, f32({1})}, {{}, bytes_of<int8_t>({0}), DType::kInt8}}, DType::kUInt8,
+        quant(0, 0, DType::kUInt8), "input 2 (zero point) has element type int8, expected uint8");
+  // Scales that are neither one value nor one per index of the axis, nor blocks.
+  check("QuantizeLinear", {x, {{2}, f32({1, 1})}}, DType::kUInt8, quant(1, 0, DType::kUInt8),
+        "input 1 (scale) has dims [2], expected one value or one per index of axis 1 of [2,3]");
+  check("DequantizeLinear", {{{2, 3}, Bytes(6), DType::kUInt8}, {{2, 1}, f32({1, 1})}}, DType::kFloat32, dequant(1, 2),
+        "input 1 (scale) has dims [2,1], expected [2,2]");
+  check("DequantizeLinear", {{{2, 3}, Bytes(6), DType::kUInt8}, {{3}, f32({1, 1, 1})}, {{2}, Bytes(2), DType::kUInt8}},
+        DType::kFloat32, dequant(1, 0), "input 2 (zero point) has dims [2], expected [3]");
+  // Float or bool as the quantized type.
+  check("QuantizeLinear", {x, {{}, f32({1})}}, DType::kFloat32, quant(0, 0, DType::kFloat32),
+        "attribute 'dtype' is float32, expected an 8- or 16-bit integer type");
+  check("DequantizeLinear", {{{2, 3}, Bytes(6), DType::kBool}, {{}, f32({1})}}, DType::kFloat32, dequant(0, 0),
+        "input 0 has element type bool, expected an 8-, 16- or 32-bit integer type");
+}
+
+}  // namespace
+}  // namespace ctxgen::testing
