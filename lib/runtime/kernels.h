@@ -266,9 +266,10 @@ FusedActivation fused_activation_of(const ref::Op& op);
 // The kernels, one per op type; kernels_*.cc hold them by family.
 namespace kernels {
 
-// QuantizeLinear and DequantizeLinear (kernels_quant.cc).
+// QuantizeLinear, DequantizeLinear and MatMulNBits (kernels_quant.cc).
 void quantize_linear(Ins, const Output&);
 void dequantize_linear(Ins, const Output&);
+void matmul_nbits(Ins, const Output&);
 
 // Elementwise, comparisons, casts and generated constants (kernels_elementwise.cc).
 void add(Ins, const Output&);
@@ -403,7 +404,7 @@ extern const Planner plan_reduction, plan_columns, plan_normalisation, plan_nll_
 extern const Planner plan_window;                                                         // kernels_pool.cc
 extern const Planner plan_conv_transpose;                                                 // kernels_resize.cc
 extern const Planner plan_product;                                                        // kernels_linear.cc
-extern const Planner plan_quant;                                                          // kernels_quant.cc
+extern const Planner plan_quant, plan_matmul_nbits;                                       // kernels_quant.cc
 
 }  // namespace kernels
 

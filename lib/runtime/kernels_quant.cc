@@ -2,8 +2,10 @@
 // scale and zero point per tensor, per index of an axis, or per block along an axis. They compute
 // what ONNX Runtime's CPU kernels compute: x / scale rounded half to even, plus the zero point,
 // saturated (NaN saturates to the type's lowest value, as x86 min/max give); and
-// (x - zero_point) * scale with the difference taken in integers.
+// (x - zero_point) * scale with the difference taken in integers. And MatMulNBits, whose 4- or
+// 8-bit weights stay packed: they are dequantized a block at a time as the product runs.
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
@@ -112,11 +114,66 @@ void dequantize(Ins in, const Output& out) {
   });
 }
 
+// What MatMulNBits derives from its attributes and dims.
+struct NBitsPlan final : OpPlan {
+  NBitsPlan(const ref::Op& op, const std::vector<const ref::Value*>& in, const ref::Value&)
+      : k(op.get_int("K", 1)), n(op.get_int("N", 1)), bits(op.get_int("bits", 4)), block(op.get_int("block_size", 16)),
+        blocks((k + block - 1) / block), rows(in[0]->element_count() / k), zero_point_row((blocks * bits + 7) / 8) {}
+  int64_t k, n, bits, block, blocks, rows, zero_point_row;
+};
+
+constexpr int64_t kMaxNBitsBlock = 256;  // the rule's bound on block_size
+
+// x . w over `count` floats, in eight running sums the loop keeps in vector registers.
+float dot(const float* x, const float* w, int64_t count) {
+  float lanes[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8)
+    for (int l = 0; l < 8; ++l) lanes[l] += x[i + l] * w[i + l];
+  float sum = 0;
+  for (; i < count; ++i) sum += x[i] * w[i];
+  for (float lane : lanes) sum += lane;
+  return sum;
+}
+
+// Columns [begin, end) of y: each block of a column dequantized into a few hundred floats that
+// stay in the first-level cache while every row of A is multiplied with them.
+template <int Bits>
+void nbits_columns(const NBitsPlan& p, Ins in, const Output& out, int64_t begin, int64_t end) {
+  const float* a = in[0].f32();
+  const uint8_t* b = in[1].bytes();
+  const float* scales = in[2].f32();
+  const uint8_t* zero_points = in.size() > 3 && in[3].present() ? in[3].bytes() : nullptr;
+  const float* bias = in.size() > 4 && in[4].present() ? in[4].f32() : nullptr;
+  float* y = out.f32();
+  const int64_t blob = p.block * Bits / 8;
+  float w[kMaxNBitsBlock];
+  for (int64_t col = begin; col < end; ++col) {
+    for (int64_t m = 0; m < p.rows; ++m) y[m * p.n + col] = bias ? bias[col] : 0.0f;
+    for (int64_t kb = 0; kb < p.blocks; ++kb) {
+      const int64_t count = std::min(p.block, p.k - kb * p.block);
+      const uint8_t* q = b + (col * p.blocks + kb) * blob;
+      const float scale = scales[col * p.blocks + kb];
+      float zero = 1 << (Bits - 1);
+      if (zero_points) {
+        const uint8_t z = zero_points[col * p.zero_point_row + kb * Bits / 8];
+        zero = Bits == 8 ? z : (kb % 2 == 0 ? z & 0xF : z >> 4);
+      }
+      for (int64_t i = 0; i < count; ++i) {
+        const int value = Bits == 8 ? q[i] : (i % 2 == 0 ? q[i / 2] & 0xF : q[i / 2] >> 4);
+        w[i] = (static_cast<float>(value) - zero) * scale;
+      }
+      for (int64_t m = 0; m < p.rows; ++m) y[m * p.n + col] += dot(a + m * p.k + kb * p.block, w, count);
+    }
+  }
+}
+
 }  // namespace
 
 namespace kernels {
 
 const Planner plan_quant = plan_as<QuantPlan>;
+const Planner plan_matmul_nbits = plan_as<NBitsPlan>;
 
 void quantize_linear(Ins in, const Output& out) {
   visit_quantized(out.dtype(), [&](auto tag) { quantize<decltype(tag)>(in, out); });
@@ -124,6 +181,14 @@ void quantize_linear(Ins in, const Output& out) {
 
 void dequantize_linear(Ins in, const Output& out) {
   visit_quantized(in[0].dtype(), [&](auto tag) { dequantize<decltype(tag)>(in, out); });
+}
+
+void matmul_nbits(Ins in, const Output& out) {
+  const auto& p = plan_of<NBitsPlan>(out);
+  parallel_ranges(out.parallel, p.n, p.rows * p.k, [&](int64_t begin, int64_t end) {
+    if (p.bits == 8) nbits_columns<8>(p, in, out, begin, end);
+    else nbits_columns<4>(p, in, out, begin, end);
+  });
 }
 
 }  // namespace kernels

@@ -235,6 +235,42 @@ OutType dequantize_linear(const OpCheck& c) {
   return {DType::kFloat32, c.in(0).dims};
 }
 
+// com.microsoft MatMulNBits: Y [..., N] = A [..., K] x dequantize(B)^T (+ bias [N]). B [N, blocks,
+// block_size * bits / 8] holds each of the N columns' K values `bits` at a time, low bits first, in
+// blocks of block_size along K; each block has a scale (N x blocks float32) and a zero point (uint8,
+// `bits` at a time, a row of blocks per column; 2^(bits - 1) when absent).
+OutType matmul_nbits(const OpCheck& c) {
+  c.arity(3, 5);
+  c.expect_dtype(c.in(0), DType::kFloat32, "input 0 (A)");
+  const int64_t k = c.int_attr("K", 1, kMaxElements), n = c.int_attr("N", 1, kMaxElements);
+  const int64_t bits = c.int_attr("bits", 4, 8);
+  c.expect(bits == 4 || bits == 8, [&] { return "bits " + std::to_string(bits) + ", expected 4 or 8"; });
+  const int64_t block = c.int_attr("block_size", 16, 256);
+  c.expect((block & (block - 1)) == 0, [&] { return "block_size " + std::to_string(block) + " is not a power of two"; });
+  const int64_t blocks = (k + block - 1) / block;
+  const Dims& a = c.in(0).dims;
+  c.expect(!a.empty() && a.back() == k, [&] { return "input 0 (A) has dims " + dims_text(a) + ", expected K = " + std::to_string(k) + " last"; });
+  c.expect_dtype(c.in(1), DType::kUInt8, "input 1 (B)");
+  c.expect_dims(c.in(1), {n, blocks, block * bits / 8}, "input 1 (B)");
+  c.expect_dtype(c.in(2), DType::kFloat32, "input 2 (scales)");
+  c.expect(product(c.in(2).dims) == n * blocks,
+           [&] { return "input 2 (scales) has dims " + dims_text(c.in(2).dims) + ", expected N x blocks = " + std::to_string(n * blocks) + " values"; });
+  if (const ref::Value* zero_points = c.optional_in(3)) {
+    c.expect_dtype(*zero_points, DType::kUInt8, "input 3 (zero points)");
+    c.expect(product(zero_points->dims) == n * ((blocks * bits + 7) / 8), [&] {
+      return "input 3 (zero points) has dims " + dims_text(zero_points->dims) + ", expected " +
+             std::to_string(n * ((blocks * bits + 7) / 8)) + " bytes";
+    });
+  }
+  if (const ref::Value* bias = c.optional_in(4)) {
+    c.expect_dtype(*bias, DType::kFloat32, "input 4 (bias)");
+    c.expect_dims(*bias, {n}, "input 4 (bias)");
+  }
+  Dims y = a;
+  y.back() = n;
+  return {DType::kFloat32, c.bounded(y, "output")};
+}
+
 // ---- linear algebra ----------------------------------------------------------------------------
 
 // Numpy matmul: a 1-D A is a row [1, K], a 1-D B a column [K, 1], and the added dim is not in the
@@ -916,6 +952,7 @@ const std::vector<OpDef>& op_defs() {
       {"CumSum", cum_sum, k::cum_sum, true, k::plan_cum_sum},
       {"MatMul", matmul, k::matmul, true, k::plan_product},
       {"Gemm", gemm, k::gemm, true, k::plan_product},
+      {"MatMulNBits", matmul_nbits, k::matmul_nbits, true, k::plan_matmul_nbits},
       {"Conv", conv, k::conv, true, k::plan_conv},
       {"MaxPool", max_pool, k::max_pool, true, k::plan_window},
       {"AveragePool", average_pool, k::average_pool, true, k::plan_window},

@@ -136,7 +136,12 @@ Difference compare(const Tensor& got, const Tensor& expected, const Tolerance& t
   const bool quantized = tolerance.step && *tolerance.step > 0;
   const double rtol = quantized ? 0 : tolerance.rtol;
   d.step = quantized ? *tolerance.step : 0;
-  const double atol = d.atol = quantized ? tolerance.max_steps * d.step : tolerance.atol.value_or(rtol * d.reference_max_abs);
+  // A quantized output may be as far off as a float one, or `max_steps` steps (and a thousandth
+  // of a step over: two dequantized values (q - zero point) * scale, each rounded to float32, are a
+  // step apart give or take their rounding). 16-bit steps are finer than float32 rounding in a
+  // deep model moves a value.
+  const double float_atol = tolerance.atol.value_or(tolerance.rtol * d.reference_max_abs);
+  const double atol = d.atol = quantized ? std::max((tolerance.max_steps + 1e-3) * d.step, float_atol) : float_atol;
   const double scale = d.reference_max_abs > 0 ? d.reference_max_abs : 1;
   std::vector<float> abs_errors, rel_errors, judged_rel;
   abs_errors.reserve(n);
@@ -215,7 +220,7 @@ Difference compare(const Tensor& got, const Tensor& expected, const Tolerance& t
     if (outside)
       fail(std::to_string(outside) + " of " + std::to_string(n) + " elements (" + number(100 * d.outside) +
            "%) differ by more than " + number(tolerance.max_steps) + " quantization step" +
-           (tolerance.max_steps == 1 ? "" : "s") + " of " + number(d.step));
+           (tolerance.max_steps == 1 ? "" : "s") + " of " + number(d.step) + " and more than atol " + number(float_atol));
   } else if (tolerance.stat == ErrorStat::kElementwise) {
     if (outside)
       fail(std::to_string(outside) + " of " + std::to_string(n) + " elements (" + number(100 * d.outside) +

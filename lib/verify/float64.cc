@@ -207,14 +207,21 @@ void keep_float32(onnx::GraphProto& graph, const std::set<std::string>& kept, co
 class FloatValues {
  public:
   explicit FloatValues(const Model& model) : model_(model) {
-    for (const auto& node : model.graph().node())
+    for (const auto& node : model.graph().node()) {
+      // A DequantizeLinear makes float32 in either domain (onnx 1.12 types neither 16-bit form).
+      const bool dequantizes = node.op_type() == "DequantizeLinear" &&
+                               (is_onnx_domain(node.domain()) || node.domain() == "com.microsoft");
       for (int i = 0; i < node.output_size(); ++i)
-        if (is_onnx_domain(node.domain()) && (i == 0 || node.op_type() == "Split") && kSameType.count(node.op_type()) &&
-            node.input_size() > 0)
+        if (dequantizes && i == 0)
+          dequantized_.insert(node.output(i));
+        else if (is_onnx_domain(node.domain()) && (i == 0 || node.op_type() == "Split") && kSameType.count(node.op_type()) &&
+                 node.input_size() > 0)
           follows_[node.output(i)] = node.input(0);
+    }
   }
   bool operator()(const std::string& name) const {
     if (const Weight* w = model_.constant(name)) return w->data.dtype == kFloat;
+    if (dequantized_.count(name)) return true;
     const ValueType* type = model_.type_of(name);
     if (type != nullptr && type->elem_type != 0) return type->elem_type == kFloat;
     auto it = follows_.find(name);
@@ -231,6 +238,7 @@ class FloatValues {
       "Unsqueeze"};
   const Model& model_;
   std::unordered_map<std::string, std::string> follows_;
+  std::set<std::string> dequantized_;
 };
 
 // The node an ONNX Runtime load error names, in any of the ways it names one.

@@ -159,8 +159,9 @@ NormalisedNode clip(const NodeView& v) {
 // ---- quantization ------------------------------------------------------------------------------
 
 // Ops of the com.microsoft domain ref takes: ONNX Runtime's tool writes 16-bit QuantizeLinear and
-// DequantizeLinear there below opset 21, with the default domain's semantics.
-const std::set<std::string> kMicrosoftOps = {"QuantizeLinear", "DequantizeLinear"};
+// DequantizeLinear there below opset 21, with the default domain's semantics, and its weight-only
+// quantizer MatMulNBits.
+const std::set<std::string> kMicrosoftOps = {"QuantizeLinear", "DequantizeLinear", "MatMulNBits"};
 
 // A QuantizeLinear or DequantizeLinear's `axis` and `block_size`: axis 0 for a single scale, where
 // ONNX ignores it; before opset 13 ONNX has no axis, so the scale must be a single value.
@@ -197,6 +198,21 @@ NormalisedNode quantize_linear(const NodeView& v) {
 NormalisedNode dequantize_linear(const NodeView& v) {
   auto x = v.typed_input(0).dims;
   return make(v, "DequantizeLinear", quant_inputs(v), quant_attrs(v, x));
+}
+
+// MatMulNBits with packed uint8 zero points or none; `accuracy_level` only allows a backend to
+// compute in less than float32, which ref does not.
+NormalisedNode matmul_nbits(const NodeView& v) {
+  v.float_input(0);
+  if (v.has_input(4)) refuse("MatMulNBits with g_idx (act-order quantization)");
+  if (v.has_input(3) && v.input_elem_type(3) != onnx::TensorProto::UINT8)
+    refuse("MatMulNBits with zero points of element type " + dtype_name(v.input_elem_type(3)) +
+           " (ref takes packed uint8 zero points)");
+  if (v.has_input(5)) v.float_input(5);
+  return make(v, "MatMulNBits",
+              {v.input(0), v.input(1), v.input(2), v.has_input(3) ? v.input(3) : "", v.has_input(5) ? v.input(5) : ""},
+              {int_attr("K", v.int_attr("K", 0)), int_attr("N", v.int_attr("N", 0)), int_attr("bits", v.int_attr("bits", 4)),
+               int_attr("block_size", v.int_attr("block_size", 0))});
 }
 
 // ---- generated constants -----------------------------------------------------------------------
@@ -955,6 +971,7 @@ const std::map<std::string, Rule>& rules() {
       {"ReduceL2", reduce},     {"ReduceSumSquare", reduce},
       {"ReduceLogSum", reduce}, {"ReduceLogSumExp", reduce},
       {"QuantizeLinear", quantize_linear}, {"DequantizeLinear", dequantize_linear},
+      {"MatMulNBits", matmul_nbits},
   };
   return kRules;
 }

@@ -90,9 +90,9 @@ struct Tolerance {
   // kernel that computes something else does not, even when it is within the tolerance.
   double max_error_ratio = 4;
   // A quantized output (one a DequantizeLinear gives, or the integers of a QuantizeLinear) holds
-  // only multiples of its step: judged in steps, each element within `max_steps` of them (rtol and
-  // the default atol do not apply). Two correct implementations round a value that falls near the
-  // midpoint of two steps to either side (docs/verify.md).
+  // only multiples of its step: each element may be `max_steps` of them off, or as far as a float
+  // output may (atol), whichever is more. Two correct implementations round a value that falls
+  // near the midpoint of two steps to either side (docs/verify.md).
   std::optional<double> step;
   double max_steps = 1;
 };
