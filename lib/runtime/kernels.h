@@ -69,6 +69,20 @@ struct Output {
   uint8_t* bytes() const { return static_cast<uint8_t*>(data); }
 };
 
+// A 16-bit float as kernels see it: stored as its bits, converted to and from float implicitly,
+// so a kernel written for any element type computes it in float32.
+template <bool Brain>
+struct Float16 {
+  uint16_t bits;
+  Float16() = default;
+  Float16(float value) : bits(Brain ? bfloat16_of(value) : half_of(value)) {}  // NOLINT: converts like a float
+  operator float() const { return Brain ? float_of_bfloat16(bits) : float_of_half(bits); }  // NOLINT
+};
+using Half = Float16<false>;
+using BFloat16 = Float16<true>;
+template <typename T>
+inline constexpr bool is_float_v = std::is_same_v<T, float> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+
 // Calls f(T{}) with the C++ type of `dtype`. bool is stored as uint8_t, 0 or 1; uint8 is visited
 // as char8_t, an unsigned byte of its own type, so that a kernel can tell it from bool (a Cast to
 // uint8 keeps the value, one to bool tests it against zero).
@@ -82,6 +96,8 @@ decltype(auto) visit_dtype(ref::DType dtype, F&& f) {
     case ref::DType::kInt8: return f(int8_t{});
     case ref::DType::kUInt16: return f(uint16_t{});
     case ref::DType::kInt16: return f(int16_t{});
+    case ref::DType::kFloat16: return f(Half{});
+    case ref::DType::kBFloat16: return f(BFloat16{});
     case ref::DType::kFloat32: break;
   }
   return f(float{});

@@ -151,11 +151,62 @@ To float_to_int(float x) {
 template <typename To, typename From>
 To convert(From x) {
   if constexpr (std::is_same_v<To, uint8_t>) return x != From(0) ? 1 : 0;  // to bool
-  else if constexpr (std::is_same_v<From, float> && std::is_integral_v<To>) return float_to_int<To>(x);
+  else if constexpr (is_float_v<From> && std::is_integral_v<To>) return float_to_int<To>(static_cast<float>(x));
+  else if constexpr (is_float_v<From> && is_float_v<To>) return To(static_cast<float>(x));
   else return static_cast<To>(x);
 }
 
 }  // namespace
+
+uint16_t half_of(float value) {
+  uint32_t x;
+  std::memcpy(&x, &value, sizeof x);
+  const auto sign = static_cast<uint16_t>((x >> 16) & 0x8000);
+  const uint32_t magnitude = x & 0x7FFFFFFF;
+  if (magnitude > 0x7F800000) return static_cast<uint16_t>(sign | 0x7E00 | ((magnitude >> 13) & 0x3FF));  // NaN, quiet
+  // Rounds the `shift` low bits off `significand`, to nearest, ties to even.
+  const auto rounded = [](uint32_t significand, uint32_t shift) {
+    const uint32_t kept = significand >> shift, rest = significand & ((1u << shift) - 1), half = 1u << (shift - 1);
+    return kept + (rest > half || (rest == half && (kept & 1)) ? 1 : 0);
+  };
+  if (magnitude >= 0x38800000) {  // 2^-14 and up: a normal half, or infinity once rounding carries past 65504
+    const uint32_t exponent = (magnitude >> 23) - 112;  // rebiased: 127 -> 15
+    if (exponent >= 31) return static_cast<uint16_t>(sign | 0x7C00);
+    return static_cast<uint16_t>(sign | std::min<uint32_t>(rounded((exponent << 23) | (magnitude & 0x7FFFFF), 13), 0x7C00));
+  }
+  const uint32_t shift = 126 - (magnitude >> 23);  // to units of 2^-24, the smallest half
+  if (shift > 24) return sign;                     // below 2^-25, or 2^-25 itself (a tie, to even): zero
+  return static_cast<uint16_t>(sign | rounded((magnitude & 0x7FFFFF) | 0x800000, shift));
+}
+
+float float_of_half(uint16_t bits) {
+  const uint32_t sign = static_cast<uint32_t>(bits & 0x8000) << 16, exponent = (bits >> 10) & 0x1F, mantissa = bits & 0x3FF;
+  uint32_t x;
+  if (exponent == 0) {
+    const float subnormal = static_cast<float>(mantissa) * 5.9604644775390625e-8f;  // mantissa x 2^-24, exact
+    std::memcpy(&x, &subnormal, sizeof x);
+    x |= sign;
+  } else {
+    x = sign | (exponent == 31 ? 0x7F800000 : (exponent + 112) << 23) | (mantissa << 13);
+  }
+  float f;
+  std::memcpy(&f, &x, sizeof f);
+  return f;
+}
+
+float float_of_bfloat16(uint16_t bits) {
+  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &wide, sizeof f);
+  return f;
+}
+
+uint16_t bfloat16_of(float value) {
+  uint32_t x;
+  std::memcpy(&x, &value, sizeof x);
+  if ((x & 0x7FFFFFFF) > 0x7F800000) return static_cast<uint16_t>((x >> 16) | 0x40);  // NaN, quiet
+  return static_cast<uint16_t>((x + 0x7FFF + ((x >> 16) & 1)) >> 16);
+}
 
 std::unique_ptr<OpPlan> plan_broadcast(const ref::Op&, const std::vector<const ref::Value*>& in, const ref::Value& out) {
   auto plan = std::make_unique<BroadcastPlan>();
@@ -169,7 +220,7 @@ TypedScalar TypedScalar::of(const ref::Op& op, const std::string& name, ref::DTy
   visit_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     T value;
-    if constexpr (std::is_same_v<T, float>) value = op.get_float(name, 0.0f);
+    if constexpr (is_float_v<T>) value = T(op.get_float(name, 0.0f));
     else if constexpr (std::is_same_v<T, uint8_t>) value = op.get_int(name, 0) != 0 ? 1 : 0;  // bool
     else value = static_cast<T>(op.get_int(name, 0));
     std::memcpy(&scalar.bits, &value, sizeof(T));

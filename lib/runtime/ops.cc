@@ -21,8 +21,8 @@ using ref::kMaxElements;  // also bounds kernel scratch buffers
 using ref::kMaxWindow;
 
 const std::vector<DType> kNumeric = {DType::kFloat32, DType::kInt32, DType::kInt64};
-const std::vector<DType> kAny = {DType::kFloat32, DType::kUInt8, DType::kInt8,  DType::kUInt16,
-                                 DType::kInt16,   DType::kInt32, DType::kInt64, DType::kBool};
+const std::vector<DType> kAny = {DType::kFloat32, DType::kUInt8, DType::kInt8,  DType::kUInt16, DType::kInt16,
+                                 DType::kInt32,   DType::kInt64, DType::kBool,  DType::kFloat16, DType::kBFloat16};
 const std::vector<DType> kQuantized = {DType::kUInt8, DType::kInt8, DType::kUInt16, DType::kInt16};
 
 int64_t rank_of(const ref::Value& v) { return static_cast<int64_t>(v.dims.size()); }
@@ -161,9 +161,9 @@ void fused_activation(const OpCheck& c) {
 
 // ---- constants ---------------------------------------------------------------------------------
 
-// `value` is a float attribute for float32, an int attribute for the other types.
+// `value` is a float attribute for the float types, an int attribute for the others.
 void scalar_attr(const OpCheck& c, DType t, const std::string& name) {
-  if (t == DType::kFloat32) c.float_attr(name);
+  if (ref::is_float(t)) c.float_attr(name);
   else c.int_attr(name, kIntMin, kIntMax);
 }
 
@@ -177,7 +177,9 @@ OutType constant_of_shape(const OpCheck& c) {
 OutType range(const OpCheck& c) {
   c.arity(0, 0);
   DType t = c.dtype_attr("dtype");
-  c.expect(t != DType::kBool, "Range of bool");
+  // ONNX Runtime's Range takes these (and float64).
+  c.expect(t == DType::kFloat32 || t == DType::kInt16 || t == DType::kInt32 || t == DType::kInt64,
+           [&] { return "Range of " + ref::dtype_name(t); });
   scalar_attr(c, t, "start");
   scalar_attr(c, t, "delta");
   return {t, {c.int_attr("count", 0, kMaxElements)}};

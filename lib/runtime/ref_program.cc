@@ -107,7 +107,7 @@ size_t dtype_size(DType dtype) {
   switch (dtype) {
     case DType::kFloat32: case DType::kInt32: return 4;
     case DType::kInt64: return 8;
-    case DType::kUInt16: case DType::kInt16: return 2;
+    case DType::kUInt16: case DType::kInt16: case DType::kFloat16: case DType::kBFloat16: return 2;
     case DType::kUInt8: case DType::kInt8: case DType::kBool: return 1;
   }
   return 0;
@@ -123,9 +123,13 @@ std::string dtype_name(DType dtype) {
     case DType::kInt8: return "int8";
     case DType::kUInt16: return "uint16";
     case DType::kInt16: return "int16";
+    case DType::kFloat16: return "float16";
+    case DType::kBFloat16: return "bfloat16";
   }
   return "dtype " + std::to_string(static_cast<int>(dtype));
 }
+
+bool is_float(DType dtype) { return dtype == DType::kFloat32 || dtype == DType::kFloat16 || dtype == DType::kBFloat16; }
 
 Attr int_attr(const std::string& name, int64_t value) {
   Attr a;

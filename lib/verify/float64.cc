@@ -16,18 +16,24 @@ namespace {
 
 constexpr int32_t kFloat = onnx::TensorProto_DataType_FLOAT;
 constexpr int32_t kDouble = onnx::TensorProto_DataType_DOUBLE;
+
+// The types widened to float64: float32, and float16 and bfloat16 (a half-precision model's
+// values are held exactly too, so the reference is exact arithmetic on its weights).
+bool widened_type(int32_t type) {
+  return type == kFloat || type == onnx::TensorProto_DataType_FLOAT16 || type == onnx::TensorProto_DataType_BFLOAT16;
+}
 // The in-memory "file" the widened weights are read from.
 constexpr const char* kWeightsName = "ctxgen_float64.weights";
 constexpr size_t kEmbeddedBytes = 4096;
 const std::set<std::string> kRandomOps = {"Bernoulli", "Multinomial", "RandomNormal", "RandomNormalLike",
                                           "RandomUniform", "RandomUniformLike"};
 
-std::vector<uint8_t> widen(const uint8_t* data, size_t size) {
-  std::vector<uint8_t> out(size * 2);
-  for (size_t i = 0; i < size / 4; ++i) {
-    float f;
-    std::memcpy(&f, data + 4 * i, 4);
-    const double d = f;
+// The values of `size` bytes of a widened type, as float64.
+std::vector<uint8_t> widen(int32_t type, const uint8_t* data, size_t size) {
+  const ElementKind kind = *element_kind(static_cast<ONNXTensorElementDataType>(type));
+  std::vector<uint8_t> out(size / kind.size * 8);
+  for (size_t i = 0; i < size / kind.size; ++i) {
+    const double d = kind.read(data + kind.size * i);
     std::memcpy(out.data() + 8 * i, &d, 8);
   }
   return out;
@@ -41,7 +47,7 @@ onnx::AttributeProto* attribute_of(onnx::NodeProto& node, const char* name) {
 
 void widen_type(onnx::ValueInfoProto& value) {
   auto* type = value.mutable_type();
-  if (type->has_tensor_type() && type->tensor_type().elem_type() == kFloat) type->mutable_tensor_type()->set_elem_type(kDouble);
+  if (type->has_tensor_type() && widened_type(type->tensor_type().elem_type())) type->mutable_tensor_type()->set_elem_type(kDouble);
 }
 
 // Declared types, casts to float and float-typed attributes become double, in subgraphs too, so
@@ -69,11 +75,14 @@ void widen_types(onnx::GraphProto& graph) {
       a->set_i(kFloat);
     }
     for (auto& a : *node.mutable_attribute()) {
-      if (onnx_op && (a.name() == "to" || a.name() == "dtype" || a.name() == "stash_type") && a.i() == kFloat) a.set_i(kDouble);
-      if (onnx_op && a.name() == "to" && a.s() == "FLOAT") a.set_s("DOUBLE");  // Cast-1 names the type
-      if (a.has_t() && a.t().data_type() == kFloat && weight_ref(a.t()) < 0) {
+      if (onnx_op && (a.name() == "to" || a.name() == "dtype" || a.name() == "stash_type") &&
+          widened_type(static_cast<int32_t>(a.i())))
+        a.set_i(kDouble);
+      // Cast-1 names the type
+      if (onnx_op && a.name() == "to" && (a.s() == "FLOAT" || a.s() == "FLOAT16" || a.s() == "BFLOAT16")) a.set_s("DOUBLE");
+      if (a.has_t() && widened_type(a.t().data_type()) && weight_ref(a.t()) < 0) {
         auto bytes = tensor_bytes(a.t());
-        auto wide = widen(bytes.data(), bytes.size());
+        auto wide = widen(a.t().data_type(), bytes.data(), bytes.size());
         onnx::TensorProto t;
         t.set_name(a.t().name());
         *t.mutable_dims() = a.t().dims();
@@ -95,7 +104,9 @@ std::vector<char> move_weights(Model& model) {
     return size <= kEmbeddedBytes || w.origin == WeightOrigin::kSubgraphInitializer ||
            w.origin == WeightOrigin::kSubgraphConstantNode;
   };
-  auto wide_size = [](const Weight& w) { return w.data.dtype == kFloat ? 2 * w.data.size : w.data.size; };
+  auto wide_size = [](const Weight& w) {
+    return !widened_type(w.data.dtype) ? w.data.size : w.data.size / element_size(w.data.dtype) * 8;
+  };
   size_t total = 0;  // reserved: growing it would hold the old and the new copy at once
   for (const auto& w : model.weights)
     if (!embedded(w, wide_size(w))) total = (total + 63) / 64 * 64 + wide_size(w);
@@ -105,8 +116,8 @@ std::vector<char> move_weights(Model& model) {
     std::vector<uint8_t> wide;
     const uint8_t* data = w.data.data;
     size_t size = w.data.size;
-    if (w.data.dtype == kFloat) {
-      wide = widen(data, size);
+    if (widened_type(w.data.dtype)) {
+      wide = widen(w.data.dtype, data, size);
       data = wide.data();
       size = wide.size();
       w.tensor->set_data_type(kDouble);
@@ -220,10 +231,10 @@ class FloatValues {
     }
   }
   bool operator()(const std::string& name) const {
-    if (const Weight* w = model_.constant(name)) return w->data.dtype == kFloat;
+    if (const Weight* w = model_.constant(name)) return widened_type(w->data.dtype);
     if (dequantized_.count(name)) return true;
     const ValueType* type = model_.type_of(name);
-    if (type != nullptr && type->elem_type != 0) return type->elem_type == kFloat;
+    if (type != nullptr && type->elem_type != 0) return widened_type(type->elem_type);
     auto it = follows_.find(name);
     return it != follows_.end() && (*this)(it->second);
   }
@@ -254,8 +265,8 @@ std::optional<std::string> named_node(const std::string& message) {
 }  // namespace
 
 Tensor widened(const Tensor& tensor) {
-  if (tensor.type != ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT) return tensor;
-  return Tensor{ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE, tensor.dims, widen(tensor.bytes.data(), tensor.bytes.size())};
+  if (!widened_type(tensor.type)) return tensor;
+  return Tensor{ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE, tensor.dims, widen(tensor.type, tensor.bytes.data(), tensor.bytes.size())};
 }
 
 std::optional<Float64Reference> float64_reference(const std::filesystem::path& original, OrtHost& host, std::string& why) {

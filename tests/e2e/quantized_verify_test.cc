@@ -1,5 +1,5 @@
-// The quantized variants of the test models (testdata/quantized, laid out as ONNX Runtime's
-// quantization tools lay them out): each compiles whole into one partition, its .bin holds the
+// The quantized and half-precision variants of the test models (testdata/quantized, laid out as
+// ONNX Runtime's tools lay them out): each compiles whole into one partition, its .bin holds the
 // weights at their stored precision, and it matches ONNX Runtime's CPU run of the original.
 
 #include <nlohmann/json.hpp>
@@ -15,7 +15,8 @@ struct Group {
   std::vector<std::string> models;  // stems in testdata/quantized
   std::string shapes;
   // Said by a float32 verify that failed an output and passed it against float64 (ONNX Runtime's
-  // fused 8-bit kernels further from exact arithmetic than the compiled model); empty: none.
+  // fused 8-bit kernels, or its float16 run, further from exact arithmetic than the compiled
+  // model); empty: none.
   std::string rejudged = "";
 };
 
@@ -67,7 +68,8 @@ Group decoders(const std::string& variant, const std::string& rejudged = "") {
 INSTANTIATE_TEST_SUITE_P(Variants, Quantized,
                          ::testing::Values(Group{{"cnn_upsample_qdq_u8s8"}, "--fix-dim batch=1"},
                                            Group{{"cnn_upsample_qdq_a16w8"}, "--fix-dim batch=1"},
-                                           decoders("qdq_u8s8", "output 'logits' [1x1x256] against the float64"), decoders("qdq_a16w8"), decoders("matmulnbits")),
+                                           Group{{"cnn_upsample_fp16"}, "--fix-dim batch=1", "output 'logits' [1x10] against the float64"},
+                                           decoders("qdq_u8s8", "output 'logits' [1x1x256] against the float64"), decoders("qdq_a16w8"), decoders("matmulnbits"), decoders("fp16")),
                          [](const ::testing::TestParamInfo<Group>& info) { return info.param.models[0]; });
 
 }  // namespace

@@ -890,5 +890,54 @@ TEST(RefLower, AQdqConvUnitCompilesWholeKeepingItsIntegers) {
 }
 
 
+// A float16 model: the ops that do not take half values compute in float32 between Casts, with no
+// round trip through 16 bits between two of them (Conv and its Relu fuse again); the Transpose moves
+// half values; the weight stays float16 in the store.
+TEST(RefLower, HalfPrecisionOpsComputeInFloat32AndKeepTheirWeightsHalf) {
+  auto half_bytes = [](const std::vector<float>& v) {
+    std::vector<uint8_t> b;
+    for (float f : v) {
+      const uint16_t h = runtime::half_of(f);
+      b.push_back(static_cast<uint8_t>(h & 0xFF));
+      b.push_back(static_cast<uint8_t>(h >> 8));
+    }
+    return b;
+  };
+  const int32_t kHalf = onnx::TensorProto::FLOAT16;
+  auto l = lower(TestModel(13)
+                     .input("x", {1, 1, 3, 3}, kHalf)
+                     .tensor("w", {2, 1, 2, 2}, kHalf, half_bytes({0.5f, -1.0f, 0.25f, 2.0f, 1.0f, 1.0f, -1.0f, 0.125f}))
+                     .node("Conv", {"x", "w"}, {"c"})
+                     .node("Relu", {"c"}, {"r"})
+                     .node("Transpose", {"r"}, {"t"})
+                     .attr("perm", std::vector<int64_t>{0, 1, 3, 2})
+                     .node("Sigmoid", {"t"}, {"y"})
+                     .output("y", kHalf)
+                     .load());
+  const auto& p = l->program();
+  EXPECT_EQ(op_types(p), (std::vector<std::string>{"Cast", "Cast", "Conv", "Cast", "Transpose", "Cast", "Sigmoid", "Cast"}));
+  EXPECT_EQ(only_op(p, "Conv").get_int("act", 0), static_cast<int64_t>(ref::Activation::kRelu));
+  for (const auto& v : p.values) {
+    if (v.kind == ValueKind::kWeight) {
+      EXPECT_EQ(v.dtype, ref::DType::kFloat16);
+    }
+  }
+  const std::vector<float> x = {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f, 0.7f, 0.8f, 0.9f};
+  auto y = run_lowered(*l, {half_bytes(x)});
+  const float w[2][4] = {{0.5f, -1.0f, 0.25f, 2.0f}, {1.0f, 1.0f, -1.0f, 0.125f}};
+  auto h = [](float v) { return runtime::float_of_half(runtime::half_of(v)); };
+  for (int m = 0; m < 2; ++m)
+    for (int r = 0; r < 2; ++r)
+      for (int c = 0; c < 2; ++c) {
+        const float s = w[m][0] * h(x[r * 3 + c]) + w[m][1] * h(x[r * 3 + c + 1]) + w[m][2] * h(x[(r + 1) * 3 + c]) +
+                        w[m][3] * h(x[(r + 1) * 3 + c + 1]);
+        // Rounded to half where the Transpose moves it, and at the output.
+        const float want = h(1.0f / (1.0f + std::exp(-h(std::max(s, 0.0f)))));
+        uint16_t got;
+        std::memcpy(&got, y[0].data() + 2 * (m * 4 + c * 2 + r), 2);  // transposed
+        EXPECT_NEAR(runtime::float_of_half(got), want, 1e-3) << m << r << c;
+      }
+}
+
 }  // namespace
 }  // namespace ctxgen

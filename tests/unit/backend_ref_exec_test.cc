@@ -74,7 +74,7 @@ std::vector<T> values_of(const std::vector<uint8_t>& bytes) {
   return v;
 }
 
-// float32 within tolerance; integers and bools exactly.
+// float32 within tolerance; integers, bools and 16-bit floats exactly.
 std::string compare(int32_t dtype, const std::vector<uint8_t>& got, const Tensor& want) {
   if (want.dtype != dtype) return "element type " + dtype_name(dtype) + ", expected " + dtype_name(want.dtype);
   if (dtype == onnx::TensorProto::FLOAT) return compare_floats(values_of<float>(got), values_of<float>(want.bytes));
@@ -101,6 +101,13 @@ Case run_case(const fs::path& dir) {
     m = load_model(dir / "model.onnx");
   } catch (const Error& e) {
     c.detail = std::string("load: ") + e.what();
+    return c;
+  }
+  // onnx 1.12's test data holds bfloat16 values as uint16 tensors (numpy has no bfloat16), with
+  // results truncated where ONNX Runtime and ref round to nearest even: nothing to compare with
+  // (ONNX Runtime cannot run them either; scripts/conformance.sh counts them not applicable).
+  if (c.name.find("BFLOAT16") != std::string::npos) {
+    c.detail = "bfloat16 test data stored as uint16";
     return c;
   }
   auto backend = make_ref_backend();

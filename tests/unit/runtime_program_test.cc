@@ -155,7 +155,9 @@ TEST(RuntimeProgram, ElementTypesRoundTrip) {
   EXPECT_EQ(ref::dtype_name(ref::DType::kBool), "bool");
   EXPECT_EQ(ref::dtype_name(ref::DType::kUInt16), "uint16");
   // The first value's dtype is byte 12 (after magic, version and value count).
-  for (uint8_t code : {uint8_t{0}, uint8_t{8}, uint8_t{10}, uint8_t{16}}) {
+  EXPECT_EQ(ref::dtype_size(ref::DType::kFloat16), 2u);
+  EXPECT_EQ(ref::dtype_name(ref::DType::kBFloat16), "bfloat16");
+  for (uint8_t code : {uint8_t{0}, uint8_t{8}, uint8_t{11}, uint8_t{17}}) {
     Bytes bad = bytes;
     bad[12] = code;
     expect_error([&] { ref::deserialize(bad.data(), bad.size()); }, ErrorCode::kInvalidBinary,

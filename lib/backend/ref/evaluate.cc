@@ -85,9 +85,15 @@ std::optional<Evaluated> evaluate(const Model& model, const onnx::NodeProto& nod
   uint64_t bytes = 0;
   for (const auto& part : parts) {
     bytes += part.output_type.byte_size();
-    // A quantized weight stays integers in the binary, dequantized as the program runs: folding
-    // its DequantizeLinear would store it as float32, two to four times its size.
-    if (part.type == "DequantizeLinear") max_bytes = 0;
+    // A quantized weight stays integers in the binary, dequantized as the program runs, and a
+    // float16 or bfloat16 one stays 16-bit, cast as the program runs: folding its DequantizeLinear
+    // or Cast would store it as float32, two to four times its size. A few values (a Resize's
+    // scales, a Pad's value) fold, so that the ops reading them see constants.
+    constexpr int64_t kFewValues = 64;
+    const bool widens_half = part.type == "Cast" && !part.internal && part.output_type.dtype == DType::kFloat32 &&
+                             refc::is_half(refc::elem_type_of(model, part.inputs[0])) &&
+                             part.output_type.element_count() > kFewValues;
+    if (part.type == "DequantizeLinear" || widens_half) max_bytes = 0;
     if (part.internal) continue;
     ValueType type;
     type.elem_type = static_cast<int32_t>(part.output_type.dtype);

@@ -266,6 +266,48 @@ void fold_batch_norms(Draft& d) {
   drop_ops(d, removed);
 }
 
+// A float32 value cast to float16 (or bfloat16) and straight back is read as it was: ref computes
+// the ops of a half-precision model that do not take half values in float32 (normalise.cc), and
+// keeps float32 between such ops, rounding to 16 bits only where an op moves half values, a half
+// value leaves the partition or the model casts itself, as ONNX Runtime's CPU EP does.
+void skip_half_round_trips(Draft& d) {
+  const auto producer = producers(d);
+  auto& ops = d.program.ops;
+  std::vector<bool> removed(ops.size(), false);
+  std::unordered_map<int32_t, int32_t> same;  // a cast back's float32 output -> the float32 value it equals
+  const auto half = [&](int32_t v) {
+    const ref::DType t = d.value(v).dtype;
+    return (t == ref::DType::kFloat16 || t == ref::DType::kBFloat16) && d.value(v).kind == ValueKind::kArena;
+  };
+  for (size_t i = 0; i < ops.size(); ++i) {
+    ref::Op& back = ops[i];
+    if (back.type != "Cast" || d.value(back.outputs[0]).dtype != ref::DType::kFloat32 || !half(back.inputs[0])) continue;
+    const int32_t p = producer[static_cast<size_t>(back.inputs[0])];
+    if (p < 0 || ops[static_cast<size_t>(p)].type != "Cast") continue;
+    int32_t wide = ops[static_cast<size_t>(p)].inputs[0];
+    if (d.value(wide).dtype != ref::DType::kFloat32) continue;
+    if (auto it = same.find(wide); it != same.end()) wide = it->second;
+    if (d.value(back.outputs[0]).kind == ValueKind::kArena) {
+      same[back.outputs[0]] = wide;
+      removed[i] = true;
+    } else {  // a partition output: a copy of the float32 value
+      back.type = "Reshape";
+      back.attrs = {ints_attr("shape", d.value(wide).dims)};
+      back.inputs = {wide};
+    }
+  }
+  for (auto& op : ops)
+    for (auto& v : op.inputs)
+      if (auto it = same.find(v); it != same.end()) v = it->second;
+  drop_ops(d, removed);
+  // The casts to 16 bits nothing reads any more.
+  const auto reads = readers(d);
+  removed.assign(ops.size(), false);
+  for (size_t i = 0; i < ops.size(); ++i)
+    removed[i] = ops[i].type == "Cast" && half(ops[i].outputs[0]) && reads[static_cast<size_t>(ops[i].outputs[0])].empty();
+  drop_ops(d, removed);
+}
+
 void fuse_activations(Draft& d) {
   auto producer = producers(d);
   auto reads = readers(d);
@@ -603,6 +645,7 @@ std::vector<IoSignature> signatures(const Draft& d, const std::vector<int32_t>& 
 
 LoweredPartition lower_partition(const Model& model, const Partition& partition, WeightStore& store) {
   Draft draft = Lowerer(model, partition).run();
+  skip_half_round_trips(draft);
   fold_batch_norms(draft);
   fuse_activations(draft);
   fold_transposes_into_matmuls(draft);

@@ -3,12 +3,16 @@
 #include <cstring>
 
 #include "ctxgen/error.h"
+#include "ctxgen/runtime.h"
 
 namespace ctxgen::refc {
 
 void refuse(std::string reason) { throw Refusal{std::move(reason)}; }
 
-const char* const kSupportedTypes = "ref supports float32, uint8, int8, uint16, int16, int32, int64, bool";
+const char* const kSupportedTypes =
+    "ref supports float32, float16, bfloat16, uint8, int8, uint16, int16, int32, int64, bool";
+
+bool is_half(int32_t onnx_type) { return onnx_type == onnx::TensorProto::FLOAT16 || onnx_type == onnx::TensorProto::BFLOAT16; }
 
 std::string dims_text(const std::vector<int64_t>& dims) {
   std::string text = "[";
@@ -130,6 +134,14 @@ Scalar scalar_of(int32_t dtype, const uint8_t* data, size_t size, const std::str
       v.i = u;
       return v;
     }
+    case onnx::TensorProto::FLOAT16:
+    case onnx::TensorProto::BFLOAT16: {
+      uint16_t bits;
+      std::memcpy(&bits, data, 2);
+      v.is_float = true;
+      v.f = dtype == onnx::TensorProto::FLOAT16 ? runtime::float_of_half(bits) : runtime::float_of_bfloat16(bits);
+      return v;
+    }
     case onnx::TensorProto::INT16: {
       int16_t i;
       std::memcpy(&i, data, 2);
@@ -192,6 +204,8 @@ ref::DType ref_dtype(int32_t onnx_type, const std::string& what) {
     case onnx::TensorProto::INT8: return ref::DType::kInt8;
     case onnx::TensorProto::UINT16: return ref::DType::kUInt16;
     case onnx::TensorProto::INT16: return ref::DType::kInt16;
+    case onnx::TensorProto::FLOAT16: return ref::DType::kFloat16;
+    case onnx::TensorProto::BFLOAT16: return ref::DType::kBFloat16;
     default: refuse("element type " + dtype_name(onnx_type) + " on " + what + " (" + kSupportedTypes + ")");
   }
 }
@@ -204,10 +218,14 @@ int32_t NodeView::input_elem_type(size_t i) const {
   refuse("unknown type on " + input_label(i));
 }
 
+bool NodeView::is_float(int32_t onnx_type) const {
+  return onnx_type == onnx::TensorProto::FLOAT || (halves_as_float_ && is_half(onnx_type));
+}
+
 std::vector<int64_t> NodeView::float_input(size_t i) const {
   if (!has_input(i)) refuse("missing input " + std::to_string(i));
   int32_t type = input_elem_type(i);
-  if (type != onnx::TensorProto::FLOAT)
+  if (!is_float(type))
     refuse("element type " + dtype_name(type) + " on " + input_label(i) + " (ref supports float32)");
   return input_dims(i);
 }
@@ -245,23 +263,21 @@ float NodeView::const_float(size_t i) const {
   const Weight* w = constant(i);
   if (!w) refuse(input_label(i) + " is not a constant");
   const TensorData& t = w->data;
-  if (t.dtype != onnx::TensorProto::FLOAT)
+  if (!is_float(t.dtype))
     refuse("element type " + dtype_name(t.dtype) + " on " + input_label(i) + " (ref supports float32)");
-  if (t.element_count() != 1 || t.size != 4)
-    refuse(input_label(i) + " has dims " + dims_text(t.dims) + ", expected a scalar");
-  float v;
-  std::memcpy(&v, t.data, 4);
-  return v;
+  if (t.element_count() != 1) refuse(input_label(i) + " has dims " + dims_text(t.dims) + ", expected a scalar");
+  return scalar_of(t.dtype, t.data, t.size, input_label(i)).f;
 }
 
 std::vector<float> NodeView::const_floats(size_t i) const {
   const Weight* w = constant(i);
   if (!w) refuse(input_label(i) + " is not a constant");
   const TensorData& t = w->data;
-  if (t.dtype != onnx::TensorProto::FLOAT)
+  if (!is_float(t.dtype))
     refuse("element type " + dtype_name(t.dtype) + " on " + input_label(i) + " (expected float32)");
-  std::vector<float> values(t.size / sizeof(float));
-  if (!values.empty()) std::memcpy(values.data(), t.data, values.size() * sizeof(float));
+  const size_t element = element_size(t.dtype);
+  std::vector<float> values(t.size / element);
+  for (size_t k = 0; k < values.size(); ++k) values[k] = scalar_of(t.dtype, t.data + k * element, element, input_label(i)).f;
   return values;
 }
 

@@ -54,8 +54,11 @@ class NodeView {
   size_t input_count() const;
   bool has_input(size_t i) const;
   const std::string& input(size_t i) const;
-  // A float32 input with a static, non-empty shape; returns its dims.
+  // A float32 input with a static, non-empty shape; returns its dims. After
+  // compute_halves_in_float(), a float16 or bfloat16 input counts as float32 (normalise_all then
+  // reads it through a Cast).
   std::vector<int64_t> float_input(size_t i) const;
+  void compute_halves_in_float() { halves_as_float_ = true; }
   // An input of a ref element type (float32, the 8- and 16-bit integers, int32, int64, bool) with a
   // static, non-empty shape.
   ref::Value typed_input(size_t i) const;
@@ -66,11 +69,11 @@ class NodeView {
   const Weight* constant(size_t i) const;
   // An input that must be a constant integer tensor (int32 or int64), as values.
   std::vector<int64_t> const_ints(size_t i) const;
-  // An input that must be a constant float32 tensor, as values.
+  // An input that must be a constant float32 tensor (or a half one, as float_input), as values.
   std::vector<float> const_floats(size_t i) const;
-  // An input that must be a constant float32 scalar (one element).
+  // An input that must be a constant float32 scalar (one element; or a half one, as float_input).
   float const_float(size_t i) const;
-  // An input that must be a constant scalar (one element of float32, int32, int64 or bool).
+  // An input that must be a constant scalar (one element of a float type, an integer type or bool).
   Scalar const_scalar(size_t i) const;
 
   // The single output the backend produces. Outputs after the first must be absent;
@@ -83,10 +86,16 @@ class NodeView {
   const onnx::AttributeProto* find_attr(const std::string& name) const;
   std::string input_label(size_t i) const;
 
+  bool is_float(int32_t onnx_type) const;
+
   const Model& model_;
   const onnx::NodeProto& node_;
   int64_t opset_;
+  bool halves_as_float_ = false;
 };
+
+// float16 or bfloat16.
+bool is_half(int32_t onnx_type);
 
 // The ref element type of an ONNX one; refuses types ref does not hold. `what` names the value.
 ref::DType ref_dtype(int32_t onnx_type, const std::string& what);

@@ -219,7 +219,7 @@ NormalisedNode matmul_nbits(const NodeView& v) {
 
 // A scalar of `dtype` as the attribute kind the runtime reads: float for float32, int otherwise.
 ref::Attr scalar_attr(const std::string& name, ref::DType dtype, const Scalar& value) {
-  if (dtype == ref::DType::kFloat32) return float_attr(name, value.is_float ? value.f : static_cast<float>(value.i));
+  if (ref::is_float(dtype)) return float_attr(name, value.is_float ? value.f : static_cast<float>(value.i));
   if (!value.is_float) return int_attr(name, value.i);
   // A float for integer data (Pad's `value` attribute before opset 11): only whole numbers convert.
   if (!(std::fabs(value.f) < 9.0e15f) || std::trunc(value.f) != value.f)
@@ -1264,6 +1264,12 @@ const std::map<std::string, MultiRule>& multi_rules() {
 
 }  // namespace
 
+int32_t elem_type_of(const Model& model, const std::string& name) {
+  if (const ValueType* type = model.type_of(name); type && type->elem_type != 0) return type->elem_type;
+  if (const Weight* constant = model.constant(name)) return constant->data.dtype;
+  return 0;
+}
+
 std::vector<std::string> supported_op_types() {
   std::vector<std::string> ops;
   for (const auto& [op, rule] : rules()) ops.push_back(op);
@@ -1326,6 +1332,59 @@ void finish(const Model& model, NormalisedNode& n, const std::map<std::string, r
   }
 }
 
+// Output types from the runtime's rules, each part reading the values of the parts before it.
+void finish_all(const Model& model, std::vector<NormalisedNode>& parts) {
+  std::map<std::string, ref::Value> earlier;
+  for (auto& n : parts) {
+    finish(model, n, earlier);
+    earlier[n.output] = n.output_type;
+  }
+}
+
+// The parts of a node over float16 or bfloat16 values that ref computes in float32: each half
+// input read through a Cast to float32, each half output written by a Cast from it (ONNX Runtime's
+// CPU EP computes such nodes the same way). An output whose type is unknown takes that of the
+// node's first half input.
+std::vector<NormalisedNode> in_float32(const Model& model, const onnx::NodeProto& node, std::vector<NormalisedNode> parts) {
+  const std::string& prefix = node.output(0);
+  std::vector<NormalisedNode> out;
+  std::map<std::string, std::string> widened;  // half input -> its float32 copy
+  std::set<std::string> made;                  // by the parts so far
+  int32_t half = 0;
+  auto cast = [&](std::string from, std::string to, ref::DType type, bool internal) {
+    NormalisedNode c;
+    c.type = "Cast";
+    c.attrs = {int_attr("to", static_cast<int64_t>(type))};
+    c.inputs = {std::move(from)};
+    c.output = std::move(to);
+    c.internal = internal;
+    out.push_back(std::move(c));
+  };
+  for (auto& part : parts) {
+    for (auto& input : part.inputs) {
+      if (input.empty() || made.count(input) || !is_half(elem_type_of(model, input))) continue;
+      half = half ? half : elem_type_of(model, input);
+      auto [it, added] = widened.emplace(input, prefix + "/float32_" + std::to_string(widened.size()));
+      if (added) cast(input, it->second, ref::DType::kFloat32, true);
+      input = it->second;
+    }
+    made.insert(part.output);
+    const int32_t declared = part.internal ? 0 : elem_type_of(model, part.output);
+    const int32_t target = declared ? declared : half;
+    if (part.internal || !is_half(target)) {
+      out.push_back(std::move(part));
+      continue;
+    }
+    std::string real = part.output;
+    part.output = real + "/float32";
+    part.internal = true;
+    made.insert(part.output);
+    out.push_back(std::move(part));
+    cast(out.back().output, real, ref_dtype(target, "output '" + real + "'"), false);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<NormalisedNode> normalise_all(const Model& model, const onnx::NodeProto& node) {
@@ -1338,15 +1397,27 @@ std::vector<NormalisedNode> normalise_all(const Model& model, const onnx::NodePr
   if (view.opset() < 1) refuse("the model imports no default-domain opset");
   if (view.opset() > kNewestRuleOpset)
     refuse("opset " + std::to_string(view.opset()) + ": ref knows the semantics of ops up to opset " + std::to_string(kNewestRuleOpset));
-  std::vector<NormalisedNode> parts;
-  if (multi != multi_rules().end()) parts = multi->second(view);
-  else parts.push_back(single->second(view));
+  auto apply = [&] {
+    std::vector<NormalisedNode> parts;
+    if (multi != multi_rules().end()) parts = multi->second(view);
+    else parts.push_back(single->second(view));
+    return parts;
+  };
   // Parts may read values earlier parts of the same node write (an Einsum's transposed operands).
-  std::map<std::string, ref::Value> earlier;
-  for (auto& n : parts) {
-    finish(model, n, earlier);
-    earlier[n.output] = n.output_type;
+  try {
+    auto parts = apply();
+    finish_all(model, parts);
+    return parts;
+  } catch (const Refusal&) {
+    // An op that does not take half values (Conv, Softmax ...) computes them in float32.
+    bool halves = false;
+    for (const auto& name : node.input()) halves = halves || (!name.empty() && is_half(elem_type_of(model, name)));
+    for (const auto& name : node.output()) halves = halves || (!name.empty() && is_half(elem_type_of(model, name)));
+    if (!halves) throw;
   }
+  view.compute_halves_in_float();
+  auto parts = in_float32(model, node, apply());
+  finish_all(model, parts);
   return parts;
 }
 

@@ -22,6 +22,9 @@ struct NormalisedNode {
   bool internal = false;        // a value between the parts of one node, not an ONNX value
 };
 
+// The ONNX element type of a value (typed by shape inference or a constant), 0 when unknown.
+int32_t elem_type_of(const Model& model, const std::string& name);
+
 // The normalised form: one ref op per output of the node (Split gives several), or throws
 // Refusal saying why the node cannot run on ref.
 std::vector<NormalisedNode> normalise_all(const Model& model, const onnx::NodeProto& node);

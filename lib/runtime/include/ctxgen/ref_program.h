@@ -25,9 +25,11 @@ namespace ctxgen::ref {
 
 // ONNX TensorProto codes. float32 is the compute type; int32, int64 and bool carry indices,
 // positions, masks and the shape arithmetic of exported models; the 8- and 16-bit integers carry
-// quantized values (data-movement ops pass them through unchanged).
+// quantized values and float16 and bfloat16 half-precision ones (data-movement ops pass them
+// through unchanged, Cast converts them).
 enum class DType : uint8_t {
-  kFloat32 = 1, kUInt8 = 2, kInt8 = 3, kUInt16 = 4, kInt16 = 5, kInt32 = 6, kInt64 = 7, kBool = 9,
+  kFloat32 = 1, kUInt8 = 2, kInt8 = 3, kUInt16 = 4, kInt16 = 5, kInt32 = 6, kInt64 = 7, kBool = 9, kFloat16 = 10,
+  kBFloat16 = 16,
 };
 
 // Limits every program respects, so no size or offset arithmetic can overflow: a value holds at
@@ -45,7 +47,9 @@ inline constexpr uint64_t kMaxWork = uint64_t{1} << 48;
 
 // Bytes per element, or 0 for a code that is not a DType.
 size_t dtype_size(DType dtype);
-std::string dtype_name(DType dtype);  // "float32", "uint8", "int8", "uint16", "int16", "int32", "int64", "bool"
+std::string dtype_name(DType dtype);  // "float32", "uint8", ..., "bool", "float16", "bfloat16"
+// float32, float16 or bfloat16: the types whose scalar attributes (Pad's value ...) are floats.
+bool is_float(DType dtype);
 
 enum class Activation : int64_t {
   kNone = 0, kRelu = 1, kLeakyRelu = 2, kSigmoid = 3, kTanh = 4, kClip = 5, kHardSigmoid = 6,

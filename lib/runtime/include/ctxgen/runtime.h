@@ -121,6 +121,13 @@ uint64_t packed_conv_plans_made();
 // the `ref` compiler stores it. Runs on all of oneDNN's threads.
 MadeBytes transpose_matrix(const uint8_t* from, size_t rows, size_t cols);
 
+// IEEE half precision and bfloat16, as their bits: float to either rounds to nearest even (NaN
+// stays NaN, values beyond the largest finite give infinity), either to float is exact.
+uint16_t half_of(float value);
+float float_of_half(uint16_t bits);
+uint16_t bfloat16_of(float value);
+float float_of_bfloat16(uint16_t bits);
+
 // False for ops whose output depends on their inputs' dims only (Shape, Size).
 bool reads_input_data(const std::string& op_type);
 
