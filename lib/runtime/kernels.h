@@ -208,6 +208,12 @@ inline float exp_approx(float x) {
 // grouped: the dims a packed weight's recorded layout describes (kernels_conv.cc).
 Dims grouped(const Dims& w, int64_t group);
 
+// The im2col matrix of one group of one image (rows: channel and kernel position; columns: output
+// position), zero where the window reads padding; for float32 and int32 (kernels_conv.cc).
+template <typename T>
+void im2col(const T* x, const Dims& in_spatial, const Dims& in_strides, int64_t channels, const Dims& kernel,
+            const Dims& out_spatial, const Dims& strides, const Dims& pads, const Dims& dilations, T* col);
+
 // What a GEMM's caller does to columns [j0, j0 + cols) of every row of y once they are computed
 // (bias, activation), inside the same task while they are in cache.
 using Epilogue = FunctionRef<void(int64_t j0, int64_t cols)>;
@@ -282,10 +288,14 @@ FusedActivation fused_activation_of(const ref::Op& op);
 // The kernels, one per op type; kernels_*.cc hold them by family.
 namespace kernels {
 
-// QuantizeLinear, DequantizeLinear and MatMulNBits (kernels_quant.cc).
+// QuantizeLinear, DequantizeLinear, MatMulNBits, the integer products and DynamicQuantizeLinear
+// (kernels_quant.cc).
 void quantize_linear(Ins, const Output&);
 void dequantize_linear(Ins, const Output&);
 void matmul_nbits(Ins, const Output&);
+void matmul_integer(Ins, const Output&);
+void conv_integer(Ins, const Output&);
+void dynamic_quantize_linear(Ins, const Output&);
 
 // Elementwise, comparisons, casts and generated constants (kernels_elementwise.cc).
 void add(Ins, const Output&);
@@ -420,7 +430,8 @@ extern const Planner plan_reduction, plan_columns, plan_normalisation, plan_nll_
 extern const Planner plan_window;                                                         // kernels_pool.cc
 extern const Planner plan_conv_transpose;                                                 // kernels_resize.cc
 extern const Planner plan_product;                                                        // kernels_linear.cc
-extern const Planner plan_quant, plan_matmul_nbits;                                       // kernels_quant.cc
+extern const Planner plan_quant, plan_matmul_nbits, plan_matmul_integer, plan_conv_integer,
+    plan_which_output;                                                                    // kernels_quant.cc
 
 }  // namespace kernels
 

@@ -29,11 +29,12 @@ uint64_t aligned(uint64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign
 
 // im2col for images, the common case: a row of the output at a time, its inside span in one loop
 // without the per-element index arithmetic of any-rank windows.
-void im2col_2d(const float* x, const Dims& in, int64_t channels, const Dims& kernel, const Dims& out, const Dims& strides,
-               const Dims& pads, const Dims& dilations, float* col) {
+template <typename T>
+void im2col_2d(const T* x, const Dims& in, int64_t channels, const Dims& kernel, const Dims& out, const Dims& strides,
+               const Dims& pads, const Dims& dilations, T* col) {
   const int64_t ih = in[0], iw = in[1], oh = out[0], ow = out[1], sh = strides[0], sw = strides[1];
   for (int64_t c = 0; c < channels; ++c) {
-    const float* plane = x + c * ih * iw;
+    const T* plane = x + c * ih * iw;
     for (int64_t ky = 0; ky < kernel[0]; ++ky)
       for (int64_t kx = 0; kx < kernel[1]; ++kx) {
         const int64_t dy = ky * dilations[0] - pads[0], dx = kx * dilations[1] - pads[1];
@@ -43,28 +44,29 @@ void im2col_2d(const float* x, const Dims& in, int64_t channels, const Dims& ker
         for (int64_t oy = 0; oy < oh; ++oy, col += ow) {
           const int64_t y = oy * sh + dy;
           if (y < 0 || y >= ih) {
-            std::fill(col, col + ow, 0.0f);
+            std::fill(col, col + ow, T(0));
             continue;
           }
-          const float* row = plane + y * iw;
-          std::fill(col, col + first, 0.0f);
+          const T* row = plane + y * iw;
+          std::fill(col, col + first, T(0));
           for (int64_t ox = first; ox < last; ++ox) col[ox] = row[ox * sw + dx];
-          std::fill(col + last, col + ow, 0.0f);
+          std::fill(col + last, col + ow, T(0));
         }
       }
   }
 }
 
-// Writes the im2col matrix of one group of one image: row (c, kernel position), column (output
-// position), zero where the window reads padding.
-void im2col(const float* x, const Dims& in_spatial, const Dims& in_strides, int64_t channels, const Dims& kernel,
-            const Dims& out_spatial, const Dims& strides, const Dims& pads, const Dims& dilations, float* col) {
+}  // namespace
+
+template <typename T>
+void im2col(const T* x, const Dims& in_spatial, const Dims& in_strides, int64_t channels, const Dims& kernel,
+            const Dims& out_spatial, const Dims& strides, const Dims& pads, const Dims& dilations, T* col) {
   size_t n = in_spatial.size();
   if (n == 2) return im2col_2d(x, in_spatial, channels, kernel, out_spatial, strides, pads, dilations, col);
   int64_t kernel_size = product(kernel), out_size = product(out_spatial), in_size = product(in_spatial);
   AxisIndex kpos(n), opos(n);
   for (int64_t c = 0; c < channels; ++c) {
-    const float* plane = x + c * in_size;
+    const T* plane = x + c * in_size;
     for (int64_t kk = 0; kk < kernel_size; ++kk, col += out_size) {
       for (int64_t rem = kk, a = static_cast<int64_t>(n); a-- > 0;) {
         kpos[static_cast<size_t>(a)] = rem % kernel[static_cast<size_t>(a)];
@@ -79,7 +81,7 @@ void im2col(const float* x, const Dims& in_spatial, const Dims& in_strides, int6
           inside = at >= 0 && at < in_spatial[a];
           offset += at * in_strides[a];
         }
-        col[o] = inside ? plane[offset] : 0.0f;
+        col[o] = inside ? plane[offset] : T(0);
         for (size_t a = n; a-- > 0;) {
           if (++opos[a] < out_spatial[a]) break;
           opos[a] = 0;
@@ -88,6 +90,13 @@ void im2col(const float* x, const Dims& in_spatial, const Dims& in_strides, int6
     }
   }
 }
+
+template void im2col(const float*, const Dims&, const Dims&, int64_t, const Dims&, const Dims&, const Dims&, const Dims&,
+                    const Dims&, float*);
+template void im2col(const int32_t*, const Dims&, const Dims&, int64_t, const Dims&, const Dims&, const Dims&, const Dims&,
+                     const Dims&, int32_t*);
+
+namespace {
 
 bool is_pointwise(const ref::Op& op) {
   for (const char* name : {"kernel_shape", "strides", "dilations"})

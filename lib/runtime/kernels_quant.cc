@@ -6,6 +6,7 @@
 // 8-bit weights stay packed: they are dequantized a block at a time as the product runs.
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
@@ -168,6 +169,120 @@ void nbits_columns(const NBitsPlan& p, Ins in, const Output& out, int64_t begin,
   }
 }
 
+// Which of its node's outputs an op writes (DynamicQuantizeLinear's values, scale or zero point).
+struct WhichOutput final : OpPlan {
+  WhichOutput(const ref::Op& op, const std::vector<const ref::Value*>&, const ref::Value&) : output(op.get_int("output", 0)) {}
+  int64_t output;
+};
+
+// ---- integer products ----
+
+// Calls f(T{}) with the C++ type of an 8-bit integer dtype.
+template <typename F>
+void visit_8bit(ref::DType dtype, F&& f) {
+  if (dtype == ref::DType::kUInt8) return f(uint8_t{});
+  f(int8_t{});
+}
+
+// A zero point as int32: one value, or one per index.
+struct ZeroPoints {
+  const void* data = nullptr;  // absent: 0
+  bool each = false;
+  template <typename T>
+  int32_t at(int64_t i) const {
+    return data ? static_cast<const T*>(data)[each ? i : 0] : 0;
+  }
+};
+ZeroPoints zero_points_of(Ins in, size_t i) {
+  if (in.size() <= i || !in[i].present()) return {};
+  return {in[i].data, in[i].size() > 1};
+}
+
+// y[0, n) += a x (b[0, n) - zero point of b), wrapping as int32 does.
+template <typename B>
+void add_row_product(int32_t* y, int32_t a, const B* b, const ZeroPoints& zb, int64_t n) {
+  for (int64_t j = 0; j < n; ++j)
+    y[j] = static_cast<int32_t>(static_cast<uint32_t>(y[j]) + static_cast<uint32_t>(a * (static_cast<int32_t>(b[j]) - zb.at<B>(j))));
+}
+
+struct IntegerProductPlan final : OpPlan {
+  IntegerProductPlan(const ref::Op&, const std::vector<const ref::Value*>& in, const ref::Value& out)
+      : m(in[0]->dims[in[0]->dims.size() - 2]), k(in[0]->dims.back()), n(out.dims.back()),
+        rows(in[0]->element_count() / k), b_batched(in[1]->dims.size() > 2) {}
+  int64_t m, k, n, rows;
+  bool b_batched;
+};
+
+// The conv's geometry, and the scratch holding one image less its zero point and its im2col.
+struct ConvIntegerPlan final : OpPlan {
+  ConvIntegerPlan(const ref::Op& op, const std::vector<const ref::Value*>& in, const ref::Value& out)
+      : group(op.get_int("group", 1)), strides(op.get_ints("strides")), pads(op.get_ints("pads")),
+        dilations(op.get_ints("dilations")) {
+    const Dims& x = in[0]->dims;
+    const Dims& w = in[1]->dims;
+    in_spatial.assign(x.begin() + 2, x.end());
+    in_strides = strides_of(in_spatial);
+    out_spatial.assign(out.dims.begin() + 2, out.dims.end());
+    kernel.assign(w.begin() + 2, w.end());
+    image = product(x, 1, x.size());
+    rows = product(w, 1, w.size());
+    scratch_bytes = static_cast<uint64_t>(image + rows * product(out_spatial)) * sizeof(int32_t);
+  }
+  int64_t group, image = 0, rows = 0;
+  Dims strides, pads, dilations, in_spatial, in_strides, out_spatial, kernel;
+};
+
+template <typename A, typename B>
+void integer_matmul(const IntegerProductPlan& p, Ins in, const Output& out) {
+  const A* a = in[0].as<A>();
+  const B* b = in[1].as<B>();
+  const ZeroPoints za = zero_points_of(in, 2), zb = zero_points_of(in, 3);
+  int32_t* y = out.as<int32_t>();
+  parallel_ranges(out.parallel, p.rows, p.k * p.n, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      int32_t* row = y + r * p.n;
+      std::fill(row, row + p.n, 0);
+      const B* matrix = b + (p.b_batched ? r / p.m * p.k * p.n : 0);
+      for (int64_t i = 0; i < p.k; ++i) {
+        const int32_t value = static_cast<int32_t>(a[r * p.k + i]) - za.at<A>(r % p.m);
+        if (value != 0) add_row_product(row, value, matrix + i * p.n, zb, p.n);
+      }
+    }
+  });
+}
+
+template <typename X, typename W>
+void integer_conv(const ConvIntegerPlan& p, Ins in, const Output& out) {
+  const X* x = in[0].as<X>();
+  const W* w = in[1].as<W>();
+  const ZeroPoints zx = zero_points_of(in, 2), zw = zero_points_of(in, 3);
+  const Dims& xd = in[0].dims();
+  const Dims& wd = in[1].dims();
+  auto* shifted = reinterpret_cast<int32_t*>(out.scratch);
+  int32_t* col = shifted + p.image;
+  const int64_t channels = xd[1] / p.group, m_per_group = wd[0] / p.group, positions = product(p.out_spatial);
+  const int64_t plane = product(p.in_spatial);
+  const ZeroPoints none;
+  for (int64_t batch = 0; batch < xd[0]; ++batch) {
+    for (int64_t i = 0; i < p.image; ++i) shifted[i] = static_cast<int32_t>(x[batch * p.image + i]) - zx.at<X>(0);
+    for (int64_t g = 0; g < p.group; ++g) {
+      im2col(shifted + g * channels * plane, p.in_spatial, p.in_strides, channels, p.kernel, p.out_spatial, p.strides, p.pads,
+             p.dilations, col);
+      parallel_ranges(out.parallel, m_per_group, p.rows * positions, [&](int64_t begin, int64_t end) {
+        for (int64_t mm = begin; mm < end; ++mm) {
+          const int64_t m = g * m_per_group + mm;
+          int32_t* y = out.as<int32_t>() + (batch * wd[0] + m) * positions;
+          std::fill(y, y + positions, 0);
+          for (int64_t r = 0; r < p.rows; ++r) {
+            const int32_t value = static_cast<int32_t>(w[m * p.rows + r]) - zw.at<W>(m);
+            if (value != 0) add_row_product(y, value, col + r * positions, none, positions);
+          }
+        }
+      });
+    }
+  }
+}
+
 }  // namespace
 
 namespace kernels {
@@ -189,6 +304,48 @@ void matmul_nbits(Ins in, const Output& out) {
     if (p.bits == 8) nbits_columns<8>(p, in, out, begin, end);
     else nbits_columns<4>(p, in, out, begin, end);
   });
+}
+
+const Planner plan_matmul_integer = plan_as<IntegerProductPlan>;
+const Planner plan_which_output = plan_as<WhichOutput>;
+const Planner plan_conv_integer = plan_as<ConvIntegerPlan>;
+
+void matmul_integer(Ins in, const Output& out) {
+  visit_8bit(in[0].dtype(), [&](auto a) {
+    visit_8bit(in[1].dtype(), [&](auto b) { integer_matmul<decltype(a), decltype(b)>(plan_of<IntegerProductPlan>(out), in, out); });
+  });
+}
+
+void conv_integer(Ins in, const Output& out) {
+  visit_8bit(in[0].dtype(), [&](auto x) {
+    visit_8bit(in[1].dtype(), [&](auto w) { integer_conv<decltype(x), decltype(w)>(plan_of<ConvIntegerPlan>(out), in, out); });
+  });
+}
+
+// ONNX's reference semantics: the range widened to hold 0, its scale (1 / 255 for an empty range),
+// the zero point rounded half to even and saturated, then QuantizeLinear.
+void dynamic_quantize_linear(Ins in, const Output& out) {
+  const float* x = in[0].f32();
+  float lo = 0, hi = 0;
+  for (int64_t i = 0; i < in[0].size(); ++i) {
+    lo = std::min(lo, x[i]);
+    hi = std::max(hi, x[i]);
+  }
+  const float scale = (hi == lo ? 1.0f : hi - lo) / 255.0f;
+  const float zero = std::clamp(std::nearbyint(-lo / scale), 0.0f, 255.0f);
+  const int64_t output = plan_of<WhichOutput>(out).output;
+  if (output == 1) {
+    *out.f32() = scale;
+  } else if (output == 2) {
+    *out.bytes() = static_cast<uint8_t>(zero);
+  } else {
+    uint8_t* y = out.bytes();
+    for (int64_t i = 0; i < in[0].size(); ++i) {
+      float q = std::nearbyint(x[i] / scale) + zero;
+      q = q >= 0.0f ? q : 0.0f;
+      y[i] = static_cast<uint8_t>(q <= 255.0f ? q : 255.0f);
+    }
+  }
 }
 
 }  // namespace kernels

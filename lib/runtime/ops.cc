@@ -456,6 +456,73 @@ OutType conv(const OpCheck& c) {
   return {DType::kFloat32, out};
 }
 
+// ---- integer products ----------------------------------------------------------------------------
+
+bool is_8bit(DType t) { return t == DType::kUInt8 || t == DType::kInt8; }
+
+// The zero point of input `i` (its own type, as input `of`): one value, or `count` values.
+void integer_zero_point(const OpCheck& c, size_t i, size_t of, int64_t count) {
+  const ref::Value* zero_point = c.optional_in(i);
+  if (!zero_point) return;
+  c.expect_dtype(*zero_point, c.in(of).dtype, "input " + std::to_string(i) + " (zero point)");
+  const int64_t n = product(zero_point->dims);
+  c.expect(zero_point->dims.size() <= 1 && (n == 1 || n == count), [&] {
+    return "input " + std::to_string(i) + " (zero point) has dims " + dims_text(zero_point->dims) + ", expected one value or " +
+           std::to_string(count);
+  });
+}
+
+// MatMulInteger: Y int32 [..., M, N] = (A - a_zero_point) x (B - b_zero_point), exactly (wrapping
+// as int32 does). A [..., M, K] and B [K, N], or B with A's dims but the last two; 8-bit integers;
+// a_zero_point one value or one per row, b_zero_point one value or one per column.
+OutType matmul_integer(const OpCheck& c) {
+  c.arity(2, 4);
+  const Dims& a = c.in(0).dims;
+  const Dims& b = c.in(1).dims;
+  c.expect(is_8bit(c.in(0).dtype) && is_8bit(c.in(1).dtype), "inputs 0 and 1 are not 8-bit integers");
+  c.expect(a.size() >= 2 && (b.size() == 2 || (b.size() == a.size() && std::equal(a.begin(), a.end() - 2, b.begin()))),
+           [&] { return "inputs have dims " + dims_text(a) + " and " + dims_text(b) + ", expected [..., M, K] and [K, N] or [..., K, N]"; });
+  c.expect(a.back() == b[b.size() - 2], [&] { return "inner dims differ: " + dims_text(a) + " x " + dims_text(b); });
+  integer_zero_point(c, 2, 0, a[a.size() - 2]);
+  integer_zero_point(c, 3, 1, b.back());
+  Dims y = a;
+  y.back() = b.back();
+  return {DType::kInt32, y};
+}
+
+// ConvInteger: Y int32 = Conv(x - x_zero_point, w - w_zero_point), exactly, the padding holding
+// x_zero_point (so it adds nothing); w_zero_point one value or one per output channel.
+OutType conv_integer(const OpCheck& c) {
+  c.arity(2, 4);
+  const ref::Value& x = c.in(0);
+  const Dims& wd = c.in(1).dims;
+  c.expect(is_8bit(x.dtype) && is_8bit(c.in(1).dtype), "inputs 0 and 1 are not 8-bit integers");
+  Window w = window(c, x, true);
+  const int64_t group = c.int_attr("group", 1, kIntMax);
+  c.expect(wd.size() == x.dims.size() && Dims(wd.begin() + 2, wd.end()) == w.kernel,
+           [&] { return "weight dims " + dims_text(wd) + " do not fit input " + dims_text(x.dims) + " and kernel " + dims_text(w.kernel); });
+  c.expect(x.dims[1] / group == wd[1] && x.dims[1] % group == 0 && wd[0] % group == 0,
+           [&] { return "group " + std::to_string(group) + " does not fit input " + dims_text(x.dims) + " and weight " + dims_text(wd); });
+  integer_zero_point(c, 2, 0, 1);
+  integer_zero_point(c, 3, 1, wd[0]);
+  Dims out = {x.dims[0], wd[0]};
+  for (size_t a = 0; a < w.kernel.size(); ++a) out.push_back(window_output(c, x, w, a, false));
+  int64_t scratch = 0;
+  c.expect(!__builtin_mul_overflow(product(wd, 1, wd.size()), product(out, 2, out.size()), &scratch) && scratch <= kMaxElements,
+           [&] { return "im2col of weight " + dims_text(wd) + " over output " + dims_text(out) + " needs more than 2^48 elements"; });
+  return {DType::kInt32, out};
+}
+
+// DynamicQuantizeLinear: x to uint8 with a scale and zero point from its range (widened to hold 0):
+// `output` 0 the values, 1 the scale (float32 scalar), 2 the zero point (uint8 scalar).
+OutType dynamic_quantize_linear(const OpCheck& c) {
+  c.arity(1, 1);
+  c.expect_dtype(c.in(0), DType::kFloat32, "input 0");
+  const int64_t output = c.int_attr("output", 0, 2);
+  if (output == 0) return {DType::kUInt8, c.in(0).dims};
+  return {output == 1 ? DType::kFloat32 : DType::kUInt8, {}};
+}
+
 OutType pool(const OpCheck& c, bool is_max) {
   c.arity(1, 1);
   c.expect_inputs(DType::kFloat32);
@@ -955,6 +1022,9 @@ const std::vector<OpDef>& op_defs() {
       {"MatMul", matmul, k::matmul, true, k::plan_product},
       {"Gemm", gemm, k::gemm, true, k::plan_product},
       {"MatMulNBits", matmul_nbits, k::matmul_nbits, true, k::plan_matmul_nbits},
+      {"MatMulInteger", matmul_integer, k::matmul_integer, true, k::plan_matmul_integer},
+      {"ConvInteger", conv_integer, k::conv_integer, true, k::plan_conv_integer},
+      {"DynamicQuantizeLinear", dynamic_quantize_linear, k::dynamic_quantize_linear, true, k::plan_which_output},
       {"Conv", conv, k::conv, true, k::plan_conv},
       {"MaxPool", max_pool, k::max_pool, true, k::plan_window},
       {"AveragePool", average_pool, k::average_pool, true, k::plan_window},

@@ -146,10 +146,12 @@ uint64_t elements(const Value& v) { return static_cast<uint64_t>(v.element_count
 uint64_t op_work(const ref::Op& op, const std::vector<const Value*>& in, const Value& out) {
   if (out.element_count() == 0) return 0;
   uint64_t per_output = 1;
-  if ((op.type == "MatMul" || op.type == "Gemm" || op.type == "MatMulNBits") && !in[0]->dims.empty()) {
+  if ((op.type == "MatMul" || op.type == "Gemm" || op.type == "MatMulNBits" || op.type == "MatMulInteger") &&
+      !in[0]->dims.empty()) {
     const bool trans_a = op.type == "Gemm" && op.get_int("transA", 0) != 0;
     per_output = static_cast<uint64_t>(trans_a ? in[0]->dims.front() : in[0]->dims.back());
-  } else if ((op.type == "Conv" || op.type == "ConvTranspose") && !in[1]->dims.empty() && in[1]->dims[0] > 0) {
+  } else if ((op.type == "Conv" || op.type == "ConvInteger" || op.type == "ConvTranspose") && !in[1]->dims.empty() &&
+             in[1]->dims[0] > 0) {
     // Conv: C/group x kernel taps per output; ConvTranspose scatters each input element the same way.
     per_output = elements(*in[1]) / static_cast<uint64_t>(in[1]->dims[0]);
     if (op.type == "ConvTranspose") return saturating_add(elements(out), saturating_mul(elements(*in[0]), per_output));

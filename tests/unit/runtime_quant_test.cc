@@ -216,5 +216,84 @@ TEST(RuntimeQuant, MatMulNBitsRuleChecksThePacking) {
         {int_attr("K", 32), int_attr("N", 4), int_attr("bits", 4), int_attr("block_size", 24)}, "block_size 24 is not a power of two");
 }
 
+// MatMulInteger against the sums of products done by hand: uint8 x int8, a zero point per row of
+// A and per column of B, a batched A with a 2-D B and with a batched B.
+TEST(RuntimeQuant, MatMulIntegerIsExact) {
+  const int64_t batch = 2, m = 3, k = 5, n = 4;
+  std::vector<uint8_t> a(static_cast<size_t>(batch * m * k));
+  std::vector<int8_t> b(static_cast<size_t>(batch * k * n));
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<uint8_t>((i * 37 + 11) % 256);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<int8_t>((i * 53 + 7) % 256 - 128);
+  const std::vector<uint8_t> za = {3, 250, 128};
+  const std::vector<int8_t> zb = {-128, 0, 5, 127};
+  for (bool batched_b : {false, true}) {
+    const Dims bd = batched_b ? Dims{batch, k, n} : Dims{k, n};
+    const auto y = run_op_as<int32_t>("MatMulInteger",
+                                      {{{batch, m, k}, Bytes(a.begin(), a.end()), DType::kUInt8}, {bd, bytes_of(b), DType::kInt8},
+                                       {{m}, Bytes(za.begin(), za.end()), DType::kUInt8}, {{n}, bytes_of(zb), DType::kInt8}},
+                                      {batch, m, n});
+    for (int64_t t = 0; t < batch; ++t)
+      for (int64_t r = 0; r < m; ++r)
+        for (int64_t c = 0; c < n; ++c) {
+          int32_t want = 0;
+          for (int64_t i = 0; i < k; ++i)
+            want += (a[static_cast<size_t>((t * m + r) * k + i)] - za[static_cast<size_t>(r)]) *
+                    (b[static_cast<size_t>(((batched_b ? t : 0) * k + i) * n + c)] - zb[static_cast<size_t>(c)]);
+          EXPECT_EQ(y[static_cast<size_t>((t * m + r) * n + c)], want) << batched_b << t << r << c;
+        }
+  }
+}
+
+// ConvInteger against a direct convolution: padding holds the input's zero point (adds nothing),
+// two groups, a weight zero point per output channel.
+TEST(RuntimeQuant, ConvIntegerIsExactWithPaddingGroupsAndZeroPoints) {
+  const int64_t c = 4, h = 4, w = 5, m = 6, kh = 3, kw = 2, group = 2;
+  std::vector<int8_t> x(static_cast<size_t>(c * h * w));
+  std::vector<uint8_t> wt(static_cast<size_t>(m * (c / group) * kh * kw));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<int8_t>((i * 29 + 3) % 256 - 128);
+  for (size_t i = 0; i < wt.size(); ++i) wt[i] = static_cast<uint8_t>((i * 41 + 17) % 256);
+  const int8_t zx = -7;
+  const std::vector<uint8_t> zw = {0, 1, 128, 200, 255, 9};
+  const int64_t oh = h + 2 - kh + 1, ow = w + 1 - kw + 1;  // pads: 1 top, 1 bottom, 1 left, 0 right
+  const auto y = run_op_as<int32_t>("ConvInteger",
+                                    {{{1, c, h, w}, bytes_of(x), DType::kInt8}, {{m, c / group, kh, kw}, Bytes(wt.begin(), wt.end()), DType::kUInt8},
+                                     {{}, bytes_of<int8_t>({zx}), DType::kInt8}, {{m}, Bytes(zw.begin(), zw.end()), DType::kUInt8}},
+                                    {1, m, oh, ow},
+                                    {ints_attr("kernel_shape", {kh, kw}), ints_attr("strides", {1, 1}), ints_attr("pads", {1, 1, 1, 0}),
+                                     ints_attr("dilations", {1, 1}), int_attr("group", group)});
+  for (int64_t o = 0; o < m; ++o)
+    for (int64_t i = 0; i < oh; ++i)
+      for (int64_t j = 0; j < ow; ++j) {
+        int32_t want = 0;
+        const int64_t g = o / (m / group);
+        for (int64_t ci = 0; ci < c / group; ++ci)
+          for (int64_t a = 0; a < kh; ++a)
+            for (int64_t b = 0; b < kw; ++b) {
+              const int64_t yy = i + a - 1, xx = j + b - 1;
+              if (yy < 0 || yy >= h || xx < 0 || xx >= w) continue;
+              want += (x[static_cast<size_t>(((g * (c / group) + ci) * h + yy) * w + xx)] - zx) *
+                      (wt[static_cast<size_t>(((o * (c / group) + ci) * kh + a) * kw + b)] - zw[static_cast<size_t>(o)]);
+            }
+        EXPECT_EQ(y[static_cast<size_t>((o * oh + i) * ow + j)], want) << o << i << j;
+      }
+}
+
+TEST(RuntimeQuant, DynamicQuantizeLinearTakesItsRangeWithZero) {
+  auto run = [](const std::vector<float>& x, int64_t output, DType type) {
+    return run_op_bytes("DynamicQuantizeLinear", {{{static_cast<int64_t>(x.size())}, f32(x)}},
+                        output == 0 ? Dims{static_cast<int64_t>(x.size())} : Dims{}, type, {int_attr("output", output)});
+  };
+  // [-1, 3]: scale 4/255, zero point round(255/4) = 64.
+  const std::vector<float> x = {-1.0f, 0.0f, 3.0f, 1.0f};
+  EXPECT_EQ(values_of<float>(run(x, 1, DType::kFloat32))[0], 4.0f / 255.0f);
+  EXPECT_EQ(run(x, 2, DType::kUInt8), (Bytes{64}));
+  EXPECT_EQ(run(x, 0, DType::kUInt8), (Bytes{0, 64, 255, 128}));
+  // Positive values only: the range still holds 0, so the zero point is 0.
+  EXPECT_EQ(run({2.0f, 4.0f}, 2, DType::kUInt8), (Bytes{0}));
+  // All zeros: scale 1/255 instead of a division by zero.
+  EXPECT_EQ(values_of<float>(run({0.0f, 0.0f}, 1, DType::kFloat32))[0], 1.0f / 255.0f);
+  EXPECT_EQ(run({0.0f, 0.0f}, 0, DType::kUInt8), (Bytes{0, 0}));
+}
+
 }  // namespace
 }  // namespace ctxgen::testing

@@ -390,9 +390,9 @@ std::vector<int64_t> window_input(const NodeView& v) {
   return x;
 }
 
-NormalisedNode conv(const NodeView& v) {
-  auto x = window_input(v);
-  auto w = v.float_input(1);
+// A Conv's attributes for input dims x and weight dims w, checked.
+std::vector<ref::Attr> conv_attrs(const NodeView& v, const std::vector<int64_t>& x, const std::vector<int64_t>& w) {
+  if (x.size() < 3) refuse("input 0 has rank " + std::to_string(x.size()) + ", expected N x C x D1 ...");
   if (w.size() != x.size()) refuse("weight dims " + dims_text(w) + " do not match input rank " + std::to_string(x.size()));
   int64_t group = v.int_attr("group", 1);
   if (group < 1 || x[1] != w[1] * group || w[0] % group != 0)
@@ -400,15 +400,30 @@ NormalisedNode conv(const NodeView& v) {
   auto kernel = spatial(w);
   if (v.has_attr("kernel_shape") && v.ints_attr("kernel_shape", {}) != kernel)
     refuse("attribute kernel_shape " + dims_text(v.ints_attr("kernel_shape", {})) + " differs from weight dims " + dims_text(w));
+  auto win = resolve_window(v, spatial(x), kernel, true, false);
+  return {ints_attr("kernel_shape", win.kernel), ints_attr("strides", win.strides), ints_attr("pads", win.pads),
+          ints_attr("dilations", win.dilations), int_attr("group", group)};
+}
+
+NormalisedNode conv(const NodeView& v) {
+  auto x = window_input(v);
+  auto w = v.float_input(1);
+  if (w.size() != x.size()) refuse("weight dims " + dims_text(w) + " do not match input rank " + std::to_string(x.size()));
   std::vector<std::string> inputs = {v.input(0), v.input(1), ""};
   if (v.has_input(2)) {
     if (v.float_input(2) != std::vector<int64_t>{w[0]}) refuse("bias dims " + dims_text(v.input_dims(2)) + ", expected [" + std::to_string(w[0]) + "]");
     inputs[2] = v.input(2);
   }
-  auto win = resolve_window(v, spatial(x), kernel, true, false);
-  return make(v, "Conv", inputs,
-              {ints_attr("kernel_shape", win.kernel), ints_attr("strides", win.strides), ints_attr("pads", win.pads),
-               ints_attr("dilations", win.dilations), int_attr("group", group), int_attr("act", 0)});
+  auto attrs = conv_attrs(v, x, w);
+  attrs.push_back(int_attr("act", 0));
+  return make(v, "Conv", inputs, std::move(attrs));
+}
+
+// MatMulInteger and ConvInteger: exact integer products (their zero points optional inputs).
+NormalisedNode integer_product(const NodeView& v) {
+  std::vector<std::string> inputs = {v.input(0), v.input(1), v.has_input(2) ? v.input(2) : "", v.has_input(3) ? v.input(3) : ""};
+  if (v.op() == "MatMulInteger") return make(v, "MatMulInteger", inputs);
+  return make(v, "ConvInteger", inputs, conv_attrs(v, v.input_dims(0), v.input_dims(1)));
 }
 
 NormalisedNode pool(const NodeView& v) {
@@ -972,6 +987,7 @@ const std::map<std::string, Rule>& rules() {
       {"ReduceLogSum", reduce}, {"ReduceLogSumExp", reduce},
       {"QuantizeLinear", quantize_linear}, {"DequantizeLinear", dequantize_linear},
       {"MatMulNBits", matmul_nbits},
+      {"MatMulInteger", integer_product}, {"ConvInteger", integer_product},
   };
   return kRules;
 }
@@ -1248,6 +1264,64 @@ std::vector<NormalisedNode> prelu(const NodeView& v) {
   return parts.take();
 }
 
+// ---- QOperator form ----------------------------------------------------------------------------
+
+// DequantizeLinear of input `i` with the scale and zero point at `i + 1` and `i + 2`: one scale, or
+// one per index of `axis`.
+std::string dequantized(Parts& parts, const NodeView& v, size_t i, int64_t axis) {
+  const auto scale = v.float_input(i + 1);
+  const bool per_tensor = scale.size() <= 1 && element_count(scale) == 1;
+  return parts.add("DequantizeLinear", {v.input(i), v.input(i + 1), v.has_input(i + 2) ? v.input(i + 2) : ""},
+                   {int_attr("axis", per_tensor ? 0 : axis), int_attr("block_size", 0)});
+}
+
+// The float result `y` quantized with the scale and zero point at inputs `i` and `i + 1`.
+void quantized(Parts& parts, const NodeView& v, const std::string& y, size_t i) {
+  if (!v.has_input(i + 1)) refuse("input " + std::to_string(i + 1) + " (the output's zero point) is absent");
+  const ref::DType t = v.typed_input(i + 1).dtype;
+  parts.add("QuantizeLinear", {y, v.input(i), v.input(i + 1)},
+            {int_attr("axis", 0), int_attr("block_size", 0), int_attr("dtype", static_cast<int64_t>(t))}, parts.out());
+}
+
+// QLinearConv: what its QDQ unit computes (docs/ops.md, "Quantized models"): x and w dequantized
+// (w per output channel), the int32 bias dequantized with scale x_scale * w_scale, a float32 Conv,
+// the result quantized.
+std::vector<NormalisedNode> qlinear_conv(const NodeView& v) {
+  const auto x = v.input_dims(0), w = v.input_dims(3);
+  const auto attrs = conv_attrs(v, x, w);
+  Parts parts(v);
+  const std::string xf = dequantized(parts, v, 0, 0), wf = dequantized(parts, v, 3, 0);
+  std::string bias;
+  if (v.has_input(8)) {
+    if (v.input_dims(8) != std::vector<int64_t>{w[0]}) refuse("bias dims " + dims_text(v.input_dims(8)) + ", expected [" + std::to_string(w[0]) + "]");
+    const std::string scale = parts.add("Mul", {v.input(1), v.input(4)}, {});
+    bias = parts.add("DequantizeLinear", {v.input(8), scale, ""}, {int_attr("axis", 0), int_attr("block_size", 0)});
+  }
+  quantized(parts, v, parts.add("Conv", {xf, wf, bias}, attrs), 6);
+  return parts.take();
+}
+
+// QLinearMatMul: a dequantized per tensor or per row, b per tensor or per column, a float32
+// MatMul, the result quantized.
+std::vector<NormalisedNode> qlinear_matmul(const NodeView& v) {
+  const auto a = v.input_dims(0), b = v.input_dims(3);
+  Parts parts(v);
+  const std::string af = dequantized(parts, v, 0, static_cast<int64_t>(a.size()) - 2);
+  const std::string bf = dequantized(parts, v, 3, static_cast<int64_t>(b.size()) - 1);
+  quantized(parts, v, parts.add("MatMul", {af, bf}, {int_attr("act", 0)}), 6);
+  return parts.take();
+}
+
+// DynamicQuantizeLinear: one ref op per output used (the values, the scale, the zero point).
+std::vector<NormalisedNode> dynamic_quantize_linear(const NodeView& v) {
+  v.float_input(0);
+  Parts parts(v);
+  for (size_t k = 0; k < v.output_count() && k < 3; ++k)
+    if (!v.output(k).empty())
+      parts.add("DynamicQuantizeLinear", {v.input(0)}, {int_attr("output", static_cast<int64_t>(k))}, v.output(k));
+  return parts.take();
+}
+
 const std::map<std::string, MultiRule>& multi_rules() {
   static const std::map<std::string, MultiRule> kRules = {
       {"Split", split},
@@ -1258,7 +1332,10 @@ const std::map<std::string, MultiRule>& multi_rules() {
       {"NegativeLogLikelihoodLoss", nll_loss},
       {"SoftmaxCrossEntropyLoss", softmax_cross_entropy},
       {"DepthToSpace", depth_space},
-      {"SpaceToDepth", depth_space}};
+      {"SpaceToDepth", depth_space},
+      {"QLinearConv", qlinear_conv},
+      {"QLinearMatMul", qlinear_matmul},
+      {"DynamicQuantizeLinear", dynamic_quantize_linear}};
   return kRules;
 }
 
