@@ -10,7 +10,9 @@
 #   peak RSS of the 8 embedded models / of the embedded pair (memory must not grow with N)
 # then how the outputs run in ONNX Runtime (ctxgen-runtime-bench), on the pair and on an exported
 # CNN: inference time with CtxgenRef / with the CPU EP on the original, session creation of the
-# _ctx.onnx / of the original, and the memory a second session of the shared pair adds.
+# _ctx.onnx / of the original, and the memory a second session of the shared pair adds; and the
+# same for the quantized and half-precision variants of the exports (testdata/quantized), with the
+# geometric mean and the largest of their inference ratios.
 #
 #   scripts/bench.sh [SIZE_MB_PER_MODEL]     (default 500: 2 x 500 MB twice, then 8 x 500 MB)
 #   SHARE_RUNS=N: runs of each share and its floor (default 3); RUNS=N: of each inference (3)
@@ -107,3 +109,25 @@ cnn="$work/cnn"
 "$ctxgen" compile "$repo/testdata/exports/cnn_upsample.onnx" --input-shape image=1x3x32x32 --output-dir "$cnn" --force -q
 "$build_dir/bin/ctxgen-runtime-bench" --runs "${RUNS:-3}" "$work/prefill.onnx=$out/prefill_ctx.onnx" \
   "$work/decode.onnx=$out/decode_ctx.onnx" "$repo/testdata/exports/cnn_upsample.onnx=$cnn/cnn_upsample_ctx.onnx"
+echo
+
+# The quantized and half-precision variants, as ONNX Runtime's tools write them; ONNX Runtime runs
+# their originals with its own int8/int4 kernels.
+quantized="$work/quantized" q="$repo/testdata/quantized" pairs=()
+shopt -s nullglob
+for variant in qdq_u8s8 qdq_a16w8 qop fp16 matmulnbits; do
+  for model in "$q"/*_"$variant".onnx; do
+    stem="$(basename "$model" .onnx)"
+    case "$stem" in
+      cnn*) shapes=(--fix-dim batch=1) ;;
+      decoder_prefill*) shapes=(--fix-dim batch=1 --fix-dim seq=16) ;;
+      decoder_decode*) shapes=(--fix-dim batch=1 --fix-dim seq=1 --fix-dim past=15) ;;
+    esac
+    "$ctxgen" compile "$model" "${shapes[@]}" --output-dir "$quantized" --force -q
+    pairs+=("$model=$quantized/${stem}_ctx.onnx")
+  done
+done
+"$build_dir/bin/ctxgen-runtime-bench" --runs "${RUNS:-3}" "${pairs[@]}" | tee "$quantized/runtime.txt"
+awk '/^inference, / { for (i = 1; i <= NF; ++i) if ($i == "ratio") { r = $(i + 1); sum += log(r); n++; if (r > max) max = r } }
+     END { if (n) printf "quantized and half models: inference ratio geometric mean %.2f (target <= 1.0), largest %.2f (target <= 1.5), %d models\n", exp(sum / n), max, n }' \
+  "$quantized/runtime.txt"

@@ -2,16 +2,17 @@
 """Writes quantized variants of the float test models into testdata/quantized/.
 
 Why: ctxgen must read what ONNX Runtime's quantization tools write -- QDQ graphs with per-channel
-int8 weights, 16-bit Q/DQ in the com.microsoft domain, float16 graphs with Cast boundaries and
-MatMulNBits -- and these models have exactly that layout (names, dtypes, shapes, node placement)
-without needing the onnxruntime Python package, which this machine does not have. The layout rules
-are ONNX Runtime's (onnxruntime/python/tools/quantization and onnxconverter-common's float16.py),
-re-implemented here for the ops these models contain; testdata/quantized/README.md says which rule
-comes from where.
+int8 weights, 16-bit Q/DQ in the com.microsoft domain, QOperator graphs of QLinear* operators,
+float16 graphs with Cast boundaries and MatMulNBits -- and these models have exactly that layout
+(names, dtypes, shapes, node placement) without needing the onnxruntime Python package, which this
+machine does not have. The layout rules are ONNX Runtime's (onnxruntime/python/tools/quantization
+and onnxconverter-common's float16.py), re-implemented here for the ops these models contain;
+testdata/quantized/README.md says which rule comes from where.
 
 Variants, written as <stem>_<variant>.onnx:
   qdq_u8s8    quantize_static(QDQ, activations QUInt8, weights QInt8, per_channel=True)
   qdq_a16w8   get_qnn_qdq_config(activation_type=QUInt16, weight_type=QUInt8) + quantize
+  qop         quantize_static(QOperator, activations QUInt8, weights QInt8, per_channel=True)
   fp16        onnxconverter-common convert_float_to_float16(keep_io_types=True)
   matmulnbits MatMulNBitsQuantizer(block_size=32, is_symmetric=False), decoders only
 
@@ -755,6 +756,268 @@ def quantize_a16w8(model, ranges, excluded):
 
 
 # ---------------------------------------------------------------------------------------------
+# QOperator quantizer: ORT's ONNXQuantizer (onnx_quantizer.py, base_quantizer.py, registry.py's
+# QLinearOpsRegistry, operators/*.py QLinear* classes) for the op types these models contain.
+
+class QOperatorQuantizer(QdqQuantizer):
+    """Walks the nodes in order. A node of a QLinearOpsRegistry type becomes its QLinear*/QGemm form
+    reading and writing uint8 tensors `<t>_quantized`; an input not yet quantized gets a
+    QuantizeLinear `<t>_QuantizeLinear` (first use decides, later uses share it); data-movement ops
+    run on the uint8 tensor as is; every other node stays float, preceded by a DequantizeLinear
+    `<t>_DequantizeLinear` writing the float name for each quantized input, and so does each graph
+    output at the end. Initializers are created in the tool's order; unused ones are dropped."""
+
+    def quantize(self):
+        self._adjust_ranges()
+        self.params = {t: self._activation_params(t, r) for t, r in self.ranges.items()}
+        self.qvalues = {}  # float name -> (uint8 name, scale name, zero-point name)
+        inits = {t.name for t in self.graph.initializer}
+        self.generated = {i.name for i in self.graph.input if i.name not in inits}
+        self.new_nodes = []
+        handlers = {"Conv": self._qconv, "Gemm": self._qgemm, "MatMul": self._qmatmul,
+                    "Add": self._qbinary, "Mul": self._qbinary, "Concat": self._qconcat,
+                    "Relu": self._qfold, "Clip": self._qfold, "Sigmoid": self._qactivation,
+                    "LeakyRelu": self._qactivation, "Softmax": self._qsoftmax, "Gather": self._qgather,
+                    "Reshape": self._qdirect, "Squeeze": self._qdirect, "Unsqueeze": self._qdirect,
+                    "Transpose": self._qdirect, "MaxPool": self._qdirect, "Resize": self._qdirect}
+        for op in ("ArgMax", "GlobalAveragePool", "Split", "Pad", "AveragePool", "Where", "EmbedLayerNormalization"):
+            handlers[op] = self._not_written
+        for node in list(self.graph.node):
+            count = len(self.new_nodes)
+            handler = handlers.get(node.op_type) if self._should_quantize(node) else None
+            if handler is None or handler(node) is False:
+                self._float_node(node)
+            for n in self.new_nodes[count:]:
+                self.generated.update(n.output)
+        for o in self.graph.output:  # _dequantize_outputs
+            self._dequantize(o.name)
+        del self.graph.node[:]
+        self.graph.node.extend(self.new_nodes)
+        remove_unused_initializers(self.graph)  # clean_initializers
+        self.model.producer_name, self.model.producer_version = "onnx.quantize", "0.1.0"
+        if any(n.domain == MS_DOMAIN for n in self.graph.node):
+            set_opset(self.model, MS_DOMAIN, 1)
+        ort_topological_sort(self.graph)
+        return self.model
+
+    def _should_quantize(self, node):
+        """Each QLinear class's should_quantize: the node is selected and its input 0 is float (MatMul
+        and Gemm: either input; Gather: only a float initializer table)."""
+        if not self._selected(node):
+            return False
+        if node.op_type in ("MatMul", "Gemm"):
+            return self._float(node.input[0]) or self._float(node.input[1])
+        if node.op_type == "Gather":
+            return self._initializer(node.input[0]) is not None and self._float(node.input[0])
+        return self._float(node.input[0])
+
+    # -- parameters and inputs (ONNXQuantizer._get_quantization_params, __quantize_inputs)
+    def _add_initializer(self, tensor):  # ONNXModel.add_initializer: first one of a name wins
+        if self._initializer(tensor.name) is None:
+            self.graph.initializer.extend([tensor])
+
+    def _output_params(self, name, scale=None, zero_point=None):
+        """`<t>_zero_point` and `<t>_scale` scalars from the calibrated range (or the fixed values
+        given); None when the tensor has no range (the node then stays float)."""
+        if name not in self.params:
+            return None
+        zp, s, qtype = self.params[name]
+        if scale is not None:
+            zp, s, qtype = np.array(zero_point), np.array(scale, np.float32), self.activation_type
+        self._add_initializer(helper.make_tensor(name + "_zero_point", qtype, [], [int(zp)]))
+        self._add_initializer(helper.make_tensor(name + "_scale", TensorProto.FLOAT, [], [float(s)]))
+        return name + "_scale", name + "_zero_point"
+
+    def _inputs(self, node, indices, weight_axis=None, weight=False):
+        """(uint8 name, scale, zero point) per input, plus the QuantizeLinear nodes to add first.
+        Initializers are stored quantized: per channel on weight_axis with the weight type, else per
+        tensor (weight type for a weight, uint8 asymmetric for an initializer used as an activation)."""
+        quantized, nodes = [], []
+        for k in indices:
+            name = node.input[k]
+            if name not in self.qvalues:
+                if self._initializer(name) is not None:
+                    if weight and self.per_channel and weight_axis is not None:
+                        self._per_channel_initializer(name, self.weight_type, weight_axis)
+                    else:
+                        self._per_tensor_initializer(name, self.weight_type if weight else self.activation_type)
+                else:
+                    params = self._output_params(name)
+                    if params is None:
+                        return None, None
+                    q = name + "_quantized"
+                    nodes.append(helper.make_node("QuantizeLinear", [name, *params], [q], name + "_QuantizeLinear"))
+                    self.qvalues[name] = (q,) + params
+            quantized.append(self.qvalues[name])
+        return quantized, nodes
+
+    def _per_tensor_initializer(self, name, qtype):  # quantize_initializer_impl
+        w = numpy_helper.to_array(self._initializer(name))
+        symmetric = self.weight_symmetric if qtype == self.weight_type else False
+        zp, scale = data_scale_zero_point(w.ravel(), qtype, symmetric)
+        self.graph.initializer.extend([
+            helper.make_tensor(name + "_scale", TensorProto.FLOAT, [], [float(scale)]),
+            helper.make_tensor(name + "_zero_point", qtype, [], [int(zp)]),
+            numpy_helper.from_array(quantize_values(w, scale, zp, qtype), name + "_quantized")])
+        self.qvalues[name] = (name + "_quantized", name + "_scale", name + "_zero_point")
+
+    def _per_channel_initializer(self, name, qtype, axis):  # quantize_weight_per_channel_impl
+        w = numpy_helper.to_array(self._initializer(name))
+        axis = axis % w.ndim
+        zps, scales, channels = [], [], []
+        for c in range(w.shape[axis]):
+            zp, scale = data_scale_zero_point(w.take(c, axis).ravel(), qtype, self.weight_symmetric)
+            zps.append(int(zp))
+            scales.append(float(scale))
+            channels.append(np.expand_dims(quantize_values(w.take(c, axis), scale, zp, qtype), axis))
+        self.graph.initializer.extend([
+            helper.make_tensor(name + "_scale", TensorProto.FLOAT, [len(scales)], scales),
+            helper.make_tensor(name + "_zero_point", qtype, [len(zps)], zps),
+            numpy_helper.from_array(np.concatenate(channels, axis), name + "_quantized")])
+        self.qvalues[name] = (name + "_quantized", name + "_scale", name + "_zero_point")
+
+    def _int32_bias(self, bias, input_name, weight, beta=1.0):
+        """quantize_bias_static: int32 `<b>_quantized`, scale input scale x weight scale x beta, clipped
+        to int32 (the tool only warns). Its `_quantized_scale`/`_quantized_zero_point` initializers
+        go unused in this format and are cleaned away, so they are not written."""
+        value = lambda n: numpy_helper.to_array(self._initializer(n))
+        b = value(bias)
+        scale = value(self.qvalues[input_name][1]) * value(self.qvalues[weight][1]) * beta
+        q = np.round(b.astype(np.float64) / scale.astype(np.float64))
+        q = np.clip(q, np.iinfo(np.int32).min, np.iinfo(np.int32).max).astype(np.int32)
+        self.graph.initializer.extend([numpy_helper.from_array(q.reshape(b.shape), bias + "_quantized")])
+        return bias + "_quantized"
+
+    def _dequantize(self, name):
+        """_dequantize_value: a quantized tensor a float consumer or a graph output needs, once."""
+        if name in self.qvalues and name not in self.generated:
+            dq = name + "_DequantizeLinear"
+            if not any(n.name == dq for n in self.new_nodes):
+                self.new_nodes.append(helper.make_node("DequantizeLinear", list(self.qvalues[name]), [name], dq))
+
+    def _float_node(self, node):  # QuantOperatorBase.quantize
+        for name in node.input:
+            self._dequantize(name)
+        self.new_nodes.append(node)
+
+    def _emit(self, node, op_type, inputs, nodes, params, domain=None, drop=(), **extra):
+        """The QLinear node `<name>_quant` writing `<output>_quantized` with the node's attributes."""
+        out = node.output[0]
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute if a.name not in drop}
+        attrs.update(extra)
+        nodes.append(helper.make_node(op_type, inputs, [out + "_quantized"], node.name + "_quant" if node.name else "",
+                                      domain=domain, **attrs))
+        self.qvalues[out] = (out + "_quantized",) + params
+        self.new_nodes.extend(nodes)
+
+    @staticmethod
+    def _flat(quantized):
+        return [name for triple in quantized for name in triple]
+
+    # -- operators (operators/*.py, QLinear classes)
+    def _qconv(self, node):  # QLinearConv: per-channel int8 weights on axis 0
+        params = self._output_params(node.output[0])
+        x, nodes = self._inputs(node, [0])
+        w, w_nodes = self._inputs(node, [1], weight_axis=0, weight=True)
+        if params is None or x is None or w is None:
+            return False
+        nodes += w_nodes
+        inputs = self._flat(x + w) + list(params)
+        if len(node.input) == 3:
+            inputs.append(self._int32_bias(node.input[2], node.input[0], node.input[1]))
+        self._emit(node, "QLinearConv", inputs, nodes, params)
+
+    def _qgemm(self, node):  # QLinearGemm -> com.microsoft QGemm; B per channel on axis 0 if transB
+        params = self._output_params(node.output[0])
+        trans_b = next((a.i for a in node.attribute if a.name == "transB"), 0)
+        x, nodes = self._inputs(node, [0])
+        w, w_nodes = self._inputs(node, [1], weight_axis=0 if trans_b else 1, weight=True)
+        if params is None or x is None or w is None:
+            return False
+        nodes += w_nodes
+        bias = ""
+        if len(node.input) == 3:
+            if self._initializer(node.input[2]) is None:
+                return False
+            beta = next((a.f for a in node.attribute if a.name == "beta"), 1.0)
+            bias = self._int32_bias(node.input[2], node.input[0], node.input[1], beta)
+        self._emit(node, "QGemm", self._flat(x + w) + [bias] + list(params), nodes, params, MS_DOMAIN, drop=("beta",))
+
+    def _qmatmul(self, node):  # QLinearMatMul: a constant B per channel on its last axis (N of [K, N])
+        x, nodes = self._inputs(node, [0])
+        w, w_nodes = self._inputs(node, [1], weight_axis=-1, weight=True)
+        params = self._output_params(node.output[0])
+        if params is None or x is None or w is None:
+            return False
+        self._emit(node, "QLinearMatMul", self._flat(x + w) + list(params), nodes + w_nodes, params)
+
+    def _qbinary(self, node):  # QLinearBinaryOp -> com.microsoft QLinearAdd / QLinearMul
+        params = self._output_params(node.output[0])
+        xs, nodes = self._inputs(node, [0, 1])
+        if params is None or xs is None:
+            return False
+        self._emit(node, "QLinear" + node.op_type, self._flat(xs) + list(params), nodes, params, MS_DOMAIN)
+
+    def _qconcat(self, node):  # QLinearConcat (com.microsoft): output parameters first
+        params = self._output_params(node.output[0])
+        xs, nodes = self._inputs(node, range(len(node.input)))
+        if params is None or xs is None:
+            return False
+        self._emit(node, "QLinearConcat", list(params) + self._flat(xs), nodes, params, MS_DOMAIN)
+
+    def _qactivation(self, node):  # QLinearActivation -> com.microsoft QLinearSigmoid / QLinearLeakyRelu
+        params = self._output_params(node.output[0])
+        x, nodes = self._inputs(node, [0])
+        if params is None or x is None:
+            return False
+        self._emit(node, "QLinear" + node.op_type, self._flat(x) + list(params), nodes, params, MS_DOMAIN)
+
+    def _qfold(self, node):
+        """QLinearActivation.QuantizeClipRelu: after a quantized producer the Relu/Clip disappears; its
+        output is the producer's uint8 tensor, whose range is already the Relu's (_adjust_ranges)."""
+        if node.input[0] not in self.qvalues:
+            return False
+        self.qvalues[node.output[0]] = self.qvalues[node.input[0]]
+
+    def _qsoftmax(self, node):  # QLinearSoftmax (com.microsoft): output fixed at 1/256, zero point 0
+        params = self._output_params(node.output[0], 1 / 256.0, 0)
+        x, nodes = self._inputs(node, [0])
+        if params is None or x is None:
+            return False
+        self._emit(node, "QLinearSoftmax", self._flat(x) + list(params), nodes, params, MS_DOMAIN, opset=self.opset)
+
+    def _qgather(self, node):  # GatherQuant: the float table stored as uint8, the output shares its parameters
+        x, nodes = self._inputs(node, [0])
+        self._share(node, x[0], nodes)
+
+    def _qdirect(self, node):
+        """Direct8BitOp (Reshape, Squeeze, Unsqueeze, Transpose; QMaxPool from opset 12, QResize from
+        11): the same node on the uint8 input, output `<t>_quantized` with the input's parameters;
+        left float, without DequantizeLinear, when its input is not quantized."""
+        if node.input[0] not in self.qvalues:
+            self.new_nodes.append(node)
+            return
+        if (node.op_type == "MaxPool" and self.opset < 12) or (node.op_type == "Resize" and self.opset < 11):
+            return False
+        self._share(node, self.qvalues[node.input[0]], [])
+
+    def _share(self, node, quantized, nodes):
+        q = copy.deepcopy(node)
+        q.input[0], q.output[0] = quantized[0], node.output[0] + "_quantized"
+        self.qvalues[node.output[0]] = (q.output[0],) + tuple(quantized[1:])
+        self.new_nodes.extend(nodes + [q])
+
+
+def quantize_qop(model, ranges, excluded):
+    """quantize_static(quant_format=QOperator, activation_type=QUInt8, weight_type=QInt8,
+    per_channel=True): same defaults as qdq_u8s8 (op types, symmetric int8 weights, asymmetric uint8
+    activations), QLinear* operators instead of Q/DQ pairs."""
+    return QOperatorQuantizer(model, ranges, TensorProto.UINT8, TensorProto.INT8, per_channel=True,
+                              weight_symmetric=True, op_types=ORT_DEFAULT_OP_TYPES,
+                              nodes_to_exclude=excluded).quantize()
+
+
+# ---------------------------------------------------------------------------------------------
 # float16: onnxconverter-common's convert_float_to_float16(keep_io_types=True)
 
 FP16_OP_BLOCK_LIST = {
@@ -1013,6 +1276,7 @@ def main():
         excluded |= unquantizable_nodes(model.graph, ranges)
         variants = [("qdq_u8s8", quantize_u8s8(model, ranges, excluded)),
                     ("qdq_a16w8", quantize_a16w8(model, ranges, excluded)),
+                    ("qop", quantize_qop(model, ranges, excluded)),
                     ("fp16", convert_float16(original))]
         if stem.startswith("decoder"):
             variants.append(("matmulnbits", quantize_matmulnbits(original)))

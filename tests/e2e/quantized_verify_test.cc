@@ -69,7 +69,8 @@ INSTANTIATE_TEST_SUITE_P(Variants, Quantized,
                          ::testing::Values(Group{{"cnn_upsample_qdq_u8s8"}, "--fix-dim batch=1"},
                                            Group{{"cnn_upsample_qdq_a16w8"}, "--fix-dim batch=1"},
                                            Group{{"cnn_upsample_fp16"}, "--fix-dim batch=1", "output 'logits' [1x10] against the float64"},
-                                           decoders("qdq_u8s8", "output 'logits' [1x1x256] against the float64"), decoders("qdq_a16w8"), decoders("matmulnbits"), decoders("fp16")),
+                                           Group{{"cnn_upsample_qop"}, "--fix-dim batch=1"},
+                                           decoders("qdq_u8s8", "output 'logits' [1x1x256] against the float64"), decoders("qdq_a16w8"), decoders("matmulnbits"), decoders("fp16"), decoders("qop")),
                          [](const ::testing::TestParamInfo<Group>& info) { return info.param.models[0]; });
 
 }  // namespace

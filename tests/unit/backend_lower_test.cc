@@ -939,5 +939,23 @@ TEST(RefLower, HalfPrecisionOpsComputeInFloat32AndKeepTheirWeightsHalf) {
       }
 }
 
+// Quantized integers that the quantizer leaves without QDQ around a MaxPool or Resize (ONNX
+// Runtime runs those on uint8) compute in float32 between Casts; other float ops stay refused.
+TEST(RefLower, MaxPoolAndResizeOfQuantizedValuesComputeInFloat32) {
+  const int32_t kU8 = onnx::TensorProto::UINT8;
+  auto l = lower(TestModel(13)
+                     .input("x", {1, 1, 2, 4}, kU8)
+                     .node("MaxPool", {"x"}, {"y"})
+                     .attr("kernel_shape", std::vector<int64_t>{2, 2})
+                     .attr("strides", std::vector<int64_t>{2, 2})
+                     .output("y", kU8)
+                     .load());
+  EXPECT_EQ(op_types(l->program()), (std::vector<std::string>{"Cast", "MaxPool", "Cast"}));
+  const auto y = run_lowered(*l, {{3, 250, 7, 8, 255, 0, 9, 1}});
+  EXPECT_EQ(y[0], (std::vector<uint8_t>{255, 9}));
+  auto add = TestModel(13).input("a", {2}, kU8).input("b", {2}, kU8).node("Add", {"a", "b"}, {"c"}).output("c", kU8).load();
+  EXPECT_FALSE(testing::support_of(add, "Add").supported);
+}
+
 }  // namespace
 }  // namespace ctxgen

@@ -14,6 +14,11 @@ const char* const kSupportedTypes =
 
 bool is_half(int32_t onnx_type) { return onnx_type == onnx::TensorProto::FLOAT16 || onnx_type == onnx::TensorProto::BFLOAT16; }
 
+bool is_quantized(int32_t onnx_type) {
+  return onnx_type == onnx::TensorProto::UINT8 || onnx_type == onnx::TensorProto::INT8 ||
+         onnx_type == onnx::TensorProto::UINT16 || onnx_type == onnx::TensorProto::INT16;
+}
+
 std::string dims_text(const std::vector<int64_t>& dims) {
   std::string text = "[";
   for (size_t i = 0; i < dims.size(); ++i) {
@@ -219,7 +224,7 @@ int32_t NodeView::input_elem_type(size_t i) const {
 }
 
 bool NodeView::is_float(int32_t onnx_type) const {
-  return onnx_type == onnx::TensorProto::FLOAT || (halves_as_float_ && is_half(onnx_type));
+  return onnx_type == onnx::TensorProto::FLOAT || (narrow_as_float_ && (is_half(onnx_type) || is_quantized(onnx_type)));
 }
 
 std::vector<int64_t> NodeView::float_input(size_t i) const {

@@ -54,11 +54,11 @@ class NodeView {
   size_t input_count() const;
   bool has_input(size_t i) const;
   const std::string& input(size_t i) const;
-  // A float32 input with a static, non-empty shape; returns its dims. After
-  // compute_halves_in_float(), a float16 or bfloat16 input counts as float32 (normalise_all then
-  // reads it through a Cast).
+  // A float32 input with a static, non-empty shape; returns its dims. After compute_in_float(), a
+  // half-precision or quantized integer input counts as float32 (normalise_all then reads it
+  // through a Cast).
   std::vector<int64_t> float_input(size_t i) const;
-  void compute_halves_in_float() { halves_as_float_ = true; }
+  void compute_in_float() { narrow_as_float_ = true; }
   // An input of a ref element type (float32, the 8- and 16-bit integers, int32, int64, bool) with a
   // static, non-empty shape.
   ref::Value typed_input(size_t i) const;
@@ -91,11 +91,13 @@ class NodeView {
   const Model& model_;
   const onnx::NodeProto& node_;
   int64_t opset_;
-  bool halves_as_float_ = false;
+  bool narrow_as_float_ = false;
 };
 
 // float16 or bfloat16.
 bool is_half(int32_t onnx_type);
+// uint8, int8, uint16 or int16.
+bool is_quantized(int32_t onnx_type);
 
 // The ref element type of an ONNX one; refuses types ref does not hold. `what` names the value.
 ref::DType ref_dtype(int32_t onnx_type, const std::string& what);

@@ -159,9 +159,11 @@ NormalisedNode clip(const NodeView& v) {
 // ---- quantization ------------------------------------------------------------------------------
 
 // Ops of the com.microsoft domain ref takes: ONNX Runtime's tool writes 16-bit QuantizeLinear and
-// DequantizeLinear there below opset 21, with the default domain's semantics, and its weight-only
-// quantizer MatMulNBits.
-const std::set<std::string> kMicrosoftOps = {"QuantizeLinear", "DequantizeLinear", "MatMulNBits"};
+// DequantizeLinear there below opset 21, with the default domain's semantics, the QLinear ops of
+// its QOperator form, and its weight-only quantizer's MatMulNBits.
+const std::set<std::string> kMicrosoftOps = {
+    "QuantizeLinear", "DequantizeLinear", "MatMulNBits", "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu",
+    "QLinearSoftmax", "QLinearGlobalAveragePool", "QLinearConcat", "QGemm"};
 
 // A QuantizeLinear or DequantizeLinear's `axis` and `block_size`: axis 0 for a single scale, where
 // ONNX ignores it; before opset 13 ONNX has no axis, so the scale must be a single value.
@@ -1312,6 +1314,66 @@ std::vector<NormalisedNode> qlinear_matmul(const NodeView& v) {
   return parts.take();
 }
 
+// The com.microsoft QLinear ops ONNX Runtime's tool writes in QOperator form: each is its QDQ
+// unit, like QLinearConv (inputs as triples value, scale, zero point; the output's scale and zero
+// point last, or first for QLinearConcat).
+std::vector<NormalisedNode> qlinear_microsoft(const NodeView& v) {
+  const std::string& op = v.op();
+  const int64_t rank = static_cast<int64_t>(v.input_dims(0).size());
+  if (v.int_attr("channels_last", 0) != 0) refuse(op + " with channels_last");
+  Parts parts(v);
+  if (op == "QLinearConcat") {
+    if (v.input_count() < 5 || (v.input_count() - 2) % 3 != 0) refuse("QLinearConcat with " + std::to_string(v.input_count()) + " inputs");
+    std::vector<std::string> values;
+    for (size_t i = 2; i < v.input_count(); i += 3) values.push_back(dequantized(parts, v, i, 0));
+    const int64_t concat_rank = static_cast<int64_t>(v.input_dims(2).size());
+    const auto y = parts.add("Concat", values, {int_attr("axis", normalise_axis(v.int_attr("axis", 0), concat_rank, "axis"))});
+    quantized(parts, v, y, 0);
+    return parts.take();
+  }
+  if (op == "QLinearAdd" || op == "QLinearMul") {
+    const auto a = dequantized(parts, v, 0, 0), b = dequantized(parts, v, 3, 0);
+    quantized(parts, v, parts.add(op == "QLinearAdd" ? "Add" : "Mul", {a, b}, {}), 6);
+    return parts.take();
+  }
+  if (op == "QGemm") {
+    const int64_t trans_a = v.int_attr("transA", 0), trans_b = v.int_attr("transB", 0);
+    const auto a = dequantized(parts, v, 0, 0), b = dequantized(parts, v, 3, trans_b ? 0 : 1);
+    std::string bias;
+    if (v.has_input(6)) {
+      // C's scale is alpha x a_scale x b_scale.
+      if (v.float_attr("alpha", 1.0f) != 1.0f) refuse("QGemm with a bias and alpha other than 1");
+      const std::string scale = parts.add("Mul", {v.input(1), v.input(4)}, {});
+      const int64_t axis = static_cast<int64_t>(v.input_dims(6).size()) - 1;
+      bias = parts.add("DequantizeLinear", {v.input(6), scale, ""}, {int_attr("axis", axis < 0 ? 0 : axis), int_attr("block_size", 0)});
+    }
+    const std::vector<ref::Attr> attrs = {int_attr("transA", trans_a ? 1 : 0), int_attr("transB", trans_b ? 1 : 0),
+                                          float_attr("alpha", v.float_attr("alpha", 1.0f)), float_attr("beta", 1.0f),
+                                          int_attr("act", 0)};
+    if (!v.has_input(7)) {  // no output scale: the float result
+      parts.add("Gemm", {a, b, bias}, attrs, parts.out());
+      return parts.take();
+    }
+    quantized(parts, v, parts.add("Gemm", {a, b, bias}, attrs), 7);
+    return parts.take();
+  }
+  const auto x = dequantized(parts, v, 0, 0);
+  std::string y;
+  if (op == "QLinearSigmoid") y = parts.add("Sigmoid", {x}, {});
+  else if (op == "QLinearLeakyRelu") y = parts.add("LeakyRelu", {x}, {float_attr("alpha", v.float_attr("alpha", 0.01f))});
+  else if (op == "QLinearSoftmax")
+    y = parts.add("Softmax", {x}, {int_attr("axis", normalise_axis(v.int_attr("axis", -1), rank, "axis")),
+                                   int_attr("coerce_2d", v.int_attr("opset", 13) < 13 ? 1 : 0)});
+  else {  // QLinearGlobalAveragePool
+    if (rank < 3) refuse("input 0 has rank " + std::to_string(rank) + ", expected N x C x D1 ...");
+    std::vector<int64_t> axes(static_cast<size_t>(rank - 2));
+    std::iota(axes.begin(), axes.end(), 2);
+    y = parts.add("ReduceMean", {x}, {ints_attr("axes", axes), int_attr("keepdims", 1)});
+  }
+  quantized(parts, v, y, 3);
+  return parts.take();
+}
+
 // DynamicQuantizeLinear: one ref op per output used (the values, the scale, the zero point).
 std::vector<NormalisedNode> dynamic_quantize_linear(const NodeView& v) {
   v.float_input(0);
@@ -1335,6 +1397,14 @@ const std::map<std::string, MultiRule>& multi_rules() {
       {"SpaceToDepth", depth_space},
       {"QLinearConv", qlinear_conv},
       {"QLinearMatMul", qlinear_matmul},
+      {"QLinearAdd", qlinear_microsoft},
+      {"QLinearMul", qlinear_microsoft},
+      {"QLinearSigmoid", qlinear_microsoft},
+      {"QLinearLeakyRelu", qlinear_microsoft},
+      {"QLinearSoftmax", qlinear_microsoft},
+      {"QLinearGlobalAveragePool", qlinear_microsoft},
+      {"QLinearConcat", qlinear_microsoft},
+      {"QGemm", qlinear_microsoft},
       {"DynamicQuantizeLinear", dynamic_quantize_linear}};
   return kRules;
 }
@@ -1418,10 +1488,18 @@ void finish_all(const Model& model, std::vector<NormalisedNode>& parts) {
   }
 }
 
-// The parts of a node over float16 or bfloat16 values that ref computes in float32: each half
-// input read through a Cast to float32, each half output written by a Cast from it (ONNX Runtime's
-// CPU EP computes such nodes the same way). An output whose type is unknown takes that of the
-// node's first half input.
+// Values of `type` that `op` computes in float32, between Casts: half-precision values for every op
+// that does not take them (ONNX Runtime's CPU EP computes them the same way), and quantized
+// integers for the ops ONNX Runtime runs on them directly where the quantizer leaves them without
+// QuantizeLinear and DequantizeLinear around: a MaxPool's maximum is exact in float32, and a Resize
+// computes in float32 and truncates back, as ONNX Runtime's does.
+bool computed_in_float(const std::string& op, int32_t type) {
+  return is_half(type) || (is_quantized(type) && (op == "MaxPool" || op == "Resize"));
+}
+
+// The parts of a node over such values: each such input read through a Cast to float32, each such
+// output written by a Cast from it. An output whose type is unknown takes that of the node's first
+// such input.
 std::vector<NormalisedNode> in_float32(const Model& model, const onnx::NodeProto& node, std::vector<NormalisedNode> parts) {
   const std::string& prefix = node.output(0);
   std::vector<NormalisedNode> out;
@@ -1439,7 +1517,7 @@ std::vector<NormalisedNode> in_float32(const Model& model, const onnx::NodeProto
   };
   for (auto& part : parts) {
     for (auto& input : part.inputs) {
-      if (input.empty() || made.count(input) || !is_half(elem_type_of(model, input))) continue;
+      if (input.empty() || made.count(input) || !computed_in_float(node.op_type(), elem_type_of(model, input))) continue;
       half = half ? half : elem_type_of(model, input);
       auto [it, added] = widened.emplace(input, prefix + "/float32_" + std::to_string(widened.size()));
       if (added) cast(input, it->second, ref::DType::kFloat32, true);
@@ -1448,7 +1526,7 @@ std::vector<NormalisedNode> in_float32(const Model& model, const onnx::NodeProto
     made.insert(part.output);
     const int32_t declared = part.internal ? 0 : elem_type_of(model, part.output);
     const int32_t target = declared ? declared : half;
-    if (part.internal || !is_half(target)) {
+    if (part.internal || !computed_in_float(node.op_type(), target)) {
       out.push_back(std::move(part));
       continue;
     }
@@ -1486,13 +1564,12 @@ std::vector<NormalisedNode> normalise_all(const Model& model, const onnx::NodePr
     finish_all(model, parts);
     return parts;
   } catch (const Refusal&) {
-    // An op that does not take half values (Conv, Softmax ...) computes them in float32.
-    bool halves = false;
-    for (const auto& name : node.input()) halves = halves || (!name.empty() && is_half(elem_type_of(model, name)));
-    for (const auto& name : node.output()) halves = halves || (!name.empty() && is_half(elem_type_of(model, name)));
-    if (!halves) throw;
+    bool narrow = false;
+    for (const auto* names : {&node.input(), &node.output()})
+      for (const auto& name : *names) narrow = narrow || (!name.empty() && computed_in_float(node.op_type(), elem_type_of(model, name)));
+    if (!narrow) throw;
   }
-  view.compute_halves_in_float();
+  view.compute_in_float();
   auto parts = in_float32(model, node, apply());
   finish_all(model, parts);
   return parts;
