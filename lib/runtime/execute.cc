@@ -112,7 +112,8 @@ std::unique_ptr<const Plans> plan_ops(const ref::Program& program, const WeightL
     step.out = static_cast<size_t>(op.outputs[0]);
     step.skip = program.values[step.out].element_count() == 0;
     plans->input_ids.insert(plans->input_ids.end(), op.inputs.begin(), op.inputs.end());
-    if (step.def->plan) {
+    // An op with an empty output never runs: no plan, and no scratch for it.
+    if (step.def->plan && !step.skip) {
       ins.clear();
       for (int32_t id : op.inputs) ins.push_back(id < 0 ? nullptr : &program.values[static_cast<size_t>(id)]);
       try {

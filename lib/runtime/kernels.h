@@ -228,7 +228,8 @@ void gemm_rowmajor(int64_t m, int64_t n, int64_t k, const float* a, const float*
 template <typename T, typename Op>
 T wrapping(T a, T b, Op op) {
   if constexpr (std::is_integral_v<T>) {
-    using U = std::make_unsigned_t<T>;
+    // Types narrower than int would be promoted to (signed) int, where a product can overflow.
+    using U = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
     return static_cast<T>(op(static_cast<U>(a), static_cast<U>(b)));
   } else {
     return op(a, b);
@@ -289,7 +290,8 @@ FusedActivation fused_activation_of(const ref::Op& op);
 namespace kernels {
 
 // QuantizeLinear, DequantizeLinear, MatMulNBits, the integer products and DynamicQuantizeLinear
-// (kernels_quant.cc).
+// (kernels_quant.cc). MatMulNBits dequantizes a block of at most this many values at a time.
+inline constexpr int64_t kMaxNBitsBlock = 256;
 void quantize_linear(Ins, const Output&);
 void dequantize_linear(Ins, const Output&);
 void matmul_nbits(Ins, const Output&);

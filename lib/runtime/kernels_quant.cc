@@ -2,8 +2,9 @@
 // scale and zero point per tensor, per index of an axis, or per block along an axis. They compute
 // what ONNX Runtime's CPU kernels compute: x / scale rounded half to even, plus the zero point,
 // saturated (NaN saturates to the type's lowest value, as x86 min/max give); and
-// (x - zero_point) * scale with the difference taken in integers. And MatMulNBits, whose 4- or
-// 8-bit weights stay packed: they are dequantized a block at a time as the product runs.
+// (x - zero_point) * scale with the difference taken in integers. MatMulNBits, whose 4- or 8-bit
+// weights stay packed: they are dequantized a block at a time as the product runs. MatMulInteger
+// and ConvInteger, summing integer products exactly; DynamicQuantizeLinear.
 
 #include <algorithm>
 #include <cmath>
@@ -49,7 +50,7 @@ void visit_quantized(ref::DType dtype, F&& f) {
     case ref::DType::kInt8: return f(int8_t{});
     case ref::DType::kUInt16: return f(uint16_t{});
     case ref::DType::kInt16: return f(int16_t{});
-    default: return f(int32_t{});
+    default: return f(int32_t{});  // the rules leave only int32 (DequantizeLinear of a bias)
   }
 }
 
@@ -123,8 +124,6 @@ struct NBitsPlan final : OpPlan {
   int64_t k, n, bits, block, blocks, rows, zero_point_row;
 };
 
-constexpr int64_t kMaxNBitsBlock = 256;  // the rule's bound on block_size
-
 // x . w over `count` floats, in eight running sums the loop keeps in vector registers.
 float dot(const float* x, const float* w, int64_t count) {
   float lanes[8] = {};
@@ -148,7 +147,7 @@ void nbits_columns(const NBitsPlan& p, Ins in, const Output& out, int64_t begin,
   const float* bias = in.size() > 4 && in[4].present() ? in[4].f32() : nullptr;
   float* y = out.f32();
   const int64_t blob = p.block * Bits / 8;
-  float w[kMaxNBitsBlock];
+  float w[kernels::kMaxNBitsBlock];
   for (int64_t col = begin; col < end; ++col) {
     for (int64_t m = 0; m < p.rows; ++m) y[m * p.n + col] = bias ? bias[col] : 0.0f;
     for (int64_t kb = 0; kb < p.blocks; ++kb) {
@@ -208,7 +207,7 @@ void add_row_product(int32_t* y, int32_t a, const B* b, const ZeroPoints& zb, in
 struct IntegerProductPlan final : OpPlan {
   IntegerProductPlan(const ref::Op&, const std::vector<const ref::Value*>& in, const ref::Value& out)
       : m(in[0]->dims[in[0]->dims.size() - 2]), k(in[0]->dims.back()), n(out.dims.back()),
-        rows(in[0]->element_count() / k), b_batched(in[1]->dims.size() > 2) {}
+        rows(product(in[0]->dims, 0, in[0]->dims.size() - 1)), b_batched(in[1]->dims.size() > 2) {}
   int64_t m, k, n, rows;
   bool b_batched;
 };
@@ -322,8 +321,9 @@ void conv_integer(Ins in, const Output& out) {
   });
 }
 
-// ONNX's reference semantics: the range widened to hold 0, its scale (1 / 255 for an empty range),
-// the zero point rounded half to even and saturated, then QuantizeLinear.
+// As ONNX Runtime's CPU kernel computes it: the range widened to hold 0, its scale (1 for an empty
+// range, where ONNX's reference takes 1 / 255), the zero point -lo / scale saturated (NaN, from an
+// infinite range, saturating high) then rounded half to even, then QuantizeLinear.
 void dynamic_quantize_linear(Ins in, const Output& out) {
   const float* x = in[0].f32();
   float lo = 0, hi = 0;
@@ -331,8 +331,8 @@ void dynamic_quantize_linear(Ins in, const Output& out) {
     lo = std::min(lo, x[i]);
     hi = std::max(hi, x[i]);
   }
-  const float scale = (hi == lo ? 1.0f : hi - lo) / 255.0f;
-  const float zero = std::clamp(std::nearbyint(-lo / scale), 0.0f, 255.0f);
+  const float scale = hi == lo ? 1.0f : (hi - lo) / 255.0f;
+  const float zero = std::nearbyint(std::max(0.0f, std::min(255.0f, -lo / scale)));
   const int64_t output = plan_of<WhichOutput>(out).output;
   if (output == 1) {
     *out.f32() = scale;

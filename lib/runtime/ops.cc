@@ -247,7 +247,7 @@ OutType matmul_nbits(const OpCheck& c) {
   const int64_t k = c.int_attr("K", 1, kMaxElements), n = c.int_attr("N", 1, kMaxElements);
   const int64_t bits = c.int_attr("bits", 4, 8);
   c.expect(bits == 4 || bits == 8, [&] { return "bits " + std::to_string(bits) + ", expected 4 or 8"; });
-  const int64_t block = c.int_attr("block_size", 16, 256);
+  const int64_t block = c.int_attr("block_size", 16, kernels::kMaxNBitsBlock);
   c.expect((block & (block - 1)) == 0, [&] { return "block_size " + std::to_string(block) + " is not a power of two"; });
   const int64_t blocks = (k + block - 1) / block;
   const Dims& a = c.in(0).dims;
@@ -458,7 +458,14 @@ OutType conv(const OpCheck& c) {
 
 // ---- integer products ----------------------------------------------------------------------------
 
-bool is_8bit(DType t) { return t == DType::kUInt8 || t == DType::kInt8; }
+// Inputs 0 and 1 of an integer product are uint8 or int8.
+void expect_8bit(const OpCheck& c) {
+  for (size_t i = 0; i < 2; ++i) {
+    const DType t = c.in(i).dtype;
+    c.expect(t == DType::kUInt8 || t == DType::kInt8,
+             [&] { return "input " + std::to_string(i) + " has element type " + ref::dtype_name(t) + ", expected uint8 or int8"; });
+  }
+}
 
 // The zero point of input `i` (its own type, as input `of`): one value, or `count` values.
 void integer_zero_point(const OpCheck& c, size_t i, size_t of, int64_t count) {
@@ -479,7 +486,7 @@ OutType matmul_integer(const OpCheck& c) {
   c.arity(2, 4);
   const Dims& a = c.in(0).dims;
   const Dims& b = c.in(1).dims;
-  c.expect(is_8bit(c.in(0).dtype) && is_8bit(c.in(1).dtype), "inputs 0 and 1 are not 8-bit integers");
+  expect_8bit(c);
   c.expect(a.size() >= 2 && (b.size() == 2 || (b.size() == a.size() && std::equal(a.begin(), a.end() - 2, b.begin()))),
            [&] { return "inputs have dims " + dims_text(a) + " and " + dims_text(b) + ", expected [..., M, K] and [K, N] or [..., K, N]"; });
   c.expect(a.back() == b[b.size() - 2], [&] { return "inner dims differ: " + dims_text(a) + " x " + dims_text(b); });
@@ -496,7 +503,7 @@ OutType conv_integer(const OpCheck& c) {
   c.arity(2, 4);
   const ref::Value& x = c.in(0);
   const Dims& wd = c.in(1).dims;
-  c.expect(is_8bit(x.dtype) && is_8bit(c.in(1).dtype), "inputs 0 and 1 are not 8-bit integers");
+  expect_8bit(c);
   Window w = window(c, x, true);
   const int64_t group = c.int_attr("group", 1, kIntMax);
   c.expect(wd.size() == x.dims.size() && Dims(wd.begin() + 2, wd.end()) == w.kernel,

@@ -212,6 +212,34 @@ void keep_float32(onnx::GraphProto& graph, const std::set<std::string>& kept, co
   graph.mutable_node()->Swap(&nodes);
 }
 
+// Each Cast in `rounding` (by node name) casts to its half type again, and a Cast to float64 after
+// it gives the widened value its consumers read.
+void round_where_cast(onnx::GraphProto& graph, const std::map<std::string, int32_t>& rounding, Names& names) {
+  if (rounding.empty()) return;
+  google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
+  for (auto& node : *graph.mutable_node()) {
+    auto it = rounding.find(node.name());
+    if (it == rounding.end() || node.output_size() != 1) {
+      *nodes.Add() = std::move(node);
+      continue;
+    }
+    attribute_of(node, "to")->set_i(it->second);
+    const std::string wide = node.output(0), half = names.fresh(wide + "/half");
+    node.set_output(0, half);
+    *nodes.Add() = std::move(node);
+    auto* back = nodes.Add();
+    back->set_op_type("Cast");
+    back->set_name(names.fresh(wide + "/widened"));
+    back->add_input(half);
+    back->add_output(wide);
+    auto* a = back->add_attribute();
+    a->set_name("to");
+    a->set_type(onnx::AttributeProto_AttributeType_INT);
+    a->set_i(kDouble);
+  }
+  graph.mutable_node()->Swap(&nodes);
+}
+
 // Which values of the main graph are float. Where onnx 1.12's inference left a type unknown (ops of
 // newer opsets), a value made by an op whose first output has its first input's type takes that
 // input's; a wrong guess only means ONNX Runtime refuses the model and verify falls back to float32.
@@ -283,7 +311,16 @@ std::optional<Float64Reference> float64_reference(const std::filesystem::path& o
     if (node.name().empty()) node.set_name(names.fresh("ctxgen_float64_node"));
   const FloatValues was_float(model);
   std::vector<char> weights = move_weights(model);
+  // The model's own Casts to float16 or bfloat16 round, in the reference too: exact arithmetic
+  // between them, but not through them.
+  std::map<std::string, int32_t> rounding;  // node name -> the half type it casts to
+  for (const auto& node : model.graph().node())
+    if (const auto* to = attribute_of(const_cast<onnx::NodeProto&>(node), "to");
+        is_onnx_domain(node.domain()) && node.op_type() == "Cast" && to && widened_type(static_cast<int32_t>(to->i())) &&
+        to->i() != kFloat)
+      rounding[node.name()] = static_cast<int32_t>(to->i());
   widen_types(*model.proto->mutable_graph());
+  round_where_cast(*model.proto->mutable_graph(), rounding, names);
   std::set<std::string> kept;
   for (;;) {
     onnx::ModelProto attempt = *model.proto;

@@ -939,6 +939,26 @@ TEST(RefLower, HalfPrecisionOpsComputeInFloat32AndKeepTheirWeightsHalf) {
       }
 }
 
+// The model's own Casts through float16 round: only the Casts ref adds to compute half values in
+// float32 are skipped in pairs.
+TEST(RefLower, AModelsOwnCastToHalfStillRounds) {
+  auto l = lower(TestModel(13)
+                     .input("x", {2})
+                     .node("Cast", {"x"}, {"h"})
+                     .attr("to", int64_t{onnx::TensorProto::FLOAT16})
+                     .node("Cast", {"h"}, {"f"})
+                     .attr("to", int64_t{onnx::TensorProto::FLOAT})
+                     .node("Relu", {"f"}, {"y"})
+                     .output("y")
+                     .load());
+  EXPECT_EQ(op_types(l->program()), (std::vector<std::string>{"Cast", "Cast", "Relu"}));
+  const auto y = run_lowered(*l, {testing::bytes_of_floats({1e5f, 1.0009765625f + 1e-4f})});
+  std::vector<float> got(2);
+  std::memcpy(got.data(), y[0].data(), 8);
+  EXPECT_EQ(got[0], std::numeric_limits<float>::infinity()) << "past 65504: infinity in float16";
+  EXPECT_EQ(got[1], 1.0009765625f) << "rounded to float16's step near 1";
+}
+
 // Quantized integers that the quantizer leaves without QDQ around a MaxPool or Resize (ONNX
 // Runtime runs those on uint8) compute in float32 between Casts; other float ops stay refused.
 TEST(RefLower, MaxPoolAndResizeOfQuantizedValuesComputeInFloat32) {

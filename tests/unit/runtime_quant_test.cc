@@ -290,9 +290,26 @@ TEST(RuntimeQuant, DynamicQuantizeLinearTakesItsRangeWithZero) {
   EXPECT_EQ(run(x, 0, DType::kUInt8), (Bytes{0, 64, 255, 128}));
   // Positive values only: the range still holds 0, so the zero point is 0.
   EXPECT_EQ(run({2.0f, 4.0f}, 2, DType::kUInt8), (Bytes{0}));
-  // All zeros: scale 1/255 instead of a division by zero.
-  EXPECT_EQ(values_of<float>(run({0.0f, 0.0f}, 1, DType::kFloat32))[0], 1.0f / 255.0f);
+  // All zeros: scale 1, as ONNX Runtime takes it (ONNX's reference takes 1/255).
+  EXPECT_EQ(values_of<float>(run({0.0f, 0.0f}, 1, DType::kFloat32))[0], 1.0f);
   EXPECT_EQ(run({0.0f, 0.0f}, 0, DType::kUInt8), (Bytes{0, 0}));
+  // An infinite range: the zero point saturates high, as in ONNX Runtime, instead of converting NaN.
+  EXPECT_EQ(run({-std::numeric_limits<float>::infinity(), 1.0f}, 2, DType::kUInt8), (Bytes{255}));
+}
+
+// K = 0: a product of nothing is zero, and planning it divides by nothing.
+TEST(RuntimeQuant, MatMulIntegerOverAnEmptyInnerDimIsZero) {
+  EXPECT_EQ(run_op_as<int32_t>("MatMulInteger", {{{2, 0}, Bytes{}, DType::kUInt8}, {{0, 3}, Bytes{}, DType::kInt8}}, {2, 3}),
+            (std::vector<int32_t>(6, 0)));
+}
+
+// Products of 16-bit values wrap as the type does: 65535 x 65535 promoted to int would overflow it.
+TEST(RuntimeQuant, SixteenBitProductsWrapWithoutOverflow) {
+  EXPECT_EQ(run_op_as<uint16_t>("ScatterElements",
+                                {{{1}, bytes_of<uint16_t>({65535}), DType::kUInt16}, {{1}, i64({0}), DType::kInt64},
+                                 {{1}, bytes_of<uint16_t>({65535}), DType::kUInt16}},
+                                {1}, {int_attr("axis", 0), int_attr("reduction", 2)}),
+            (std::vector<uint16_t>{1}));
 }
 
 }  // namespace

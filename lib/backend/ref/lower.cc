@@ -83,6 +83,10 @@ class Lowerer {
     for (size_t i = 0; i < partition.outputs.size(); ++i) output_position_[partition.outputs[i]] = i;
   }
 
+  // The Casts normalise added around ops that compute half values in float32, by op index in the
+  // draft run() returns.
+  const std::set<size_t>& float_casts() const { return float_casts_; }
+
   Draft run() {
     for (size_t i = 0; i < partition_.inputs.size(); ++i) add_input(i);
     for (size_t index : partition_.nodes) {
@@ -148,6 +152,7 @@ class Lowerer {
       op.attrs = std::move(n.attrs);
       for (const auto& in : n.inputs) op.inputs.push_back(in.empty() ? -1 : read(in));
       op.outputs.push_back(write(n.output, n.output_type));
+      if (n.computes_in_float) float_casts_.insert(draft_.program.ops.size());
       draft_.program.ops.push_back(std::move(op));
     }
   }
@@ -176,6 +181,7 @@ class Lowerer {
   std::unordered_map<std::string, size_t> output_position_;
   std::unordered_map<std::string, int32_t> by_name_;
   Draft draft_;
+  std::set<size_t> float_casts_;
 };
 
 // ---- graph passes ------------------------------------------------------------------------------
@@ -266,11 +272,12 @@ void fold_batch_norms(Draft& d) {
   drop_ops(d, removed);
 }
 
-// A float32 value cast to float16 (or bfloat16) and straight back is read as it was: ref computes
-// the ops of a half-precision model that do not take half values in float32 (normalise.cc), and
-// keeps float32 between such ops, rounding to 16 bits only where an op moves half values, a half
-// value leaves the partition or the model casts itself, as ONNX Runtime's CPU EP does.
-void skip_half_round_trips(Draft& d) {
+// A float32 value cast to float16 (or bfloat16) and straight back by the Casts normalise added
+// (`float_casts`, op indexes) is read as it was: ref computes the ops of a half-precision model
+// that do not take half values in float32 (normalise.cc), and keeps float32 between such ops,
+// rounding to 16 bits only where an op moves half values, a half value leaves the partition or the
+// model casts itself, as ONNX Runtime's CPU EP does.
+void skip_half_round_trips(Draft& d, const std::set<size_t>& float_casts) {
   const auto producer = producers(d);
   auto& ops = d.program.ops;
   std::vector<bool> removed(ops.size(), false);
@@ -281,9 +288,9 @@ void skip_half_round_trips(Draft& d) {
   };
   for (size_t i = 0; i < ops.size(); ++i) {
     ref::Op& back = ops[i];
-    if (back.type != "Cast" || d.value(back.outputs[0]).dtype != ref::DType::kFloat32 || !half(back.inputs[0])) continue;
+    if (!float_casts.count(i) || d.value(back.outputs[0]).dtype != ref::DType::kFloat32 || !half(back.inputs[0])) continue;
     const int32_t p = producer[static_cast<size_t>(back.inputs[0])];
-    if (p < 0 || ops[static_cast<size_t>(p)].type != "Cast") continue;
+    if (p < 0 || !float_casts.count(static_cast<size_t>(p))) continue;
     int32_t wide = ops[static_cast<size_t>(p)].inputs[0];
     if (d.value(wide).dtype != ref::DType::kFloat32) continue;
     if (auto it = same.find(wide); it != same.end()) wide = it->second;
@@ -644,8 +651,9 @@ std::vector<IoSignature> signatures(const Draft& d, const std::vector<int32_t>& 
 }  // namespace
 
 LoweredPartition lower_partition(const Model& model, const Partition& partition, WeightStore& store) {
-  Draft draft = Lowerer(model, partition).run();
-  skip_half_round_trips(draft);
+  Lowerer lowerer(model, partition);
+  Draft draft = lowerer.run();
+  skip_half_round_trips(draft, lowerer.float_casts());
   fold_batch_norms(draft);
   fuse_activations(draft);
   fold_transposes_into_matmuls(draft);

@@ -1513,6 +1513,7 @@ std::vector<NormalisedNode> in_float32(const Model& model, const onnx::NodeProto
     c.inputs = {std::move(from)};
     c.output = std::move(to);
     c.internal = internal;
+    c.computes_in_float = true;
     out.push_back(std::move(c));
   };
   for (auto& part : parts) {

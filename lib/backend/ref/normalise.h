@@ -20,6 +20,7 @@ struct NormalisedNode {
   std::string output;           // the one output
   ref::Value output_type;       // dtype and dims, from the runtime's rule for the op
   bool internal = false;        // a value between the parts of one node, not an ONNX value
+  bool computes_in_float = false;  // a Cast normalise added so the node computes in float32
 };
 
 // The ONNX element type of a value (typed by shape inference or a constant), 0 when unknown.
