@@ -165,6 +165,20 @@ class Names {
   std::set<std::string> used_;
 };
 
+// Appends a node casting `from` to `to`, of element type `type`.
+void add_cast(google::protobuf::RepeatedPtrField<onnx::NodeProto>& nodes, Names& names, const std::string& from,
+              const std::string& to, int32_t type) {
+  auto* c = nodes.Add();
+  c->set_op_type("Cast");
+  c->set_name(names.fresh(to + "/cast"));
+  c->add_input(from);
+  c->add_output(to);
+  auto* a = c->add_attribute();
+  a->set_name("to");
+  a->set_type(onnx::AttributeProto_AttributeType_INT);
+  a->set_i(type);
+}
+
 // Nodes of the kept op types read float32 and write float32, with casts from and to the widened
 // values around them; one kept node reading another's output reads its float32 value directly.
 void keep_float32(onnx::GraphProto& graph, const std::set<std::string>& kept, const std::function<bool(const std::string&)>& was_float,
@@ -172,17 +186,7 @@ void keep_float32(onnx::GraphProto& graph, const std::set<std::string>& kept, co
   if (kept.empty()) return;
   google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
   std::map<std::string, std::string> narrow_of;  // a float value -> its float32 twin
-  auto cast = [&](const std::string& from, const std::string& to, int32_t type) {
-    auto* c = nodes.Add();
-    c->set_op_type("Cast");
-    c->set_name(names.fresh(to + "/cast"));
-    c->add_input(from);
-    c->add_output(to);
-    auto* a = c->add_attribute();
-    a->set_name("to");
-    a->set_type(onnx::AttributeProto_AttributeType_INT);
-    a->set_i(type);
-  };
+  auto cast = [&](const std::string& from, const std::string& to, int32_t type) { add_cast(nodes, names, from, to, type); };
   for (auto& node : *graph.mutable_node()) {
     if (!kept.count(node.op_type())) {
       *nodes.Add() = std::move(node);
@@ -227,15 +231,7 @@ void round_where_cast(onnx::GraphProto& graph, const std::map<std::string, int32
     const std::string wide = node.output(0), half = names.fresh(wide + "/half");
     node.set_output(0, half);
     *nodes.Add() = std::move(node);
-    auto* back = nodes.Add();
-    back->set_op_type("Cast");
-    back->set_name(names.fresh(wide + "/widened"));
-    back->add_input(half);
-    back->add_output(wide);
-    auto* a = back->add_attribute();
-    a->set_name("to");
-    a->set_type(onnx::AttributeProto_AttributeType_INT);
-    a->set_i(kDouble);
+    add_cast(nodes, names, half, wide, kDouble);
   }
   graph.mutable_node()->Swap(&nodes);
 }

@@ -117,42 +117,23 @@ const onnx::TensorProto* NodeView::tensor_attr(const std::string& name) const {
 Scalar scalar_of(int32_t dtype, const uint8_t* data, size_t size, const std::string& what) {
   size_t element = element_size(dtype);
   if (element == 0 || size != element) refuse(what + " is not a single element");
+  const auto as = [data](auto type) {
+    decltype(type) value;
+    std::memcpy(&value, data, sizeof value);
+    return value;
+  };
   Scalar v;
   switch (dtype) {
-    case onnx::TensorProto::FLOAT:
-      v.is_float = true;
-      std::memcpy(&v.f, data, 4);
-      return v;
-    case onnx::TensorProto::INT32: {
-      int32_t i;
-      std::memcpy(&i, data, 4);
-      v.i = i;
-      return v;
-    }
-    case onnx::TensorProto::INT64: std::memcpy(&v.i, data, 8); return v;
+    case onnx::TensorProto::FLOAT: v.is_float = true; v.f = as(float{}); return v;
+    case onnx::TensorProto::INT32: v.i = as(int32_t{}); return v;
+    case onnx::TensorProto::INT64: v.i = as(int64_t{}); return v;
     case onnx::TensorProto::BOOL: v.i = data[0] != 0 ? 1 : 0; return v;
-    case onnx::TensorProto::UINT8: v.i = data[0]; return v;
-    case onnx::TensorProto::INT8: v.i = static_cast<int8_t>(data[0]); return v;
-    case onnx::TensorProto::UINT16: {
-      uint16_t u;
-      std::memcpy(&u, data, 2);
-      v.i = u;
-      return v;
-    }
-    case onnx::TensorProto::FLOAT16:
-    case onnx::TensorProto::BFLOAT16: {
-      uint16_t bits;
-      std::memcpy(&bits, data, 2);
-      v.is_float = true;
-      v.f = dtype == onnx::TensorProto::FLOAT16 ? runtime::float_of_half(bits) : runtime::float_of_bfloat16(bits);
-      return v;
-    }
-    case onnx::TensorProto::INT16: {
-      int16_t i;
-      std::memcpy(&i, data, 2);
-      v.i = i;
-      return v;
-    }
+    case onnx::TensorProto::UINT8: v.i = as(uint8_t{}); return v;
+    case onnx::TensorProto::INT8: v.i = as(int8_t{}); return v;
+    case onnx::TensorProto::UINT16: v.i = as(uint16_t{}); return v;
+    case onnx::TensorProto::INT16: v.i = as(int16_t{}); return v;
+    case onnx::TensorProto::FLOAT16: v.is_float = true; v.f = runtime::float_of_half(as(uint16_t{})); return v;
+    case onnx::TensorProto::BFLOAT16: v.is_float = true; v.f = runtime::float_of_bfloat16(as(uint16_t{})); return v;
     default: refuse(what + " has element type " + dtype_name(dtype) + " (" + kSupportedTypes + ")");
   }
 }
