@@ -290,8 +290,7 @@ FusedActivation fused_activation_of(const ref::Op& op);
 namespace kernels {
 
 // QuantizeLinear, DequantizeLinear, MatMulNBits, the integer products and DynamicQuantizeLinear
-// (kernels_quant.cc). MatMulNBits dequantizes a block of at most this many values at a time.
-inline constexpr int64_t kMaxNBitsBlock = 256;
+// (kernels_quant.cc).
 void quantize_linear(Ins, const Output&);
 void dequantize_linear(Ins, const Output&);
 void matmul_nbits(Ins, const Output&);

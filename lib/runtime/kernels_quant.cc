@@ -116,40 +116,29 @@ void dequantize(Ins in, const Output& out) {
   });
 }
 
-// What MatMulNBits derives from its attributes and dims.
+// What MatMulNBits derives from its attributes and dims, and its scratch: a slab of `slab`
+// columns of B dequantized (slab x K floats, sized to stay in the second-level cache), and the
+// slab's part of y (rows x slab).
 struct NBitsPlan final : OpPlan {
   NBitsPlan(const ref::Op& op, const std::vector<const ref::Value*>& in, const ref::Value&)
       : k(op.get_int("K", 1)), n(op.get_int("N", 1)), bits(op.get_int("bits", 4)), block(op.get_int("block_size", 16)),
-        blocks((k + block - 1) / block), rows(in[0]->element_count() / k), zero_point_row((blocks * bits + 7) / 8) {}
-  int64_t k, n, bits, block, blocks, rows, zero_point_row;
+        blocks((k + block - 1) / block), rows(product(in[0]->dims, 0, in[0]->dims.size() - 1)),
+        zero_point_row((blocks * bits + 7) / 8) {
+    constexpr int64_t kSlabFloats = int64_t{1} << 16;  // 256 KB
+    slab = std::min(n, std::max<int64_t>(16, kSlabFloats / k / 16 * 16));
+    scratch_bytes = static_cast<uint64_t>(slab * (k + rows)) * sizeof(float);
+  }
+  int64_t k, n, bits, block, blocks, rows, zero_point_row, slab = 0;
 };
 
-// x . w over `count` floats, in eight running sums the loop keeps in vector registers.
-float dot(const float* x, const float* w, int64_t count) {
-  float lanes[8] = {};
-  int64_t i = 0;
-  for (; i + 8 <= count; i += 8)
-    for (int l = 0; l < 8; ++l) lanes[l] += x[i + l] * w[i + l];
-  float sum = 0;
-  for (; i < count; ++i) sum += x[i] * w[i];
-  for (float lane : lanes) sum += lane;
-  return sum;
-}
-
-// Columns [begin, end) of y: each block of a column dequantized into a few hundred floats that
-// stay in the first-level cache while every row of A is multiplied with them.
+// Columns [begin, end) of B dequantized into rows of `w` (K floats each).
 template <int Bits>
-void nbits_columns(const NBitsPlan& p, Ins in, const Output& out, int64_t begin, int64_t end) {
-  const float* a = in[0].f32();
+void dequantize_columns(const NBitsPlan& p, Ins in, int64_t begin, int64_t end, float* w) {
   const uint8_t* b = in[1].bytes();
   const float* scales = in[2].f32();
   const uint8_t* zero_points = in.size() > 3 && in[3].present() ? in[3].bytes() : nullptr;
-  const float* bias = in.size() > 4 && in[4].present() ? in[4].f32() : nullptr;
-  float* y = out.f32();
   const int64_t blob = p.block * Bits / 8;
-  float w[kernels::kMaxNBitsBlock];
-  for (int64_t col = begin; col < end; ++col) {
-    for (int64_t m = 0; m < p.rows; ++m) y[m * p.n + col] = bias ? bias[col] : 0.0f;
+  for (int64_t col = begin; col < end; ++col, w += p.k) {
     for (int64_t kb = 0; kb < p.blocks; ++kb) {
       const int64_t count = std::min(p.block, p.k - kb * p.block);
       const uint8_t* q = b + (col * p.blocks + kb) * blob;
@@ -159,11 +148,11 @@ void nbits_columns(const NBitsPlan& p, Ins in, const Output& out, int64_t begin,
         const uint8_t z = zero_points[col * p.zero_point_row + kb * Bits / 8];
         zero = Bits == 8 ? z : (kb % 2 == 0 ? z & 0xF : z >> 4);
       }
+      float* to = w + kb * p.block;
       for (int64_t i = 0; i < count; ++i) {
         const int value = Bits == 8 ? q[i] : (i % 2 == 0 ? q[i / 2] & 0xF : q[i / 2] >> 4);
-        w[i] = (static_cast<float>(value) - zero) * scale;
+        to[i] = (static_cast<float>(value) - zero) * scale;
       }
-      for (int64_t m = 0; m < p.rows; ++m) y[m * p.n + col] += dot(a + m * p.k + kb * p.block, w, count);
     }
   }
 }
@@ -297,12 +286,26 @@ void dequantize_linear(Ins in, const Output& out) {
   visit_quantized(in[0].dtype(), [&](auto tag) { dequantize<decltype(tag)>(in, out); });
 }
 
+// A slab of columns at a time: dequantized (over the caller's threads), multiplied by A with
+// oneDNN's GEMM, copied into its columns of y with the bias. No float copy of more than a slab of
+// the weight exists.
 void matmul_nbits(Ins in, const Output& out) {
   const auto& p = plan_of<NBitsPlan>(out);
-  parallel_ranges(out.parallel, p.n, p.rows * p.k, [&](int64_t begin, int64_t end) {
-    if (p.bits == 8) nbits_columns<8>(p, in, out, begin, end);
-    else nbits_columns<4>(p, in, out, begin, end);
-  });
+  auto* w = reinterpret_cast<float*>(out.scratch);
+  float* part = w + p.slab * p.k;
+  const float* bias = in.size() > 4 && in[4].present() ? in[4].f32() : nullptr;
+  for (int64_t j0 = 0; j0 < p.n; j0 += p.slab) {
+    const int64_t cols = std::min(p.slab, p.n - j0);
+    parallel_ranges(out.parallel, cols, p.k, [&](int64_t begin, int64_t end) {
+      if (p.bits == 8) dequantize_columns<8>(p, in, j0 + begin, j0 + end, w + begin * p.k);
+      else dequantize_columns<4>(p, in, j0 + begin, j0 + end, w + begin * p.k);
+    });
+    gemm_rowmajor(p.rows, cols, p.k, in[0].f32(), w, part, out.parallel, false, true);
+    for (int64_t r = 0; r < p.rows; ++r) {
+      float* y = out.f32() + r * p.n + j0;
+      for (int64_t j = 0; j < cols; ++j) y[j] = part[r * cols + j] + (bias ? bias[j0 + j] : 0.0f);
+    }
+  }
 }
 
 const Planner plan_matmul_integer = plan_as<IntegerProductPlan>;

@@ -1,6 +1,7 @@
 // QuantizeLinear and DequantizeLinear: rounding, saturation, the three ways of giving scales, and
 // quantized values passing through data-movement ops unchanged; MatMulNBits.
 
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -147,54 +148,58 @@ TEST(RuntimeQuant, RulesRefuseMismatchedScalesZeroPointsAndTypes) {
 // MatMulNBits against the product with its weights dequantized by hand: 4 and 8 bits, with and
 // without zero points and bias, K not a multiple of the block (the last block short), rows of A
 // split over threads or not (run_bytes runs both).
+// Small K: one slab of columns; K = 4096: slabs of 16 columns, the last one short.
 TEST(RuntimeQuant, MatMulNBitsMultipliesByItsDequantizedBlocks) {
-  const int64_t m = 3, k = 40, n = 5, block = 16, blocks = 3;
-  for (int bits : {4, 8}) {
-    for (bool with_zero_points : {false, true}) {
-      for (bool with_bias : {false, true}) {
-        SCOPED_TRACE(std::to_string(bits) + " bits, zero points " + std::to_string(with_zero_points) + ", bias " +
-                     std::to_string(with_bias));
-        const int top = (1 << bits) - 1;
-        std::vector<int> q(static_cast<size_t>(n * blocks * block), 0);  // past K: padding, never read
-        for (int64_t c = 0; c < n; ++c)
-          for (int64_t i = 0; i < k; ++i) q[static_cast<size_t>(c * blocks * block + i)] = static_cast<int>((c * 7 + i * 5) % (top + 1));
-        const int64_t blob = block * bits / 8;
-        Bytes b(static_cast<size_t>(n * blocks * blob), 0);
-        for (size_t i = 0; i < q.size(); ++i) {
-          if (bits == 8) b[i] = static_cast<uint8_t>(q[i]);
-          else b[i / 2] |= static_cast<uint8_t>(q[i] << (i % 2 == 0 ? 0 : 4));
-        }
-        std::vector<float> scales(static_cast<size_t>(n * blocks));
-        for (size_t i = 0; i < scales.size(); ++i) scales[i] = 0.01f * static_cast<float>(i + 1);
-        std::vector<int> zeros(static_cast<size_t>(n * blocks), 1 << (bits - 1));
-        const int64_t zero_row = (blocks * bits + 7) / 8;
-        Bytes zero_points(static_cast<size_t>(n * zero_row), 0);
-        if (with_zero_points)
+  for (const auto& [m, k, n, block] : std::vector<std::array<int64_t, 4>>{{3, 40, 5, 16}, {2, 4096, 40, 128}}) {
+    const int64_t blocks = (k + block - 1) / block;
+    for (int bits : {4, 8}) {
+      for (bool with_zero_points : {false, true}) {
+        for (bool with_bias : {false, true}) {
+          SCOPED_TRACE(std::to_string(bits) + " bits, zero points " + std::to_string(with_zero_points) + ", bias " +
+                       std::to_string(with_bias));
+          const int top = (1 << bits) - 1;
+          std::vector<int> q(static_cast<size_t>(n * blocks * block), 0);  // past K: padding, never read
           for (int64_t c = 0; c < n; ++c)
-            for (int64_t kb = 0; kb < blocks; ++kb) {
-              const int z = static_cast<int>((c + 2 * kb) % (top + 1));
-              zeros[static_cast<size_t>(c * blocks + kb)] = z;
-              if (bits == 8) zero_points[static_cast<size_t>(c * zero_row + kb)] = static_cast<uint8_t>(z);
-              else zero_points[static_cast<size_t>(c * zero_row + kb / 2)] |= static_cast<uint8_t>(z << (kb % 2 == 0 ? 0 : 4));
-            }
-        const std::vector<float> bias = {0.5f, -1.0f, 2.0f, 0.0f, 0.25f};
-        std::vector<float> a(static_cast<size_t>(m * k));
-        for (size_t i = 0; i < a.size(); ++i) a[i] = std::cos(static_cast<float>(i));
-        std::vector<In> inputs = {{{m, k}, f32(a)}, {{n, blocks, blob}, b, DType::kUInt8}, {{n * blocks}, f32(scales)},
-                                  with_zero_points ? In{{n * zero_row}, zero_points, DType::kUInt8} : In{},
-                                  with_bias ? In{{n}, f32(bias)} : In{}};
-        const auto y = run_op("MatMulNBits", inputs, {m, n},
-                              {int_attr("K", k), int_attr("N", n), int_attr("bits", bits), int_attr("block_size", block)});
-        for (int64_t r = 0; r < m; ++r)
-          for (int64_t c = 0; c < n; ++c) {
-            double want = with_bias ? bias[static_cast<size_t>(c)] : 0;
-            for (int64_t i = 0; i < k; ++i) {
-              const size_t at = static_cast<size_t>(c * blocks + i / block);
-              want += static_cast<double>(a[static_cast<size_t>(r * k + i)]) *
-                      (q[static_cast<size_t>(c * blocks * block + i)] - zeros[at]) * scales[at];
-            }
-            EXPECT_NEAR(y[static_cast<size_t>(r * n + c)], want, 1e-4 * (1 + std::fabs(want))) << r << "," << c;
+            for (int64_t i = 0; i < k; ++i) q[static_cast<size_t>(c * blocks * block + i)] = static_cast<int>((c * 7 + i * 5) % (top + 1));
+          const int64_t blob = block * bits / 8;
+          Bytes b(static_cast<size_t>(n * blocks * blob), 0);
+          for (size_t i = 0; i < q.size(); ++i) {
+            if (bits == 8) b[i] = static_cast<uint8_t>(q[i]);
+            else b[i / 2] |= static_cast<uint8_t>(q[i] << (i % 2 == 0 ? 0 : 4));
           }
+          std::vector<float> scales(static_cast<size_t>(n * blocks));
+          for (size_t i = 0; i < scales.size(); ++i) scales[i] = 0.01f * static_cast<float>(i + 1);
+          std::vector<int> zeros(static_cast<size_t>(n * blocks), 1 << (bits - 1));
+          const int64_t zero_row = (blocks * bits + 7) / 8;
+          Bytes zero_points(static_cast<size_t>(n * zero_row), 0);
+          if (with_zero_points)
+            for (int64_t c = 0; c < n; ++c)
+              for (int64_t kb = 0; kb < blocks; ++kb) {
+                const int z = static_cast<int>((c + 2 * kb) % (top + 1));
+                zeros[static_cast<size_t>(c * blocks + kb)] = z;
+                if (bits == 8) zero_points[static_cast<size_t>(c * zero_row + kb)] = static_cast<uint8_t>(z);
+                else zero_points[static_cast<size_t>(c * zero_row + kb / 2)] |= static_cast<uint8_t>(z << (kb % 2 == 0 ? 0 : 4));
+              }
+          std::vector<float> bias(static_cast<size_t>(n));
+          for (size_t i = 0; i < bias.size(); ++i) bias[i] = 0.25f * static_cast<float>(i % 7) - 0.5f;
+          std::vector<float> a(static_cast<size_t>(m * k));
+          for (size_t i = 0; i < a.size(); ++i) a[i] = std::cos(static_cast<float>(i));
+          std::vector<In> inputs = {{{m, k}, f32(a)}, {{n, blocks, blob}, b, DType::kUInt8}, {{n * blocks}, f32(scales)},
+                                    with_zero_points ? In{{n * zero_row}, zero_points, DType::kUInt8} : In{},
+                                    with_bias ? In{{n}, f32(bias)} : In{}};
+          const auto y = run_op("MatMulNBits", inputs, {m, n},
+                                {int_attr("K", k), int_attr("N", n), int_attr("bits", bits), int_attr("block_size", block)});
+          for (int64_t r = 0; r < m; ++r)
+            for (int64_t c = 0; c < n; ++c) {
+              double want = with_bias ? bias[static_cast<size_t>(c)] : 0;
+              for (int64_t i = 0; i < k; ++i) {
+                const size_t at = static_cast<size_t>(c * blocks + i / block);
+                want += static_cast<double>(a[static_cast<size_t>(r * k + i)]) *
+                        (q[static_cast<size_t>(c * blocks * block + i)] - zeros[at]) * scales[at];
+              }
+              EXPECT_NEAR(y[static_cast<size_t>(r * n + c)], want, 1e-4 * (1 + std::fabs(want))) << r << "," << c;
+            }
+        }
       }
     }
   }
