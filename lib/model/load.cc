@@ -101,7 +101,9 @@ bool changed_after_onnx(const std::string& op) {
   static const std::set<std::string> kChanged = {
       "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin",
       "ReduceProd", "ReduceSumSquare", "Split", "Pad", "Resize", "ScatterElements", "ScatterND", "LpPool",
-      "AveragePool", "GridSample", "DFT", "Col2Im"};
+      "AveragePool", "GridSample", "DFT", "Col2Im",
+      // Opsets 19 and 21: saturate, block_size, output_dtype, the 16-bit, 4-bit and float8 types.
+      "QuantizeLinear", "DequantizeLinear", "QLinearMatMul"};
   return kChanged.count(op) > 0;
 }
 

@@ -168,6 +168,26 @@ TEST(Specialise, TypesA16BitQdqUnitOfTheMicrosoftDomain) {
   EXPECT_EQ(whole_graph(m).nodes.size(), 7u);
 }
 
+// Opset 21's blocked quantization: onnx 1.12 does not know block_size, so the model is checked
+// through a lowered copy and the stage types the node with ref's rule; the weight stays int8.
+TEST(Specialise, TypesABlockedDequantizeLinearOfOpset21) {
+  auto m = TestModel(21)
+               .input("x", {1, 4})
+               .tensor("w", {4, 2}, onnx::TensorProto::INT8, {1, 2, 3, 4, 5, 6, 7, 0xF8})
+               .floats("s", {2, 2}, {1.0f, 10.0f, 100.0f, 1000.0f})
+               .node("DequantizeLinear", {"w", "s"}, {"wf"})
+               .attr("axis", int64_t{0})
+               .attr("block_size", int64_t{2})
+               .node("MatMul", {"x", "wf"}, {"y"})
+               .output("y")
+               .load();
+  specialise(m);
+  ASSERT_TRUE(m.type_of("wf") && m.type_of("wf")->is_static());
+  EXPECT_EQ(*m.type_of("wf")->dims, (std::vector<int64_t>{4, 2}));
+  EXPECT_EQ(whole_graph(m).nodes.size(), 2u);
+  EXPECT_EQ(m.constant("w")->data.dtype, onnx::TensorProto::INT8);
+}
+
 onnx::GraphProto branch(const std::string& op, const std::string& out) {
   onnx::GraphProto g;
   g.set_name(op);

@@ -187,7 +187,11 @@ NormalisedNode quantize_linear(const NodeView& v) {
   auto x = v.float_input(0);
   const int64_t output_dtype = v.int_attr("output_dtype", 0);
   ref::DType t = ref::DType::kUInt8;
-  if (v.has_input(2)) t = v.typed_input(2).dtype;
+  if (v.has_input(2)) {
+    t = v.typed_input(2).dtype;
+    if (!is_quantized(v.input_elem_type(2)))
+      refuse("zero point of element type " + ref::dtype_name(t) + " (ref quantizes to uint8, int8, uint16 or int16)");
+  }
   else if (output_dtype != 0) t = ref_dtype(static_cast<int32_t>(output_dtype), "attribute output_dtype");
   if (v.has_input(2) && output_dtype != 0 && output_dtype != static_cast<int64_t>(t))
     refuse("output_dtype " + dtype_name(static_cast<int32_t>(output_dtype)) + " differs from the zero point's type " +
