@@ -297,6 +297,8 @@ void matmul_nbits(Ins, const Output&);
 void matmul_integer(Ins, const Output&);
 void conv_integer(Ins, const Output&);
 void dynamic_quantize_linear(Ins, const Output&);
+// An 8-bit Conv unit on oneDNN's int8 convolution (kernels_qconv.cc).
+void qlinear_conv(Ins, const Output&);
 
 // Elementwise, comparisons, casts and generated constants (kernels_elementwise.cc).
 void add(Ins, const Output&);
@@ -431,6 +433,7 @@ extern const Planner plan_reduction, plan_columns, plan_normalisation, plan_nll_
 extern const Planner plan_window;                                                         // kernels_pool.cc
 extern const Planner plan_conv_transpose;                                                 // kernels_resize.cc
 extern const Planner plan_product;                                                        // kernels_linear.cc
+extern const Planner plan_qlinear_conv;                                                   // kernels_qconv.cc
 extern const Planner plan_quant, plan_matmul_nbits, plan_matmul_integer, plan_conv_integer,
     plan_which_output;                                                                    // kernels_quant.cc
 

@@ -398,21 +398,6 @@ void cut_into_pieces(const ref::Op& op, const Setup& whole, const Dims& w, const
   }
 }
 
-// Runs a primitive through oneDNN's C API: the C++ one copies the arguments into a map and a
-// vector on every call.
-void execute(const dnnl::primitive& primitive, const dnnl_exec_arg_t* args, int count) {
-  const dnnl_status_t status = dnnl_primitive_execute(primitive.get(), onednn::stream().get(), count, args);
-  if (status != dnnl_success)
-    throw Error(ErrorCode::kRuntime, "oneDNN failed to run a convolution's primitive (status " +
-                                         std::to_string(static_cast<int>(status)) + ")");
-  onednn::stream().wait();
-}
-
-void reorder(const dnnl::reorder& primitive, const dnnl::memory& from, const dnnl::memory& to) {
-  const dnnl_exec_arg_t args[] = {{DNNL_ARG_FROM, from.get()}, {DNNL_ARG_TO, to.get()}};
-  execute(primitive, args, 2);
-}
-
 void run_packed(const Packed& p, const FusedActivation& act, Ins in, const Output& out) {
   onednn::OneThread one;
   std::optional<Memories> own;  // called without a run state (a test): kept for this run alone
@@ -420,7 +405,7 @@ void run_packed(const Packed& p, const FusedActivation& act, Ins in, const Outpu
   const auto* src = static_cast<const float*>(p.to_src ? static_cast<const void*>(out.scratch + p.src_at) : in[0].data);
   auto* dst = static_cast<float*>(p.from_dst ? static_cast<void*>(out.scratch + p.dst_at) : out.data);
   if (p.to_src)
-    reorder(*p.to_src, m.at(Memories::kGivenSrc, p.src_given, in[0].data), m.at(Memories::kSrc, p.src, src));
+    onednn::reorder(*p.to_src, m.at(Memories::kGivenSrc, p.src_given, in[0].data), m.at(Memories::kSrc, p.src, src));
   const bool has_bias = in.size() > 2 && in[2].present();
   const auto piece = [&](size_t i) {
     onednn::OneThread own;
@@ -432,14 +417,14 @@ void run_packed(const Packed& p, const FusedActivation& act, Ins in, const Outpu
         {DNNL_ARG_DST, m.at(i, Memories::kPieceDst, c.dst, dst + at.dst).get()},
         {DNNL_ARG_SCRATCHPAD, m.at(i, Memories::kPad, c.scratchpad, out.scratch + p.pad_at + i * p.pad_step).get()},
         {DNNL_ARG_BIAS, has_bias ? m.at(i, Memories::kBias, c.bias, in[2].f32() + at.bias).get() : nullptr}};
-    execute(c.primitive, args, has_bias ? 5 : 4);
+    onednn::execute(c.primitive, args, has_bias ? 5 : 4);
   };
   const size_t pieces = p.pieces.size();
   if (pieces > 1 && out.parallel && *out.parallel)
     (*out.parallel)(pieces, std::cref(piece));
   else
     for (size_t i = 0; i < pieces; ++i) piece(i);
-  if (p.from_dst) reorder(*p.from_dst, m.at(Memories::kDst, p.dst, dst), m.at(Memories::kGivenDst, p.dst_given, out.data));
+  if (p.from_dst) onednn::reorder(*p.from_dst, m.at(Memories::kDst, p.dst, dst), m.at(Memories::kGivenDst, p.dst_given, out.data));
   if (!p.act_fused) act.apply(out.f32(), out.size());
 }
 

@@ -2,6 +2,10 @@
 
 #include <omp.h>
 
+#include <string>
+
+#include "ctxgen/error.h"
+
 namespace ctxgen::runtime::onednn {
 
 const dnnl::engine& engine() {
@@ -12,6 +16,18 @@ const dnnl::engine& engine() {
 dnnl::stream& stream() {
   thread_local dnnl::stream own(engine());
   return own;
+}
+
+void execute(const dnnl::primitive& primitive, const dnnl_exec_arg_t* args, int count) {
+  const dnnl_status_t status = dnnl_primitive_execute(primitive.get(), stream().get(), count, args);
+  if (status != dnnl_success)
+    throw Error(ErrorCode::kRuntime, "oneDNN failed to run a primitive (status " + std::to_string(static_cast<int>(status)) + ")");
+  stream().wait();
+}
+
+void reorder(const dnnl::reorder& primitive, const dnnl::memory& from, const dnnl::memory& to) {
+  const dnnl_exec_arg_t args[] = {{DNNL_ARG_FROM, from.get()}, {DNNL_ARG_TO, to.get()}};
+  execute(primitive, args, 2);
 }
 
 OneThread::OneThread() : before_(omp_get_max_threads()) { omp_set_num_threads(1); }

@@ -26,6 +26,11 @@ class OneThread {
   int before_;
 };
 
+// Runs a primitive through oneDNN's C API (the C++ one copies the arguments into a map and a
+// vector on every call) on this thread's stream, and waits for it.
+void execute(const dnnl::primitive& primitive, const dnnl_exec_arg_t* args, int count);
+void reorder(const dnnl::reorder& primitive, const dnnl::memory& from, const dnnl::memory& to);
+
 // The CPU feature level oneDNN chooses its kernels and weight layouts by, with its version:
 // "x86_64 avx2, oneDNN 2.6.3". Weights packed on one level are laid out for it alone.
 std::string architecture();

@@ -520,6 +520,45 @@ OutType conv_integer(const OpCheck& c) {
   return {DType::kInt32, out};
 }
 
+// QLinearConv, ONNX Runtime's fused form of an 8-bit Conv unit: y = saturate(round_half_even(
+// (sum (x - x_zero_point) w + bias) * scales[m]) + y_zero_point), sums in int32. x uint8 or int8
+// [N, C, H, W]; w an int8 weight of the binary (its layout for oneDNN is made once per run state,
+// so a value computed at run time would be read stale); bias int32 [M]; `scales` one or M floats
+// (x_scale * w_scale[m] / y_scale); output of `dtype` (uint8 or int8), Conv's dims.
+OutType qlinear_conv(const OpCheck& c) {
+  c.arity(2, 3);
+  const ref::Value& x = c.in(0);
+  c.expect(x.dtype == DType::kUInt8 || x.dtype == DType::kInt8,
+           [&] { return "input 0 has element type " + ref::dtype_name(x.dtype) + ", expected uint8 or int8"; });
+  c.expect_dtype(c.in(1), DType::kInt8, "input 1 (the weight)");
+  c.expect(c.in(1).kind == ref::ValueKind::kWeight, "input 1 (the weight) is not a weight of the binary");
+  c.expect(x.dims.size() == 4, [&] { return "input 0 has dims " + dims_text(x.dims) + ", expected N x C x H x W"; });
+  Window w = window(c, x, true);
+  const Dims& wd = c.in(1).dims;
+  const int64_t group = c.int_attr("group", 1, kIntMax);
+  c.expect(wd.size() == 4 && Dims(wd.begin() + 2, wd.end()) == w.kernel,
+           [&] { return "weight dims " + dims_text(wd) + " do not fit kernel " + dims_text(w.kernel); });
+  c.expect(x.dims[1] / group == wd[1] && x.dims[1] % group == 0 && wd[0] % group == 0,
+           [&] { return "group " + std::to_string(group) + " does not fit input " + dims_text(x.dims) + " and weight " + dims_text(wd); });
+  if (const ref::Value* bias = c.optional_in(2)) {
+    c.expect_dtype(*bias, DType::kInt32, "input 2 (bias)");
+    c.expect_dims(*bias, {wd[0]}, "input 2 (bias)");
+  }
+  const ref::Attr* scales = c.op().attr("scales");
+  c.expect(scales && scales->kind == ref::Attr::Kind::kFloats &&
+               (scales->floats.size() == 1 || static_cast<int64_t>(scales->floats.size()) == wd[0]),
+           "attribute 'scales' (floats) must hold one scale or one per output channel");
+  for (float f : scales->floats) c.expect(f > 0 && std::isfinite(f), "attribute 'scales' holds a value that is not positive");
+  const DType t = c.dtype_attr("dtype");
+  c.expect(t == DType::kUInt8 || t == DType::kInt8, [&] { return "attribute 'dtype' is " + ref::dtype_name(t) + ", expected uint8 or int8"; });
+  const auto range = [](DType type) { return type == DType::kUInt8 ? std::pair<int64_t, int64_t>{0, 255} : std::pair<int64_t, int64_t>{-128, 127}; };
+  c.int_attr("x_zero_point", range(x.dtype).first, range(x.dtype).second);
+  c.int_attr("y_zero_point", range(t).first, range(t).second);
+  Dims out = {x.dims[0], wd[0]};
+  for (size_t a = 0; a < w.kernel.size(); ++a) out.push_back(window_output(c, x, w, a, false));
+  return {t, out};
+}
+
 // DynamicQuantizeLinear: x to uint8 with a scale and zero point from its range (widened to hold 0):
 // `output` 0 the values, 1 the scale (float32 scalar), 2 the zero point (uint8 scalar).
 OutType dynamic_quantize_linear(const OpCheck& c) {
@@ -1031,6 +1070,7 @@ const std::vector<OpDef>& op_defs() {
       {"MatMulNBits", matmul_nbits, k::matmul_nbits, true, k::plan_matmul_nbits},
       {"MatMulInteger", matmul_integer, k::matmul_integer, true, k::plan_matmul_integer},
       {"ConvInteger", conv_integer, k::conv_integer, true, k::plan_conv_integer},
+      {"QLinearConv", qlinear_conv, k::qlinear_conv, true, k::plan_qlinear_conv},
       {"DynamicQuantizeLinear", dynamic_quantize_linear, k::dynamic_quantize_linear, true, k::plan_which_output},
       {"Conv", conv, k::conv, true, k::plan_conv},
       {"MaxPool", max_pool, k::max_pool, true, k::plan_window},

@@ -150,7 +150,8 @@ uint64_t op_work(const ref::Op& op, const std::vector<const Value*>& in, const V
       !in[0]->dims.empty()) {
     const bool trans_a = op.type == "Gemm" && op.get_int("transA", 0) != 0;
     per_output = static_cast<uint64_t>(trans_a ? in[0]->dims.front() : in[0]->dims.back());
-  } else if ((op.type == "Conv" || op.type == "ConvInteger" || op.type == "ConvTranspose") && !in[1]->dims.empty() &&
+  } else if ((op.type == "Conv" || op.type == "ConvInteger" || op.type == "QLinearConv" || op.type == "ConvTranspose") &&
+             !in[1]->dims.empty() &&
              in[1]->dims[0] > 0) {
     // Conv: C/group x kernel taps per output; ConvTranspose scatters each input element the same way.
     per_output = elements(*in[1]) / static_cast<uint64_t>(in[1]->dims[0]);

@@ -890,6 +890,35 @@ TEST(RefLower, AQdqConvUnitCompilesWholeKeepingItsIntegers) {
 }
 
 
+// With the bias scale exactly x_scale * w_scale, the unit becomes one QLinearConv reading the
+// integers as stored, and computes ONNX Runtime's fused arithmetic: integer sums, one rounding.
+TEST(RefLower, An8BitConvUnitBecomesOneQLinearConv) {
+  auto l = lower(testing::qdq_conv_unit("", onnx::TensorProto::UINT8, {128}, true).load());
+  const auto& p = l->program();
+  EXPECT_EQ(op_types(p), (std::vector<std::string>{"QuantizeLinear", "QLinearConv", "DequantizeLinear"}));
+  const ref::Op& conv = only_op(p, "QLinearConv");
+  EXPECT_EQ(value(p, conv.inputs[1]).dtype, ref::DType::kInt8);
+  EXPECT_EQ(value(p, conv.inputs[2]).dtype, ref::DType::kInt32);
+  EXPECT_EQ(conv.get_int("x_zero_point", -1), 128);
+  const std::vector<float> x = {0.1f, -0.2f, 0.3f, 0.45f, 0.5f, -0.6f, 0.7f, 0.8f, 0.9f};
+  auto y = run_lowered(*l, {testing::bytes_of_floats(x)});
+  std::vector<float> got(8);
+  std::memcpy(got.data(), y[0].data(), 32);
+  const int w[2][4] = {{1, 2, 3, 4}, {-1, -2, -3, 127}};
+  const int bias[2] = {10, -10};
+  const float ws[2] = {0.1f, 0.02f};
+  for (int m = 0; m < 2; ++m)
+    for (int r = 0; r < 2; ++r)
+      for (int c = 0; c < 2; ++c) {
+        const auto q = [&](int i) { return static_cast<int>(std::clamp(std::nearbyint(x[static_cast<size_t>(i)] / 0.05f) + 128, 0.0f, 255.0f)) - 128; };
+        const int acc = bias[m] + w[m][0] * q(r * 3 + c) + w[m][1] * q(r * 3 + c + 1) + w[m][2] * q((r + 1) * 3 + c) +
+                        w[m][3] * q((r + 1) * 3 + c + 1);
+        const float scale = 0.05f * ws[m] / 0.02f;
+        const float yq = std::clamp(std::nearbyint(static_cast<float>(acc) * scale) + 128, 0.0f, 255.0f);
+        EXPECT_EQ(got[static_cast<size_t>(m * 4 + r * 2 + c)], (yq - 128) * 0.02f) << m << r << c;
+      }
+}
+
 // A float16 model: the ops that do not take half values compute in float32 between Casts, with no
 // round trip through 16 bits between two of them (Conv and its Relu fuse again); the Transpose moves
 // half values; the weight stays float16 in the store.

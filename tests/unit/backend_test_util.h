@@ -151,7 +151,10 @@ inline std::vector<uint8_t> bytes_of_floats(const std::vector<float>& v) {
 // A QDQ Conv as ONNX Runtime's quantizer lays it out: x quantized (uint8 or uint16) and
 // dequantized, an int8 per-channel weight and an int32 bias through DequantizeLinear, the output
 // quantized and dequantized again; `domain` is "" or com.microsoft.
-inline TestModel qdq_conv_unit(const std::string& domain, int32_t activation_type, const std::vector<uint8_t>& zero_point) {
+// The bias scale is 0.005 and 0.001 as written, or exactly x_scale * w_scale in float32 with
+// `exact_bias_scale` (as ONNX Runtime's quantizer computes it), which makes the unit fusable.
+inline TestModel qdq_conv_unit(const std::string& domain, int32_t activation_type, const std::vector<uint8_t>& zero_point,
+                               bool exact_bias_scale = false) {
   TestModel t(13);
   if (!domain.empty()) {
     auto* ms = t.proto().add_opset_import();
@@ -165,7 +168,7 @@ inline TestModel qdq_conv_unit(const std::string& domain, int32_t activation_typ
       .floats("w_scale", {2}, {0.1f, 0.02f})
       .tensor("w_zp", {2}, onnx::TensorProto::INT8, {0, 0})
       .tensor("b", {2}, onnx::TensorProto::INT32, {10, 0, 0, 0, 0xF6, 0xFF, 0xFF, 0xFF})
-      .floats("b_scale", {2}, {0.005f, 0.001f})
+      .floats("b_scale", {2}, exact_bias_scale ? std::vector<float>{0.05f * 0.1f, 0.05f * 0.02f} : std::vector<float>{0.005f, 0.001f})
       .floats("y_scale", {}, {0.02f})
       .tensor("y_zp", {}, activation_type, zero_point)
       .node("QuantizeLinear", {"x", "x_scale", "x_zp"}, {"xq"}, domain)

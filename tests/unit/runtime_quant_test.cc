@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 #include "runtime_test_util.h"
 
@@ -281,6 +282,61 @@ TEST(RuntimeQuant, ConvIntegerIsExactWithPaddingGroupsAndZeroPoints) {
             }
         EXPECT_EQ(y[static_cast<size_t>((o * oh + i) * ow + j)], want) << o << i << j;
       }
+}
+
+// QLinearConv against its integer arithmetic done by hand: uint8 and int8 images with a zero
+// point, int8 weights, an int32 bias, a scale per output channel, padding, strides and groups,
+// and halves that round to even on either side of an odd zero point.
+TEST(RuntimeQuant, QLinearConvIsExactInteger) {
+  for (const auto& [group, stride, x_type, y_type] :
+       std::vector<std::tuple<int64_t, int64_t, DType, DType>>{{1, 1, DType::kUInt8, DType::kUInt8}, {2, 2, DType::kInt8, DType::kInt8},
+                                                               {1, 2, DType::kUInt8, DType::kInt8}}) {
+    SCOPED_TRACE(std::to_string(group) + " groups, stride " + std::to_string(stride));
+    const int64_t n = 2, c = 4, h = 5, w = 6, m = 4, kh = 3, kw = 3;
+    const bool x_unsigned = x_type == DType::kUInt8, y_unsigned = y_type == DType::kUInt8;
+    const int x_zero = x_unsigned ? 3 : -2, y_zero = y_unsigned ? 7 : -3;
+    Bytes x(static_cast<size_t>(n * c * h * w));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<uint8_t>((i * 73 + 5) % 256);
+    std::vector<int8_t> wt(static_cast<size_t>(m * (c / group) * kh * kw));
+    for (size_t i = 0; i < wt.size(); ++i) wt[i] = static_cast<int8_t>((i * 31 + 9) % 256 - 128);
+    const std::vector<int32_t> bias = {100, -250, 0, 77};
+    const std::vector<float> scales = {0.001f, 0.0005f, 0.002f, 0.00125f};
+    ProgramBuilder b;
+    const int32_t xi = b.input({n, c, h, w}, x_type);
+    const int32_t wi = b.weight({m, c / group, kh, kw}, 0, DType::kInt8);
+    const int32_t bi = b.weight({m}, 1, DType::kInt32);
+    const int64_t oh = (h + 2 - kh) / stride + 1, ow = (w + 2 - kw) / stride + 1;
+    const int32_t y = b.output({n, m, oh, ow}, y_type);
+    ref::Attr sc;
+    sc.name = "scales";
+    sc.kind = ref::Attr::Kind::kFloats;
+    sc.floats = scales;
+    b.op("QLinearConv", {xi, wi, bi}, y,
+         {ints_attr("kernel_shape", {kh, kw}), ints_attr("strides", {stride, stride}), ints_attr("pads", {1, 1, 1, 1}),
+          ints_attr("dilations", {1, 1}), int_attr("group", group), sc, int_attr("x_zero_point", x_zero),
+          int_attr("y_zero_point", y_zero), int_attr("dtype", static_cast<int64_t>(y_type))});
+    const Bytes got = run_bytes(b.program(), {x}, {bytes_of(wt), bytes_of(bias)})[0];
+    const auto value = [&](size_t i) { return x_unsigned ? static_cast<int>(x[i]) : static_cast<int>(static_cast<int8_t>(x[i])); };
+    for (int64_t ni = 0; ni < n; ++ni)
+      for (int64_t mi = 0; mi < m; ++mi)
+        for (int64_t i = 0; i < oh; ++i)
+          for (int64_t j = 0; j < ow; ++j) {
+            int32_t acc = bias[static_cast<size_t>(mi)];
+            const int64_t g = mi / (m / group);
+            for (int64_t ci = 0; ci < c / group; ++ci)
+              for (int64_t a = 0; a < kh; ++a)
+                for (int64_t bb = 0; bb < kw; ++bb) {
+                  const int64_t yy = i * stride + a - 1, xx = j * stride + bb - 1;
+                  if (yy < 0 || yy >= h || xx < 0 || xx >= w) continue;
+                  acc += (value(static_cast<size_t>(((ni * c + g * (c / group) + ci) * h + yy) * w + xx)) - x_zero) *
+                         wt[static_cast<size_t>(((mi * (c / group) + ci) * kh + a) * kw + bb)];
+                }
+            const float q = std::nearbyint(static_cast<float>(acc) * scales[static_cast<size_t>(mi)]) + static_cast<float>(y_zero);
+            const int want = static_cast<int>(std::clamp(q, y_unsigned ? 0.0f : -128.0f, y_unsigned ? 255.0f : 127.0f));
+            const uint8_t byte = got[static_cast<size_t>(((ni * m + mi) * oh + i) * ow + j)];
+            EXPECT_EQ(y_unsigned ? static_cast<int>(byte) : static_cast<int>(static_cast<int8_t>(byte)), want) << ni << mi << i << j;
+          }
+  }
 }
 
 TEST(RuntimeQuant, DynamicQuantizeLinearTakesItsRangeWithZero) {

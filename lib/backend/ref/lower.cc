@@ -315,6 +315,121 @@ void skip_half_round_trips(Draft& d, const std::set<size_t>& float_casts) {
   drop_ops(d, removed);
 }
 
+// The value of a zero point (or 0 when absent): one uint8 or int8 weight, else nullopt.
+std::optional<int64_t> zero_point_of(const Draft& d, int32_t v) {
+  if (v < 0) return 0;
+  const ref::Value& value = d.program.values[static_cast<size_t>(v)];
+  if (!d.is_weight(v) || value.element_count() != 1) return std::nullopt;
+  const uint8_t byte = d.weight(v).pin().data[0];
+  if (value.dtype == ref::DType::kUInt8) return byte;
+  if (value.dtype == ref::DType::kInt8) return static_cast<int8_t>(byte);
+  return std::nullopt;
+}
+
+// The values of a float32 weight, or nullopt.
+std::optional<std::vector<float>> weight_floats(const Draft& d, int32_t v) {
+  if (v < 0 || !d.is_weight(v) || d.program.values[static_cast<size_t>(v)].dtype != ref::DType::kFloat32) return std::nullopt;
+  return floats_of(d.weight(v));
+}
+
+// Whether an int8 weight's zero points (absent, or a weight of zeros) are all 0.
+bool zero_points_are_zero(const Draft& d, int32_t v) {
+  if (v < 0) return true;
+  if (!d.is_weight(v)) return false;
+  const PinnedBytes bytes = d.weight(v).pin();
+  return std::all_of(bytes.data, bytes.data + bytes.size, [](uint8_t b) { return b == 0; });
+}
+
+// 8-bit Conv units become one QLinearConv on oneDNN's int8 convolution, as ONNX Runtime fuses
+// them (integer sums, one requantization; docs/ops.md, "Quantized models"): a 2-D Conv reading a
+// uint8 or int8 image through a DequantizeLinear with one scale, an int8 weight through one with
+// one scale or one per output channel and zero points of 0, and an int32 bias through one whose
+// scale is x_scale * w_scale (a weight, or the Mul a QLinearConv becomes), its result read only by
+// a QuantizeLinear to uint8 or int8 with one scale. The integers stay in the .bin as they are.
+void fuse_quantized_convs(Draft& d) {
+  const auto producer = producers(d);
+  const auto reads = readers(d);
+  auto& ops = d.program.ops;
+  const auto made_by = [&](int32_t v, const char* type) -> const ref::Op* {
+    const int32_t p = v < 0 ? -1 : producer[static_cast<size_t>(v)];
+    return p >= 0 && ops[static_cast<size_t>(p)].type == type && ops[static_cast<size_t>(p)].get_int("block_size", 0) == 0
+               ? &ops[static_cast<size_t>(p)]
+               : nullptr;
+  };
+  const auto eight_bit = [&](int32_t v) {
+    const ref::DType t = d.value(v).dtype;
+    return t == ref::DType::kUInt8 || t == ref::DType::kInt8;
+  };
+  std::vector<bool> removed(ops.size(), false);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const ref::Op& conv = ops[i];
+    if (conv.type != "Conv" || conv.get_int("act", 0) != 0 || d.value(conv.inputs[0]).dims.size() != 4) continue;
+    const int32_t y = conv.outputs[0];
+    if (d.value(y).kind != ValueKind::kArena || reads[static_cast<size_t>(y)].size() != 1) continue;
+    const size_t q_at = reads[static_cast<size_t>(y)][0];
+    const ref::Op& q = ops[q_at];
+    const ref::Op* dx = made_by(conv.inputs[0], "DequantizeLinear");
+    const ref::Op* dw = made_by(conv.inputs[1], "DequantizeLinear");
+    if (q.type != "QuantizeLinear" || q.get_int("block_size", 0) != 0 || !dx || !dw || !eight_bit(dx->inputs[0]) ||
+        !eight_bit(q.outputs[0]) || !d.is_weight(dw->inputs[0]) || d.value(dw->inputs[0]).dtype != ref::DType::kInt8)
+      continue;
+    const auto xs = weight_floats(d, dx->inputs[1]), ws = weight_floats(d, dw->inputs[1]), ys = weight_floats(d, q.inputs[1]);
+    const auto xz = zero_point_of(d, dx->inputs.size() > 2 ? dx->inputs[2] : -1);
+    const auto yz = zero_point_of(d, q.inputs.size() > 2 ? q.inputs[2] : -1);
+    const int64_t m = d.value(conv.inputs[1]).dims[0];
+    if (!xs || !ws || !ys || !xz || !yz || xs->size() != 1 || ys->size() != 1 ||
+        (ws->size() != 1 && (static_cast<int64_t>(ws->size()) != m || dw->get_int("axis", 0) != 0)) ||
+        !zero_points_are_zero(d, dw->inputs.size() > 2 ? dw->inputs[2] : -1))
+      continue;
+    std::vector<float> scales;  // as ONNX Runtime's QLinearConv computes them
+    for (float w : *ws) scales.push_back((*xs)[0] * w / (*ys)[0]);
+    std::vector<int32_t> inputs = {dx->inputs[0], dw->inputs[0]};
+    if (conv.inputs.size() > 2 && conv.inputs[2] >= 0) {
+      const ref::Op* db = made_by(conv.inputs[2], "DequantizeLinear");
+      if (!db || !d.is_weight(db->inputs[0]) || d.value(db->inputs[0]).dtype != ref::DType::kInt32 ||
+          !zero_points_are_zero(d, db->inputs.size() > 2 ? db->inputs[2] : -1))
+        continue;
+      // The bias's scale: x_scale * w_scale, stored or made by a Mul of the two.
+      bool matches = false;
+      if (const auto bs = weight_floats(d, db->inputs[1])) {
+        matches = bs->size() == ws->size() || bs->size() == 1;
+        for (size_t k = 0; matches && k < ws->size(); ++k) matches = (*bs)[bs->size() == 1 ? 0 : k] == (*xs)[0] * (*ws)[k];
+      } else if (const ref::Op* mul = made_by(db->inputs[1], "Mul")) {
+        matches = mul->inputs == std::vector<int32_t>{dx->inputs[1], dw->inputs[1]};
+      }
+      if (!matches) continue;
+      inputs.push_back(db->inputs[0]);
+    }
+    ref::Op fused;
+    fused.type = "QLinearConv";
+    for (const char* name : {"kernel_shape", "strides", "pads", "dilations", "group"})
+      if (const ref::Attr* a = conv.attr(name)) fused.attrs.push_back(*a);
+    fused.attrs.push_back(floats_attr("scales", scales));
+    fused.attrs.push_back(int_attr("x_zero_point", *xz));
+    fused.attrs.push_back(int_attr("y_zero_point", *yz));
+    fused.attrs.push_back(int_attr("dtype", static_cast<int64_t>(d.value(q.outputs[0]).dtype)));
+    fused.inputs = std::move(inputs);
+    fused.outputs = {q.outputs[0]};
+    log().debug("ref: fused the 8-bit Conv unit writing '{}' into a QLinearConv", d.names[static_cast<size_t>(q.outputs[0])]);
+    ops[i] = std::move(fused);
+    removed[q_at] = true;
+  }
+  drop_ops(d, removed);
+  // The DequantizeLinear and Mul ops the fused units no longer read.
+  for (bool dropped = true; dropped;) {
+    const auto now_read = readers(d);
+    removed.assign(ops.size(), false);
+    dropped = false;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const int32_t out = ops[i].outputs[0];
+      removed[i] = (ops[i].type == "DequantizeLinear" || ops[i].type == "Mul") && d.value(out).kind == ValueKind::kArena &&
+                   now_read[static_cast<size_t>(out)].empty();
+      dropped = dropped || removed[i];
+    }
+    drop_ops(d, removed);
+  }
+}
+
 void fuse_activations(Draft& d) {
   auto producer = producers(d);
   auto reads = readers(d);
@@ -654,6 +769,7 @@ LoweredPartition lower_partition(const Model& model, const Partition& partition,
   Lowerer lowerer(model, partition);
   Draft draft = lowerer.run();
   skip_half_round_trips(draft, lowerer.float_casts());
+  fuse_quantized_convs(draft);
   fold_batch_norms(draft);
   fuse_activations(draft);
   fold_transposes_into_matmuls(draft);
