@@ -3,9 +3,12 @@
 // with its zero-point compensation once per run state, int32 sums scaled per output channel into
 // float32, then rounded half to even, shifted by the output's zero point and saturated, as ONNX
 // Runtime's QLinearConv requantizes (oneDNN would round after adding the zero point, which breaks
-// ties the other way for an odd zero point).
+// ties the other way for an odd zero point). Only where oneDNN's int8 sums are exact (VNNI).
 
 #include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <new>
 #include <limits>
 #include <optional>
 
@@ -31,6 +34,9 @@ struct QConvPlan final : OpPlan {
   QConvPlan(const ref::Op& op, const std::vector<const ref::Value*>& in, const ref::Value& out)
       : channels(out.dims[1]), positions(out.dims[2] * out.dims[3]), batch(out.dims[0]),
         y_zero_point(static_cast<float>(op.get_int("y_zero_point", 0))), unsigned_out(out.dtype == ref::DType::kUInt8) {
+    if (!onednn::exact_int8_convolution())
+      throw Error(ErrorCode::kInvalidBinary, "QLinearConv needs exact int8 convolutions (VNNI), which " +
+                                                 onednn::architecture() + " does not have");
     const Dims& x = in[0]->dims;
     const Dims& w = in[1]->dims;
     const int64_t group = op.get_int("group", 1);
@@ -72,11 +78,15 @@ struct QConvPlan final : OpPlan {
 
   std::unique_ptr<OpState> make_state() const override { return std::make_unique<State>(); }
 
-  // The weight in the primitive's layout, made from the binary's on the first run of a run state,
-  // and oneDNN's memory objects around the run's buffers, made again only for a buffer that moved.
+  // The weight in the primitive's layout, made from the binary's on the first run of a run state
+  // (kept only once made whole), and oneDNN's memory objects around the run's buffers, made again
+  // only for a buffer that moved.
   struct State final : OpState {
     enum Slot : size_t { kGivenSrc, kSrc, kWeight, kDst, kPad, kBias, kSlots };
-    std::vector<uint8_t> weight;
+    struct Free {
+      void operator()(uint8_t* p) const { std::free(p); }
+    };
+    std::unique_ptr<uint8_t, Free> weight;
     std::pair<const void*, dnnl::memory> memories[kSlots];
     const dnnl::memory& at(Slot slot, const Desc& desc, const void* data) {
       auto& [where, memory] = memories[slot];
@@ -131,17 +141,20 @@ void qlinear_conv(Ins in, const Output& out) {
   std::optional<QConvPlan::State> own;  // called without a run state (a test): made for this run alone
   auto& state = out.state ? static_cast<QConvPlan::State&>(*out.state) : own.emplace();
   using Slot = QConvPlan::State::Slot;
-  if (state.weight.empty()) {
-    state.weight.resize(p.weight.get_size());
+  if (!state.weight) {
+    const size_t bytes = aligned(p.weight.get_size());
+    std::unique_ptr<uint8_t, QConvPlan::State::Free> laid(static_cast<uint8_t*>(std::aligned_alloc(kAlign, bytes)));
+    if (!laid) throw std::bad_alloc();
     onednn::reorder(p.to_weight, dnnl::memory(p.weight_given, onednn::engine(), const_cast<void*>(in[1].data)),
-                    state.at(Slot::kWeight, p.weight, state.weight.data()));
+                    dnnl::memory(p.weight, onednn::engine(), laid.get()));
+    state.weight = std::move(laid);
   }
   uint8_t* scratch = out.scratch;
   onednn::reorder(p.to_src, state.at(Slot::kGivenSrc, p.src_given, in[0].data), state.at(Slot::kSrc, p.src, scratch + p.src_at));
   const bool bias = in.size() > 2 && in[2].present();
   const dnnl_exec_arg_t args[] = {
       {DNNL_ARG_SRC, state.at(Slot::kSrc, p.src, scratch + p.src_at).get()},
-      {DNNL_ARG_WEIGHTS, state.at(Slot::kWeight, p.weight, state.weight.data()).get()},
+      {DNNL_ARG_WEIGHTS, state.at(Slot::kWeight, p.weight, state.weight.get()).get()},
       {DNNL_ARG_DST, state.at(Slot::kDst, p.dst, scratch + p.dst_at).get()},
       {DNNL_ARG_SCRATCHPAD, state.at(Slot::kPad, p.pad, scratch + p.pad_at).get()},
       {DNNL_ARG_BIAS, bias ? state.at(Slot::kBias, p.bias, in[2].data).get() : nullptr}};
@@ -152,4 +165,6 @@ void qlinear_conv(Ins in, const Output& out) {
 }
 
 }  // namespace kernels
+
+bool runs_qlinear_conv() { return onednn::exact_int8_convolution(); }
 }  // namespace ctxgen::runtime

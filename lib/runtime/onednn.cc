@@ -53,6 +53,12 @@ const char* isa_name(dnnl::cpu_isa isa) {
 
 }  // namespace
 
+bool exact_int8_convolution() {
+  const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+  return isa == dnnl::cpu_isa::avx2_vnni || isa == dnnl::cpu_isa::avx512_core_vnni ||
+         isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
+}
+
 std::string architecture() {
   const dnnl_version_t* v = dnnl_version();
 #if defined(__x86_64__)

@@ -31,6 +31,11 @@ class OneThread {
 void execute(const dnnl::primitive& primitive, const dnnl_exec_arg_t* args, int count);
 void reorder(const dnnl::reorder& primitive, const dnnl::memory& from, const dnnl::memory& to);
 
+// Whether oneDNN's 8-bit convolutions sum exactly on this CPU: with VNNI's int32 dot products.
+// Without it, oneDNN 2.6 halves int8 weights (for a signed image) or saturates 16-bit pair sums (for
+// an unsigned one).
+bool exact_int8_convolution();
+
 // The CPU feature level oneDNN chooses its kernels and weight layouts by, with its version:
 // "x86_64 avx2, oneDNN 2.6.3". Weights packed on one level are laid out for it alone.
 std::string architecture();

@@ -893,6 +893,7 @@ TEST(RefLower, AQdqConvUnitCompilesWholeKeepingItsIntegers) {
 // With the bias scale exactly x_scale * w_scale, the unit becomes one QLinearConv reading the
 // integers as stored, and computes ONNX Runtime's fused arithmetic: integer sums, one rounding.
 TEST(RefLower, An8BitConvUnitBecomesOneQLinearConv) {
+  if (!runtime::runs_qlinear_conv()) GTEST_SKIP() << "this CPU has no VNNI: 8-bit Conv units stay as they are";
   auto l = lower(testing::qdq_conv_unit("", onnx::TensorProto::UINT8, {128}, true).load());
   const auto& p = l->program();
   EXPECT_EQ(op_types(p), (std::vector<std::string>{"QuantizeLinear", "QLinearConv", "DequantizeLinear"}));
@@ -917,6 +918,22 @@ TEST(RefLower, An8BitConvUnitBecomesOneQLinearConv) {
         const float yq = std::clamp(std::nearbyint(static_cast<float>(acc) * scale) + 128, 0.0f, 255.0f);
         EXPECT_EQ(got[static_cast<size_t>(m * 4 + r * 2 + c)], (yq - 128) * 0.02f) << m << r << c;
       }
+}
+
+// Units the fused op cannot express stay as they are: a weight scale of 0 (a pruned channel) makes
+// a requantization scale of 0, and an int8 image is not a unit ONNX Runtime fuses on x86.
+TEST(RefLower, ConvUnitsTheFusedOpCannotExpressStay) {
+  auto zero_scale = testing::qdq_conv_unit("", onnx::TensorProto::UINT8, {128}, true);
+  for (auto& t : *zero_scale.proto().mutable_graph()->mutable_initializer())
+    if (t.name() == "w_scale") {
+      const float scales[2] = {0.1f, 0.0f};
+      t.set_raw_data(std::string(reinterpret_cast<const char*>(scales), sizeof scales));
+    }
+  const auto zero_ops = op_types(lower(zero_scale.load())->program());
+  EXPECT_EQ(std::count(zero_ops.begin(), zero_ops.end(), std::string("Conv")), 1);
+  const auto signed_ops = op_types(lower(testing::qdq_conv_unit("", onnx::TensorProto::INT8, {0xFB}, true).load())->program());
+  EXPECT_EQ(std::count(signed_ops.begin(), signed_ops.end(), std::string("Conv")), 1);
+  EXPECT_EQ(std::count(signed_ops.begin(), signed_ops.end(), std::string("QLinearConv")), 0);
 }
 
 // A float16 model: the ops that do not take half values compute in float32 between Casts, with no

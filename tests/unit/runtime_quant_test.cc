@@ -284,17 +284,17 @@ TEST(RuntimeQuant, ConvIntegerIsExactWithPaddingGroupsAndZeroPoints) {
       }
 }
 
-// QLinearConv against its integer arithmetic done by hand: uint8 and int8 images with a zero
-// point, int8 weights, an int32 bias, a scale per output channel, padding, strides and groups,
-// and halves that round to even on either side of an odd zero point.
+// QLinearConv against its integer arithmetic done by hand: a uint8 image with a zero point, int8
+// weights, an int32 bias, a scale per output channel, padding, strides and groups, and halves that
+// round to even before an odd zero point is added. Where the CPU has no VNNI, oneDNN's int8 sums
+// are not exact and the op refuses to run (the compiler does not make it there).
 TEST(RuntimeQuant, QLinearConvIsExactInteger) {
-  for (const auto& [group, stride, x_type, y_type] :
-       std::vector<std::tuple<int64_t, int64_t, DType, DType>>{{1, 1, DType::kUInt8, DType::kUInt8}, {2, 2, DType::kInt8, DType::kInt8},
-                                                               {1, 2, DType::kUInt8, DType::kInt8}}) {
+  if (!runtime::runs_qlinear_conv()) GTEST_SKIP() << "this CPU has no VNNI: QLinearConv is not made for it";
+  for (const auto& [group, stride, x_zero, y_zero] :
+       std::vector<std::array<int64_t, 4>>{{1, 1, 3, 7}, {2, 2, 128, 0}, {1, 2, 0, 255}}) {
     SCOPED_TRACE(std::to_string(group) + " groups, stride " + std::to_string(stride));
     const int64_t n = 2, c = 4, h = 5, w = 6, m = 4, kh = 3, kw = 3;
-    const bool x_unsigned = x_type == DType::kUInt8, y_unsigned = y_type == DType::kUInt8;
-    const int x_zero = x_unsigned ? 3 : -2, y_zero = y_unsigned ? 7 : -3;
+    const DType x_type = DType::kUInt8, y_type = DType::kUInt8;
     Bytes x(static_cast<size_t>(n * c * h * w));
     for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<uint8_t>((i * 73 + 5) % 256);
     std::vector<int8_t> wt(static_cast<size_t>(m * (c / group) * kh * kw));
@@ -316,7 +316,7 @@ TEST(RuntimeQuant, QLinearConvIsExactInteger) {
           ints_attr("dilations", {1, 1}), int_attr("group", group), sc, int_attr("x_zero_point", x_zero),
           int_attr("y_zero_point", y_zero), int_attr("dtype", static_cast<int64_t>(y_type))});
     const Bytes got = run_bytes(b.program(), {x}, {bytes_of(wt), bytes_of(bias)})[0];
-    const auto value = [&](size_t i) { return x_unsigned ? static_cast<int>(x[i]) : static_cast<int>(static_cast<int8_t>(x[i])); };
+    const auto value = [&](size_t i) { return static_cast<int>(x[i]); };
     for (int64_t ni = 0; ni < n; ++ni)
       for (int64_t mi = 0; mi < m; ++mi)
         for (int64_t i = 0; i < oh; ++i)
@@ -332,9 +332,8 @@ TEST(RuntimeQuant, QLinearConvIsExactInteger) {
                          wt[static_cast<size_t>(((mi * (c / group) + ci) * kh + a) * kw + bb)];
                 }
             const float q = std::nearbyint(static_cast<float>(acc) * scales[static_cast<size_t>(mi)]) + static_cast<float>(y_zero);
-            const int want = static_cast<int>(std::clamp(q, y_unsigned ? 0.0f : -128.0f, y_unsigned ? 255.0f : 127.0f));
-            const uint8_t byte = got[static_cast<size_t>(((ni * m + mi) * oh + i) * ow + j)];
-            EXPECT_EQ(y_unsigned ? static_cast<int>(byte) : static_cast<int>(static_cast<int8_t>(byte)), want) << ni << mi << i << j;
+            const int want = static_cast<int>(std::clamp(q, 0.0f, 255.0f));
+            EXPECT_EQ(static_cast<int>(got[static_cast<size_t>(((ni * m + mi) * oh + i) * ow + j)]), want) << ni << mi << i << j;
           }
   }
 }

@@ -341,12 +341,14 @@ bool zero_points_are_zero(const Draft& d, int32_t v) {
 }
 
 // 8-bit Conv units become one QLinearConv on oneDNN's int8 convolution, as ONNX Runtime fuses
-// them (integer sums, one requantization; docs/ops.md, "Quantized models"): a 2-D Conv reading a
-// uint8 or int8 image through a DequantizeLinear with one scale, an int8 weight through one with
+// them on x86 (integer sums, one requantization; docs/ops.md, "Quantized models"): a 2-D Conv
+// reading a uint8 image through a DequantizeLinear with one scale, an int8 weight through one with
 // one scale or one per output channel and zero points of 0, and an int32 bias through one whose
 // scale is x_scale * w_scale (a weight, or the Mul a QLinearConv becomes), its result read only by
-// a QuantizeLinear to uint8 or int8 with one scale. The integers stay in the .bin as they are.
+// a QuantizeLinear to uint8 with one scale. The integers stay in the .bin as they are. Only where
+// oneDNN's int8 sums are exact (the compiling CPU's level, which the binary records, has VNNI).
 void fuse_quantized_convs(Draft& d) {
+  if (!runtime::runs_qlinear_conv()) return;
   const auto producer = producers(d);
   const auto reads = readers(d);
   auto& ops = d.program.ops;
@@ -356,10 +358,7 @@ void fuse_quantized_convs(Draft& d) {
                ? &ops[static_cast<size_t>(p)]
                : nullptr;
   };
-  const auto eight_bit = [&](int32_t v) {
-    const ref::DType t = d.value(v).dtype;
-    return t == ref::DType::kUInt8 || t == ref::DType::kInt8;
-  };
+  const auto unsigned_8bit = [&](int32_t v) { return d.value(v).dtype == ref::DType::kUInt8; };
   std::vector<bool> removed(ops.size(), false);
   for (size_t i = 0; i < ops.size(); ++i) {
     const ref::Op& conv = ops[i];
@@ -370,8 +369,8 @@ void fuse_quantized_convs(Draft& d) {
     const ref::Op& q = ops[q_at];
     const ref::Op* dx = made_by(conv.inputs[0], "DequantizeLinear");
     const ref::Op* dw = made_by(conv.inputs[1], "DequantizeLinear");
-    if (q.type != "QuantizeLinear" || q.get_int("block_size", 0) != 0 || !dx || !dw || !eight_bit(dx->inputs[0]) ||
-        !eight_bit(q.outputs[0]) || !d.is_weight(dw->inputs[0]) || d.value(dw->inputs[0]).dtype != ref::DType::kInt8)
+    if (q.type != "QuantizeLinear" || q.get_int("block_size", 0) != 0 || !dx || !dw || !unsigned_8bit(dx->inputs[0]) ||
+        !unsigned_8bit(q.outputs[0]) || !d.is_weight(dw->inputs[0]) || d.value(dw->inputs[0]).dtype != ref::DType::kInt8)
       continue;
     const auto xs = weight_floats(d, dx->inputs[1]), ws = weight_floats(d, dw->inputs[1]), ys = weight_floats(d, q.inputs[1]);
     const auto xz = zero_point_of(d, dx->inputs.size() > 2 ? dx->inputs[2] : -1);
@@ -383,6 +382,7 @@ void fuse_quantized_convs(Draft& d) {
       continue;
     std::vector<float> scales;  // as ONNX Runtime's QLinearConv computes them
     for (float w : *ws) scales.push_back((*xs)[0] * w / (*ys)[0]);
+    if (!std::all_of(scales.begin(), scales.end(), [](float f) { return std::isfinite(f) && f > 0; })) continue;
     std::vector<int32_t> inputs = {dx->inputs[0], dw->inputs[0]};
     if (conv.inputs.size() > 2 && conv.inputs[2] >= 0) {
       const ref::Op* db = made_by(conv.inputs[2], "DequantizeLinear");

@@ -89,6 +89,8 @@ class Executable final : public GraphRunner {
 // oneDNN 2.6.3"). The `ref` backend's binaries carry it as their hardware architecture: weights
 // packed for one level are refused on another.
 std::string hardware_architecture();
+// Whether this CPU runs QLinearConv (kernels_qconv.cc): its int8 convolutions must sum exactly.
+bool runs_qlinear_conv();
 
 // The identity of the `ref` backend's binaries on this machine: what its compiler writes and its
 // runtime runs (ref_identity.h, and this CPU's hardware_architecture()).
