@@ -3,8 +3,8 @@
 // what ONNX Runtime's CPU kernels compute: x / scale rounded half to even, plus the zero point,
 // saturated (NaN saturates to the type's lowest value, as x86 min/max give); and
 // (x - zero_point) * scale with the difference taken in integers. MatMulNBits, whose 4- or 8-bit
-// weights stay packed: they are dequantized a block at a time as the product runs. MatMulInteger
-// and ConvInteger, summing integer products exactly; DynamicQuantizeLinear.
+// weights stay packed: they are dequantized a slab of columns at a time as the product runs.
+// MatMulInteger and ConvInteger, summing integer products exactly; DynamicQuantizeLinear.
 
 #include <algorithm>
 #include <cmath>
