@@ -242,6 +242,22 @@ T wrapping_sub(T a, T b) { return wrapping(a, b, std::minus<>()); }
 template <typename T>
 T wrapping_mul(T a, T b) { return wrapping(a, b, std::multiplies<>()); }
 
+// round_half_even(value) + zero_point, saturated to Q; NaN gives Q's lowest value (as x86 min/max
+// give in ONNX Runtime's kernels). Adding then subtracting 1.5 * 2^23 rounds a float of magnitude
+// below 2^22 to an integer, ties to even, in plain arithmetic a loop vectorises (nearbyint is a
+// library call without SSE4.1); values are first held within +-2^22, which saturates them the same.
+template <typename Q>
+Q quantized_as(float value, float zero_point) {
+  constexpr float kRound = 12582912.0f, kBound = 4194304.0f;
+  constexpr auto lo = static_cast<float>(std::numeric_limits<Q>::lowest());
+  constexpr auto hi = static_cast<float>(std::numeric_limits<Q>::max());
+  float q = value >= -kBound ? value : -kBound;  // NaN too
+  q = q <= kBound ? q : kBound;
+  q = (q + kRound) - kRound + zero_point;
+  q = q >= lo ? q : lo;
+  return static_cast<Q>(q <= hi ? q : hi);
+}
+
 // The plan of the op `out` belongs to, as the type its planner made.
 template <typename P>
 const P& plan_of(const Output& out) {

@@ -111,21 +111,11 @@ struct QConvPlan final : OpPlan {
 // shifted, saturated.
 template <typename Q>
 void requantize(const QConvPlan& p, const float* sums, Q* y) {
-  constexpr float kRound = 12582912.0f, kBound = 4194304.0f;  // as QuantizeLinear (kernels_quant.cc)
-  constexpr auto lo = static_cast<float>(std::numeric_limits<Q>::lowest());
-  constexpr auto hi = static_cast<float>(std::numeric_limits<Q>::max());
   for (int64_t n = 0; n < p.batch; ++n)
     for (int64_t c = 0; c < p.channels; ++c) {
       const float* from = sums + n * p.positions * p.channels + c;
       Q* to = y + (n * p.channels + c) * p.positions;
-      for (int64_t i = 0; i < p.positions; ++i) {
-        float q = from[i * p.channels];
-        q = q >= -kBound ? q : -kBound;
-        q = q <= kBound ? q : kBound;
-        q = (q + kRound) - kRound + p.y_zero_point;
-        q = q >= lo ? q : lo;
-        to[i] = static_cast<Q>(q <= hi ? q : hi);
-      }
+      for (int64_t i = 0; i < p.positions; ++i) to[i] = quantized_as<Q>(from[i * p.channels], p.y_zero_point);
     }
 }
 

@@ -73,26 +73,12 @@ void quantize(Ins in, const Output& out) {
   const float* scale = in[1].f32();
   const Q* zero_point = in.size() > 2 && in[2].present() ? in[2].as<Q>() : nullptr;
   Q* y = out.as<Q>();
-  constexpr auto lo = static_cast<float>(std::numeric_limits<Q>::lowest());
-  constexpr auto hi = static_cast<float>(std::numeric_limits<Q>::max());
-  // Adding then subtracting 1.5 * 2^23 rounds a float of magnitude below 2^22 to an integer, ties
-  // to even, in plain arithmetic the loop vectorises (nearbyint is a library call without SSE4.1).
-  // Quotients are first held within +-2^22, which saturates them all the same.
-  constexpr float kRound = 12582912.0f, kBound = 4194304.0f;
   for_rows(p, out, [&](int64_t r, int64_t begin, int64_t end) {
     const int64_t s0 = p.row_scale(r / p.extent, r % p.extent), step = p.step();
     const float* xr = x + r * p.inner;
     Q* yr = y + r * p.inner;
-    for (int64_t i = begin; i < end; ++i) {
-      float q = xr[i] / scale[s0 + i * step];
-      q = q >= -kBound ? q : -kBound;  // NaN too
-      q = q <= kBound ? q : kBound;
-      q = (q + kRound) - kRound;
-      if (zero_point) q += static_cast<float>(zero_point[s0 + i * step]);
-      q = q >= lo ? q : lo;
-      q = q <= hi ? q : hi;
-      yr[i] = static_cast<Q>(q);
-    }
+    for (int64_t i = begin; i < end; ++i)
+      yr[i] = quantized_as<Q>(xr[i] / scale[s0 + i * step], zero_point ? static_cast<float>(zero_point[s0 + i * step]) : 0.0f);
   });
 }
 

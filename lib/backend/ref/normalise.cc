@@ -1289,6 +1289,14 @@ void quantized(Parts& parts, const NodeView& v, const std::string& y, size_t i) 
             {int_attr("axis", 0), int_attr("block_size", 0), int_attr("dtype", static_cast<int64_t>(t))}, parts.out());
 }
 
+// The int32 bias at input `i` dequantized with scale a_scale x b_scale (inputs 1 and 4), one value
+// or one per index of the bias's last dim.
+std::string dequantized_bias(Parts& parts, const NodeView& v, size_t i) {
+  const std::string scale = parts.add("Mul", {v.input(1), v.input(4)}, {});
+  const int64_t axis = std::max<int64_t>(static_cast<int64_t>(v.input_dims(i).size()) - 1, 0);
+  return parts.add("DequantizeLinear", {v.input(i), scale, ""}, {int_attr("axis", axis), int_attr("block_size", 0)});
+}
+
 // QLinearConv: what its QDQ unit computes (docs/ops.md, "Quantized models"): x and w dequantized
 // (w per output channel), the int32 bias dequantized with scale x_scale * w_scale, a float32 Conv,
 // the result quantized.
@@ -1300,8 +1308,7 @@ std::vector<NormalisedNode> qlinear_conv(const NodeView& v) {
   std::string bias;
   if (v.has_input(8)) {
     if (v.input_dims(8) != std::vector<int64_t>{w[0]}) refuse("bias dims " + dims_text(v.input_dims(8)) + ", expected [" + std::to_string(w[0]) + "]");
-    const std::string scale = parts.add("Mul", {v.input(1), v.input(4)}, {});
-    bias = parts.add("DequantizeLinear", {v.input(8), scale, ""}, {int_attr("axis", 0), int_attr("block_size", 0)});
+    bias = dequantized_bias(parts, v, 8);
   }
   quantized(parts, v, parts.add("Conv", {xf, wf, bias}, attrs), 6);
   return parts.take();
@@ -1347,9 +1354,7 @@ std::vector<NormalisedNode> qlinear_microsoft(const NodeView& v) {
     if (v.has_input(6)) {
       // C's scale is alpha x a_scale x b_scale.
       if (v.float_attr("alpha", 1.0f) != 1.0f) refuse("QGemm with a bias and alpha other than 1");
-      const std::string scale = parts.add("Mul", {v.input(1), v.input(4)}, {});
-      const int64_t axis = static_cast<int64_t>(v.input_dims(6).size()) - 1;
-      bias = parts.add("DequantizeLinear", {v.input(6), scale, ""}, {int_attr("axis", axis < 0 ? 0 : axis), int_attr("block_size", 0)});
+      bias = dequantized_bias(parts, v, 6);
     }
     const std::vector<ref::Attr> attrs = {int_attr("transA", trans_a ? 1 : 0), int_attr("transB", trans_b ? 1 : 0),
                                           float_attr("alpha", v.float_attr("alpha", 1.0f)), float_attr("beta", 1.0f),
