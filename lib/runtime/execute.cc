@@ -77,7 +77,8 @@ struct Plans {
   };
   std::vector<Step> steps;
   std::vector<int32_t> input_ids;   // every op's input value ids, op after op (-1: absent)
-  std::vector<void*> weights;       // by value id, nullptr for values that are not weights
+  std::vector<void*> weights;       // by value id: weights and session constants, else nullptr
+  std::vector<std::unique_ptr<uint8_t[]>> constants;  // the session constants' buffers
   std::vector<size_t> caller_values;  // ids of the values whose buffers the caller gives
   uint64_t scratch_at = 0;          // in the arena
   uint64_t arena_bytes = 0;         // with the scratch
@@ -98,6 +99,56 @@ namespace {
 
 // An empty tensor may come without a buffer; kernels still pass its address to memcpy.
 const float kNoElements = 0;
+
+// Calls op k's kernel on buffers bound to its input values.
+void call(const ref::Program& program, const Plans& plans, size_t k, const Tensor* inputs, void* out,
+          const ParallelFor& parallel, uint8_t* scratch, OpState* state) {
+  const Plans::Step& step = plans.steps[k];
+  const ref::Op& op = program.ops[k];
+  try {
+    step.def->kernel(Ins(inputs, op.inputs.size()),
+                     Output{&program.values[step.out], out, &parallel, step.plan.get(), scratch, state});
+  } catch (const Error& e) {
+    throw e.within("ref program: op " + std::to_string(k) + " (" + op.type + ")");
+  }
+}
+
+// Values the ops compute from weights alone (a weight dequantized or widened from its stored
+// precision, a weight laid out for a Conv at this CPU level: the compiler keeps weights in the .bin
+// as the model stores them) are the same on every run, so they are computed once, here, and read
+// like weights by every run of the program. They hold at most the arena and 16 times the weights
+// (a dequantized int8 weight is 4 times its bytes, a packed Conv weight a little more): a damaged
+// program cannot make a session hold more than it would run with; past that, ops run every time.
+void compute_constants(const ref::Program& program, Plans& plans) {
+  const ParallelFor serial;
+  uint64_t budget = program.arena_bytes;
+  for (const ref::Value& v : program.values)
+    if (v.kind == ref::ValueKind::kWeight && __builtin_add_overflow(budget, 16 * v.byte_size(), &budget)) budget = UINT64_MAX;
+  std::vector<Tensor> ins;
+  for (size_t k = 0; k < plans.steps.size(); ++k) {
+    Plans::Step& step = plans.steps[k];
+    const ref::Op& op = program.ops[k];
+    const ref::Value& out = program.values[step.out];
+    const bool from_weights = !op.inputs.empty() && std::all_of(op.inputs.begin(), op.inputs.end(), [&](int32_t id) {
+      return id < 0 || plans.weights[static_cast<size_t>(id)] != nullptr;
+    });
+    if (step.skip || !from_weights || out.kind != ref::ValueKind::kArena) continue;
+    const uint64_t scratch_bytes = step.plan ? step.plan->scratch_bytes : 0;
+    if (out.byte_size() > budget) continue;
+    budget -= out.byte_size();
+    ins.clear();
+    for (int32_t id : op.inputs)
+      ins.push_back(id < 0 ? Tensor{} : Tensor{&program.values[static_cast<size_t>(id)], plans.weights[static_cast<size_t>(id)]});
+    auto buffer = std::make_unique_for_overwrite<uint8_t[]>(out.byte_size() + scratch_bytes + 2 * kScratchAlignment);
+    auto* data = buffer.get() + (kScratchAlignment - reinterpret_cast<uintptr_t>(buffer.get()) % kScratchAlignment);
+    auto* scratch = data + (out.byte_size() + kScratchAlignment - 1) / kScratchAlignment * kScratchAlignment;
+    const std::unique_ptr<OpState> state = step.plan ? step.plan->make_state() : nullptr;
+    call(program, plans, k, ins.data(), data, serial, scratch, state.get());
+    plans.weights[step.out] = data;
+    plans.constants.push_back(std::move(buffer));
+    step.skip = true;
+  }
+}
 
 std::unique_ptr<const Plans> plan_ops(const ref::Program& program, const WeightLookup& weights) {
   auto plans = std::make_unique<Plans>();
@@ -138,6 +189,7 @@ std::unique_ptr<const Plans> plan_ops(const ref::Program& program, const WeightL
     // Kernels only write outputs and arena values (validate() guarantees it), never inputs or weights.
     plans->weights[id] = const_cast<void*>(at ? static_cast<const void*>(at) : &kNoElements);
   }
+  compute_constants(program, *plans);
   return plans;
 }
 
@@ -151,7 +203,8 @@ std::unique_ptr<RunState> make_state(const ref::Program& program, const Plans& p
   state->scratch = state->arena.data() + plans.scratch_at + ((kScratchAlignment - base % kScratchAlignment) % kScratchAlignment);
   state->buffers = plans.weights;
   for (size_t id = 0; id < program.values.size(); ++id)
-    if (program.values[id].kind == ref::ValueKind::kArena) state->buffers[id] = state->arena.data() + program.values[id].index;
+    if (program.values[id].kind == ref::ValueKind::kArena && !plans.weights[id])
+      state->buffers[id] = state->arena.data() + program.values[id].index;
   state->tensors.resize(plans.input_ids.size());
   for (const Plans::Step& step : plans.steps) state->ops.push_back(step.plan ? step.plan->make_state() : nullptr);
   return state;
@@ -177,14 +230,8 @@ void run_ops(const ref::Program& program, const Plans& plans, RunState& state, c
   for (size_t k = 0; k < plans.steps.size(); ++k) {
     const Plans::Step& step = plans.steps[k];
     if (step.skip) continue;
-    const ref::Op& op = program.ops[k];
-    try {
-      step.def->kernel(Ins(state.tensors.data() + step.first_input, op.inputs.size()),
-                       Output{&program.values[step.out], state.buffers[step.out], &parallel, step.plan.get(), state.scratch,
-                              state.ops[k].get()});
-    } catch (const Error& e) {
-      throw e.within("ref program: op " + std::to_string(k) + " (" + op.type + ")");
-    }
+    call(program, plans, k, state.tensors.data() + step.first_input, state.buffers[step.out], parallel, state.scratch,
+         state.ops[k].get());
   }
 }
 

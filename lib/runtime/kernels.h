@@ -382,6 +382,8 @@ void matmul(Ins, const Output&);
 void gemm(Ins, const Output&);
 void conv(Ins, const Output&);  // kernels_conv.cc
 std::unique_ptr<OpPlan> plan_conv(const ref::Op&, const std::vector<const ref::Value*>&, const ref::Value&);
+void conv_weight(Ins, const Output&);  // a plain Conv weight laid out as a packed Conv reads it
+std::unique_ptr<OpPlan> plan_conv_weight(const ref::Op&, const std::vector<const ref::Value*>&, const ref::Value&);
 void max_pool(Ins, const Output&);
 void average_pool(Ins, const Output&);
 void conv_transpose(Ins, const Output&);

@@ -563,15 +563,35 @@ uint64_t packed_conv_weight_bytes(const ref::Op& op) { return recorded_weight(op
 
 uint64_t packed_conv_plans_made() { return g_plans_made; }
 
+namespace {
+
+// A plain weight and its packed layout, as a Conv's attributes (weight_shape, group, weight_layout)
+// give them.
+struct WeightLayouts final : OpPlan {
+  Desc plain, packed;
+};
+
+WeightLayouts weight_layouts(const ref::Op& op) {
+  WeightLayouts w;
+  w.packed = recorded_weight(op);
+  w.plain = plain_desc(grouped(op.get_ints("weight_shape"), op.get_int("group", 1)));
+  return w;
+}
+
+void lay_out(const WeightLayouts& w, const void* weight, void* packed) {
+  dnnl::memory src = memory_at(w.plain, weight), dst = memory_at(w.packed, packed);
+  onednn::OneThread one;
+  dnnl::reorder(src, dst).execute(onednn::stream(), src, dst);
+  onednn::stream().wait();
+}
+
+}  // namespace
+
 MadeBytes pack_conv_weight(const ref::Op& op, const uint8_t* weight) {
   try {
-    const Desc want = recorded_weight(op);
-    MadeBytes packed(want.get_size());
-    const Desc from = plain_desc(grouped(op.get_ints("weight_shape"), op.get_int("group", 1)));
-    dnnl::memory src = memory_at(from, weight), dst = memory_at(want, packed.data());
-    onednn::OneThread one;
-    dnnl::reorder(src, dst).execute(onednn::stream(), src, dst);
-    onednn::stream().wait();
+    const WeightLayouts w = weight_layouts(op);
+    MadeBytes packed(w.packed.get_size());
+    lay_out(w, weight, packed.data());
     return packed;
   } catch (const dnnl::error& e) {
     throw Error(ErrorCode::kInternal, std::string("oneDNN cannot pack this convolution's weight: ") + e.what());
@@ -629,6 +649,27 @@ std::unique_ptr<OpPlan> plan_conv(const ref::Op& op, const std::vector<const ref
   plan->packed = planned().find(planned_key(op, x, out.dims, bias), [&] { return plan_packed(op, weight, x, out.dims, bias); });
   plan->scratch_bytes = plan->packed->scratch_bytes;
   return plan;
+}
+
+std::unique_ptr<OpPlan> plan_conv_weight(const ref::Op& op, const std::vector<const ref::Value*>&, const ref::Value& out) {
+  try {
+    auto plan = std::make_unique<WeightLayouts>(weight_layouts(op));
+    if (plan->packed.get_size() != out.byte_size())
+      throw Error(ErrorCode::kInvalidBinary, "its recorded layout (weight_layout) spans " +
+                                                 std::to_string(plan->packed.get_size()) + " bytes, its output " +
+                                                 std::to_string(out.byte_size()));
+    return plan;
+  } catch (const dnnl::error& e) {
+    throw cannot_run(e);
+  }
+}
+
+void conv_weight(Ins in, const Output& out) {
+  try {
+    lay_out(plan_of<WeightLayouts>(out), in[0].data, out.data);
+  } catch (const dnnl::error& e) {
+    throw cannot_run(e);
+  }
 }
 
 void conv(Ins in, const Output& out) {

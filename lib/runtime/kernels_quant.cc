@@ -77,6 +77,11 @@ void quantize(Ins in, const Output& out) {
     const int64_t s0 = p.row_scale(r / p.extent, r % p.extent), step = p.step();
     const float* xr = x + r * p.inner;
     Q* yr = y + r * p.inner;
+    if (step == 0) {  // one scale for the row: a loop the compiler vectorises
+      const float s = scale[s0], zero = zero_point ? static_cast<float>(zero_point[s0]) : 0.0f;
+      for (int64_t i = begin; i < end; ++i) yr[i] = quantized_as<Q>(xr[i] / s, zero);
+      return;
+    }
     for (int64_t i = begin; i < end; ++i)
       yr[i] = quantized_as<Q>(xr[i] / scale[s0 + i * step], zero_point ? static_cast<float>(zero_point[s0 + i * step]) : 0.0f);
   });
@@ -94,6 +99,12 @@ void dequantize(Ins in, const Output& out) {
     const int64_t s0 = p.row_scale(r / p.extent, r % p.extent), step = p.step();
     const Q* xr = x + r * p.inner;
     float* yr = y + r * p.inner;
+    if (step == 0) {
+      const float s = scale[s0];
+      const Wide zero = zero_point ? static_cast<Wide>(zero_point[s0]) : 0;
+      for (int64_t i = begin; i < end; ++i) yr[i] = static_cast<float>(static_cast<Wide>(xr[i]) - zero) * s;
+      return;
+    }
     for (int64_t i = begin; i < end; ++i) {
       const int64_t s = s0 + i * step;
       const Wide zero = zero_point ? static_cast<Wide>(zero_point[s]) : 0;

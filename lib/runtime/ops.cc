@@ -370,7 +370,7 @@ ref::Value channels_first(const OpCheck& c, const ref::Value& v, const std::stri
 // blocks as (dim, size); kernels_conv.cc reads it) must be a blocked layout of the weight's dims
 // as oneDNN counts them whose every element lies inside the weight: oneDNN reads wherever it
 // points.
-void expect_packed_layout(const OpCheck& c, const Dims& dims) {
+int64_t packed_layout_span(const OpCheck& c, const Dims& dims) {
   const Dims layout = c.ints_attr("weight_layout");
   const size_t rank = dims.size();
   constexpr size_t kMaxBlocks = 12;  // oneDNN's DNNL_MAX_NDIMS
@@ -406,10 +406,7 @@ void expect_packed_layout(const OpCheck& c, const Dims& dims) {
     c.expect(!__builtin_mul_overflow(padded / block[i] - 1, stride, &reach) && !__builtin_add_overflow(last, reach, &last),
              bad("its offsets overflow"));
   }
-  c.expect(last < c.in(1).dims[0], [&] {
-    return "attribute 'weight_layout' " + dims_text(layout) + " reaches element " + std::to_string(last) +
-           " of a packed weight of " + std::to_string(c.in(1).dims[0]);
-  });
+  return last + 1;
 }
 
 OutType conv(const OpCheck& c) {
@@ -443,7 +440,13 @@ OutType conv(const OpCheck& c) {
   c.expect(x.dims[1] / group == wd[1] && x.dims[1] % group == 0 && wd[0] % group == 0,
            [&] { return "group " + std::to_string(group) + " does not fit input " + dims_text(x.dims) + " and weight " + dims_text(wd); });
   if (const ref::Value* bias = c.optional_in(2)) c.expect_dims(*bias, {wd[0]}, "bias");
-  if (packed) expect_packed_layout(c, grouped(wd, group));
+  if (packed) {
+    const int64_t span = packed_layout_span(c, grouped(wd, group));
+    c.expect(span <= c.in(1).dims[0], [&] {
+      return "attribute 'weight_layout' reaches element " + std::to_string(span - 1) + " of a packed weight of " +
+             std::to_string(c.in(1).dims[0]);
+    });
+  }
   Dims out = {x.dims[0], wd[0]};
   for (size_t a = 0; a < w.kernel.size(); ++a) out.push_back(window_output(c, x, w, a, false));
   // The kernel's im2col scratch holds (C/group x kernel) x output-positions floats.
@@ -454,6 +457,20 @@ OutType conv(const OpCheck& c) {
   fused_activation(c);
   if (dst_last) out = {out[0], 1, out[2], out[3], out[1]};
   return {DType::kFloat32, out};
+}
+
+// A plain Conv weight computed from weights (widened from float16, dequantized) is laid out for its
+// packed Conv once a session, as the compiler lays out a float32 weight in the .bin.
+OutType conv_weight(const OpCheck& c) {
+  c.arity(1, 1);
+  c.expect_inputs(DType::kFloat32);
+  const Dims& wd = c.in(0).dims;
+  c.expect(wd.size() >= 3 && wd.size() <= 5, [&] { return "weight dims " + dims_text(wd) + " are not those of a 1-3-D Conv"; });
+  c.expect(c.ints_attr("weight_shape", wd.size(), 1, kMaxElements) == wd,
+           [&] { return "attribute 'weight_shape' differs from weight dims " + dims_text(wd); });
+  const int64_t group = c.int_attr("group", 1, kIntMax);
+  c.expect(wd[0] % group == 0, [&] { return "group " + std::to_string(group) + " does not divide " + std::to_string(wd[0]); });
+  return {DType::kFloat32, {packed_layout_span(c, grouped(wd, group))}};
 }
 
 // ---- integer products ----------------------------------------------------------------------------
@@ -1071,6 +1088,7 @@ const std::vector<OpDef>& op_defs() {
       {"QLinearConv", qlinear_conv, k::qlinear_conv, true, k::plan_qlinear_conv},
       {"DynamicQuantizeLinear", dynamic_quantize_linear, k::dynamic_quantize_linear, true, k::plan_which_output},
       {"Conv", conv, k::conv, true, k::plan_conv},
+      {"ConvWeight", conv_weight, k::conv_weight, true, k::plan_conv_weight},
       {"MaxPool", max_pool, k::max_pool, true, k::plan_window},
       {"AveragePool", average_pool, k::average_pool, true, k::plan_window},
       {"BatchNormalization", batch_normalization, k::batch_normalization, true, k::plan_normalisation},

@@ -890,6 +890,28 @@ TEST(RefLower, AQdqConvUnitCompilesWholeKeepingItsIntegers) {
 }
 
 
+// A MatMul weight reached through a DequantizeLinear stays int8 in the store; the runtime
+// dequantizes it and lays it out [N, K] once a session (both ops read weights alone).
+TEST(RefLower, ADequantizedMatMulWeightIsTransposedOnceASession) {
+  auto l = lower(TestModel(13)
+                     .input("x", {2, 3})
+                     .tensor("w", {3, 2}, onnx::TensorProto::INT8, {1, 0xFF, 2, 0xFE, 3, 0x7F})
+                     .floats("s", {}, {0.5f})
+                     .node("DequantizeLinear", {"w", "s"}, {"wf"})
+                     .node("MatMul", {"x", "wf"}, {"y"})
+                     .output("y")
+                     .load());
+  const auto& p = l->program();
+  ASSERT_EQ(op_types(p), (std::vector<std::string>{"DequantizeLinear", "Transpose", "MatMul"}));
+  EXPECT_EQ(only_op(p, "MatMul").get_int("transB", 0), 1);
+  EXPECT_EQ(value(p, p.ops[0].inputs[0]).dtype, ref::DType::kInt8);
+  auto y = run_lowered(*l, {testing::bytes_of_floats({1, 2, 3, -1, 0, 1})});
+  std::vector<float> got(4);
+  std::memcpy(got.data(), y[0].data(), 16);
+  // w = [[1, -1], [2, -2], [3, 127]] / 2
+  EXPECT_EQ(got, (std::vector<float>{7.0f, 188.0f, 1.0f, 64.0f}));
+}
+
 // With the bias scale exactly x_scale * w_scale, the unit becomes one QLinearConv reading the
 // integers as stored, and computes ONNX Runtime's fused arithmetic: integer sums, one rounding.
 TEST(RefLower, An8BitConvUnitBecomesOneQLinearConv) {
@@ -938,7 +960,8 @@ TEST(RefLower, ConvUnitsTheFusedOpCannotExpressStay) {
 
 // A float16 model: the ops that do not take half values compute in float32 between Casts, with no
 // round trip through 16 bits between two of them (Conv and its Relu fuse again); the Transpose moves
-// half values; the weight stays float16 in the store.
+// half values; the weight stays float16 in the store, widened and laid out for the packed Conv by
+// ops the runtime runs once a session.
 TEST(RefLower, HalfPrecisionOpsComputeInFloat32AndKeepTheirWeightsHalf) {
   auto half_bytes = [](const std::vector<float>& v) {
     std::vector<uint8_t> b;
@@ -961,8 +984,11 @@ TEST(RefLower, HalfPrecisionOpsComputeInFloat32AndKeepTheirWeightsHalf) {
                      .output("y", kHalf)
                      .load());
   const auto& p = l->program();
-  EXPECT_EQ(op_types(p), (std::vector<std::string>{"Cast", "Cast", "Conv", "Cast", "Transpose", "Cast", "Sigmoid", "Cast"}));
+  EXPECT_EQ(op_types(p),
+            (std::vector<std::string>{"Cast", "Cast", "ConvWeight", "Conv", "Cast", "Transpose", "Cast", "Sigmoid", "Cast"}));
   EXPECT_EQ(only_op(p, "Conv").get_int("act", 0), static_cast<int64_t>(ref::Activation::kRelu));
+  EXPECT_EQ(only_op(p, "Conv").get_int("packed", 0), 1);
+  EXPECT_EQ(only_op(p, "ConvWeight").inputs[0], p.ops[1].outputs[0]);  // the weight's Cast
   for (const auto& v : p.values) {
     if (v.kind == ValueKind::kWeight) {
       EXPECT_EQ(v.dtype, ref::DType::kFloat16);

@@ -70,6 +70,28 @@ TEST(RuntimeExecutable, RunsAfterTheFirstAllocateNothing) {
   expect_near(z, {14, 3, 6, 1});
 }
 
+// An op computed from weights alone (a weight dequantized, laid out) runs once, when the program is
+// prepared: changing the weight's bytes afterwards changes no run, and the runs read the value the
+// first computation made.
+TEST(RuntimeExecutable, ValuesComputedFromWeightsAloneAreComputedOnce) {
+  ProgramBuilder b;
+  const int32_t x = b.input({4});
+  const int32_t w = b.weight({4}, 0, ref::DType::kInt8), scale = b.weight({}, 1);
+  const int32_t dq = b.arena({4}), y = b.output({4});
+  b.op("DequantizeLinear", {w, scale}, dq, {int_attr("axis", 0), int_attr("block_size", 0)});
+  b.op("Add", {x, dq}, y);
+  std::vector<Bytes> weights = {bytes_of<int8_t>({1, -2, 3, -128}), f32({0.5f})};
+  runtime::PreparedProgram prepared(b.program(), [&](uint32_t id) { return weights.at(id).data(); });
+  weights[0] = bytes_of<int8_t>({0, 0, 0, 0});  // same size: the buffer stays where it was
+  weights[1] = f32({100.0f});
+  const Bytes in = f32({10, 20, 30, 40});
+  Bytes out(16);
+  for (int run = 0; run < 2; ++run) {
+    prepared.run({in.data()}, {out.data()});
+    EXPECT_EQ(values_of<float>(out), (std::vector<float>{10.5f, 19, 31.5f, -24}));
+  }
+}
+
 TEST(RuntimeExecutable, RunsConcurrently) {
   Binary b;
   const runtime::Executable exe(b.binary, "g");

@@ -47,6 +47,37 @@ TEST(RuntimeHalf, FloatToHalfRoundsToNearestEvenOverEveryValue) {
   EXPECT_EQ(runtime::half_of(-1e-30f), 0x8000);
 }
 
+// The array conversions (F16C on x86) give the bits the one-value ones give: every half to float,
+// and to half every float of every 2^13th bit pattern (each exponent, ties, NaN payloads, the
+// subnormals), in runs of odd lengths so the scalar tails run too.
+TEST(RuntimeHalf, ArrayConversionsMatchTheScalarOnes) {
+  std::vector<uint16_t> halves(0x10000);
+  for (uint32_t h = 0; h < 0x10000; ++h) halves[h] = static_cast<uint16_t>(h);
+  std::vector<float> floats(halves.size());
+  runtime::floats_of_halves(halves.data(), floats.data(), static_cast<int64_t>(halves.size()));
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const float one = runtime::float_of_half(halves[h]);
+    ASSERT_EQ(std::isnan(one), std::isnan(floats[h])) << h;
+    if (!std::isnan(one)) {
+      ASSERT_EQ(std::memcmp(&one, &floats[h], sizeof one), 0) << h;
+    }
+  }
+  std::vector<float> wide;
+  for (uint64_t bits = 0; bits < (uint64_t{1} << 32); bits += 1 << 13) {
+    wide.push_back(float_of_bits(static_cast<uint32_t>(bits)));
+    wide.push_back(float_of_bits(static_cast<uint32_t>(bits) | 0x1000));  // a tie at 13 bits off
+    wide.push_back(float_of_bits(static_cast<uint32_t>(bits) | 0x1001));
+  }
+  for (int64_t length : {int64_t{7}, static_cast<int64_t>(wide.size())}) {
+    std::vector<uint16_t> narrow(static_cast<size_t>(length));
+    runtime::halves_of(wide.data(), narrow.data(), length);
+    for (int64_t i = 0; i < length; ++i) {
+      const uint16_t one = runtime::half_of(wide[static_cast<size_t>(i)]);
+      ASSERT_EQ(one, narrow[static_cast<size_t>(i)]) << std::hexfloat << wide[static_cast<size_t>(i)];
+    }
+  }
+}
+
 TEST(RuntimeHalf, FloatToBFloat16RoundsToNearestEvenOverEveryValue) {
   for (uint32_t b = 0; b < 0x10000; ++b) {
     const auto bits = static_cast<uint16_t>(b);

@@ -459,6 +459,11 @@ TEST(RuntimeKernels, PackedConvMatchesThePlainOne) {
     p.op("Conv", ids, p.output(y), packed_op.attrs);
     for (const runtime::ParallelFor& parallel : {runtime::ParallelFor{}, two_threads})
       expect_near(values_of<float>(run_bytes(p.program(), inputs, {}, parallel)[0]), plain, 1e-4f);  // sums of up to 288 terms near 10
+    // ConvWeight lays the plain weight out at run time exactly as the compiler packs it.
+    ProgramBuilder lay;
+    lay.op("ConvWeight", {lay.input(c.w)}, lay.output({static_cast<int64_t>(packed_w.size() / sizeof(float))}),
+           {ints_attr("weight_shape", c.w), int_attr("group", c.group), ints_attr("weight_layout", layout)});
+    EXPECT_EQ(run_bytes(lay.program(), {f32(w)})[0], Bytes(packed_w.begin(), packed_w.end()));
 
     // Computed channels last, its images given row-major or channels last ([N, 1, H, W, C]).
     if (!runtime::conv_runs_channels_last(packed_op, c.x, c.w, y, c.bias)) continue;

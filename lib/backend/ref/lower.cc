@@ -210,6 +210,21 @@ bool only_read_by(Draft& d, const std::vector<std::vector<size_t>>& reads, int32
   return d.value(v).kind == ValueKind::kArena && reads[static_cast<size_t>(v)] == std::vector<size_t>{reader};
 }
 
+// Values the runtime computes once a session because they are computed from weights alone
+// (runtime/execute.cc): weights the model stores at another precision, dequantized or widened to
+// float32, which the folder keeps as stored (evaluate.cc).
+std::vector<bool> computed_from_weights(const Draft& d) {
+  std::vector<bool> constant(d.program.values.size(), false);
+  for (size_t v = 0; v < constant.size(); ++v) constant[v] = d.is_weight(static_cast<int32_t>(v));
+  for (const ref::Op& op : d.program.ops) {
+    const bool all = !op.inputs.empty() && std::all_of(op.inputs.begin(), op.inputs.end(), [&](int32_t v) {
+      return v < 0 || constant[static_cast<size_t>(v)];
+    });
+    for (int32_t v : op.outputs) constant[static_cast<size_t>(v)] = all && d.program.values[static_cast<size_t>(v)].kind == ValueKind::kArena;
+  }
+  return constant;
+}
+
 void set_attr(ref::Op& op, ref::Attr attr) {
   for (auto& a : op.attrs)
     if (a.name == attr.name) {
@@ -498,14 +513,28 @@ void fold_transposes_into_matmuls(Draft& d) {
 // by every op reading it.
 void pack_matmul_weights(Draft& d) {
   std::map<int32_t, int32_t> packed;  // original weight -> packed weight
+  const std::vector<bool> constant = computed_from_weights(d);
+  std::vector<ref::Op> ops;
   for (auto& op : d.program.ops) {
     const bool gemm = op.type == "Gemm";
-    if ((!gemm && op.type != "MatMul") || !d.is_weight(op.inputs[1]) || op.get_int("transB", 0) == 1) continue;
-    const int32_t b = op.inputs[1];
+    const int32_t b = op.inputs.size() > 1 ? op.inputs[1] : -1;
+    if ((!gemm && op.type != "MatMul") || b < 0 || !constant[static_cast<size_t>(b)] || op.get_int("transB", 0) == 1 ||
+        d.value(b).dims.size() != 2) {
+      ops.push_back(std::move(op));
+      continue;
+    }
     const auto dims = d.value(b).dims;  // [K, N]
-    if (dims.size() != 2) continue;
     auto it = packed.find(b);
-    if (it == packed.end()) {
+    if (it == packed.end() && !d.is_weight(b)) {
+      // Computed once a session (dequantized, widened): transposed once a session after it.
+      ref::Op t;
+      t.type = "Transpose";
+      t.attrs = {ints_attr("perm", {1, 0})};
+      t.inputs = {b};
+      t.outputs = {d.add(d.names[static_cast<size_t>(b)] + "/nk", d.value(b).dtype, {dims[1], dims[0]}, ValueKind::kArena)};
+      it = packed.emplace(b, t.outputs[0]).first;
+      ops.push_back(std::move(t));
+    } else if (it == packed.end()) {
       log().debug("ref: packed {} weight '{}' to [N, K]", op.type, d.names[static_cast<size_t>(b)]);
       const Blob source = d.weight(b);
       const auto k = static_cast<size_t>(dims[0]), n = static_cast<size_t>(dims[1]);
@@ -521,48 +550,75 @@ void pack_matmul_weights(Draft& d) {
     }
     op.inputs[1] = it->second;
     set_attr(op, int_attr("transB", 1));
+    ops.push_back(std::move(op));
   }
+  d.program.ops = std::move(ops);
 }
 
-// A Conv with a constant weight runs through oneDNN's convolution, which wants the weight in a
-// blocked layout of its own for this CPU's feature level: laying it out here, once, is what an NPU
-// compiler does for its MAC arrays, and the runtime then convolves straight from the mapped .bin.
-// The layout belongs to the CPU level (the binary's hardware architecture names it). A convolution
-// oneDNN cannot run keeps its plain weight and runs as im2col + GEMM.
-void pack_conv_weights(Draft& d) {
-  for (auto& op : d.program.ops) {
-    if (op.type != "Conv" || !d.is_weight(op.inputs[1])) continue;
-    const int32_t w = op.inputs[1];
-    const std::vector<int64_t> x = d.value(op.inputs[0]).dims, wd = d.value(w).dims, y = d.value(op.outputs[0]).dims;
-    if (x.size() < 3 || x.size() > 5) continue;
-    ref::Op packed = op;
-    set_attr(packed, int_attr("packed", 1));
-    set_attr(packed, ints_attr("weight_shape", wd));
-    const bool bias = op.inputs.size() > 2 && op.inputs[2] >= 0;
+// Packs the weight of one Conv (laid out in the .bin, or by a ConvWeight op the runtime runs once a
+// session when the weight is computed from weights); ConvWeight goes to `ops` before the Conv.
+void pack_conv(Draft& d, ref::Op& op, std::vector<ref::Op>& ops) {
+  const int32_t w = op.inputs[1];
+  const std::vector<int64_t> x = d.value(op.inputs[0]).dims, wd = d.value(w).dims, y = d.value(op.outputs[0]).dims;
+  if (x.size() < 3 || x.size() > 5 || d.value(w).dtype != ref::DType::kFloat32) return;
+  ref::Op packed = op;
+  set_attr(packed, int_attr("packed", 1));
+  set_attr(packed, ints_attr("weight_shape", wd));
+  const bool bias = op.inputs.size() > 2 && op.inputs[2] >= 0;
+  size_t size = 0;
+  try {
+    // Before packing: the weight is laid out for the primitive of that layout.
+    if (runtime::conv_runs_channels_last(packed, x, wd, y, bias)) set_attr(packed, int_attr("channels_last", 1));
+    // Recorded so that the runtime makes its primitive for this layout without asking again.
+    set_attr(packed, ints_attr("weight_layout", runtime::conv_weight_layout(packed, x, wd, y, bias)));
+    size = runtime::packed_conv_weight_bytes(packed);
+  } catch (const Error& e) {
+    log().debug("ref: Conv '{}' keeps its plain weight ({})", d.names[static_cast<size_t>(op.outputs[0])], e.what());
+    return;
+  }
+  const std::vector<int64_t> packed_dims = {static_cast<int64_t>(size / sizeof(float))};
+  const std::string name = d.names[static_cast<size_t>(w)] + "/packed";
+  log().debug("ref: packed Conv weight '{}' for {}", d.names[static_cast<size_t>(w)], runtime::hardware_architecture());
+  if (d.is_weight(w)) {
     const Blob source = d.weight(w);
-    size_t size = 0;
-    try {
-      // Before packing: the weight is laid out for the primitive of that layout.
-      if (runtime::conv_runs_channels_last(packed, x, wd, y, bias)) set_attr(packed, int_attr("channels_last", 1));
-      // Recorded so that the runtime makes its primitive for this layout without asking again.
-      set_attr(packed, ints_attr("weight_layout", runtime::conv_weight_layout(packed, x, wd, y, bias)));
-      size = runtime::packed_conv_weight_bytes(packed);
-    } catch (const Error& e) {
-      log().debug("ref: Conv '{}' keeps its plain weight ({})", d.names[static_cast<size_t>(op.outputs[0])], e.what());
-      continue;
-    }
     // Made when stored and written, like the MatMul weights.
     const auto pack = [packed, source] {
       auto bytes = runtime::pack_conv_weight(packed, source.pin().data);
       source.release();
       return bytes;
     };
-    log().debug("ref: packed Conv weight '{}' for {}", d.names[static_cast<size_t>(w)], runtime::hardware_architecture());
-    packed.inputs[1] = d.add_weight(d.names[static_cast<size_t>(w)] + "/packed", ref::DType::kFloat32,
-                                    {static_cast<int64_t>(size / sizeof(float))},
+    packed.inputs[1] = d.add_weight(name, ref::DType::kFloat32, packed_dims,
                                     Blob::made(size, source, describe(packed, {x, wd, y, {bias ? 1 : 0}}), pack));
-    op = std::move(packed);
+  } else {
+    ref::Op lay;
+    lay.type = "ConvWeight";
+    lay.attrs = {ints_attr("weight_shape", wd), int_attr("group", op.get_int("group", 1)),
+                 ints_attr("weight_layout", packed.get_ints("weight_layout"))};
+    lay.inputs = {w};
+    const ref::Value& v = d.value(w);
+    if (runtime::infer_output(lay, {&v}, "ConvWeight").dims != packed_dims) return;
+    lay.outputs = {d.add(name, ref::DType::kFloat32, packed_dims, ValueKind::kArena)};
+    packed.inputs[1] = lay.outputs[0];
+    ops.push_back(std::move(lay));
   }
+  op = std::move(packed);
+}
+
+// A Conv with a constant weight runs through oneDNN's convolution, which wants the weight in a
+// blocked layout of its own for this CPU's feature level: laying it out here, once, is what an NPU
+// compiler does for its MAC arrays, and the runtime then convolves straight from the mapped .bin.
+// The layout belongs to the CPU level (the binary's hardware architecture names it). A weight the
+// model stores at another precision (float16, int8 through a DequantizeLinear) stays so in the .bin
+// and is laid out by a ConvWeight op the runtime runs once a session. A convolution oneDNN cannot
+// run keeps its plain weight and runs as im2col + GEMM.
+void pack_conv_weights(Draft& d) {
+  const std::vector<bool> constant = computed_from_weights(d);
+  std::vector<ref::Op> ops;
+  for (auto& op : d.program.ops) {
+    if (op.type == "Conv" && constant[static_cast<size_t>(op.inputs[1])]) pack_conv(d, op, ops);
+    ops.push_back(std::move(op));
+  }
+  d.program.ops = std::move(ops);
 }
 
 // Images channels last. A packed 2-D Conv computes on channels-last images ([N, H, W, C]) when

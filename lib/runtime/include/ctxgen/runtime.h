@@ -129,6 +129,9 @@ uint16_t half_of(float value);
 float float_of_half(uint16_t bits);
 uint16_t bfloat16_of(float value);
 float float_of_bfloat16(uint16_t bits);
+// The same conversions over arrays, by the CPU's F16C instructions where it has them.
+void halves_of(const float* from, uint16_t* to, int64_t count);
+void floats_of_halves(const uint16_t* from, float* to, int64_t count);
 
 // False for ops whose output depends on their inputs' dims only (Shape, Size).
 bool reads_input_data(const std::string& op_type);
