@@ -114,6 +114,48 @@ void for_each_window_2d(const Window& w, const Tensor& x, const Output& y, Reduc
   });
 }
 
+// MaxPool over row-major images without dilation. Windows wholly inside the row's width are
+// reduced a tap at a time across the whole output row: a loop of selects the compiler vectorises
+// (a window at a time, its compare branches mispredicted about every other tap on real images:
+// 2.8 ns a tap, the 16-channel 2x2 pool of a 32x32 image 46 µs); the windows at the edges are
+// clipped one at a time.
+void max_pool_rows(const Window& w, const Tensor& x, const Output& y) {
+  const int64_t ih = w.in[0], iw = w.in[1], oh = w.out[0], ow = w.out[1];
+  const int64_t kh = w.kernel[0], kw = w.kernel[1], sh = w.strides[0], sw = w.strides[1], left = w.pads[1];
+  const int64_t first = std::min((left + sw - 1) / sw, ow);  // the first window starting inside
+  const int64_t last = iw - kw + left < 0 ? first : std::clamp((iw - kw + left) / sw + 1, first, ow);  // past the last inside
+  parallel_ranges(y.parallel, x.dims()[0] * x.dims()[1], oh * ow * kh * kw, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      const float* plane = x.f32() + p * ih * iw;
+      for (int64_t oy = 0; oy < oh; ++oy) {
+        float* __restrict dst = y.f32() + (p * oh + oy) * ow;
+        const int64_t y0 = oy * sh - w.pads[0], ys = std::max<int64_t>(y0, 0), ye = std::min(y0 + kh, ih);
+        for (int64_t ox = 0; ox < ow; ++ox) {
+          if (ox == first) ox = last;
+          if (ox >= ow) break;
+          const int64_t x0 = ox * sw - left, xs = std::max<int64_t>(x0, 0), xe = std::min(x0 + kw, iw);
+          // A ceil_mode window lying wholly in the padding gives 0.
+          dst[ox] = ys >= ye || xs >= xe ? 0.0f : -std::numeric_limits<float>::infinity();
+          for (int64_t r = ys; r < ye; ++r)
+            for (int64_t c = xs; c < xe; ++c) max_into(dst + ox, plane + r * iw + c, 1);
+        }
+        if (first >= last) continue;
+        const float start = ys >= ye ? 0.0f : -std::numeric_limits<float>::infinity();
+        for (int64_t ox = first; ox < last; ++ox) dst[ox] = start;
+        for (int64_t r = ys; r < ye; ++r)
+          for (int64_t kx = 0; kx < kw; ++kx) {
+            const float* __restrict src = plane + r * iw + kx - left;
+            // A NaN input propagates, as in max_into.
+            for (int64_t ox = first; ox < last; ++ox) {
+              const float v = src[ox * sw];
+              dst[ox] = v > dst[ox] || v != v ? v : dst[ox];
+            }
+          }
+      }
+    }
+  });
+}
+
 }  // namespace
 
 namespace kernels {
@@ -135,6 +177,7 @@ const Planner plan_window = plan_as<Window>;
 
 void max_pool(Ins in, const Output& out) {
   const auto& w = plan_of<Window>(out);
+  if (w.lanes == 1) return max_pool_rows(w, in[0], out);
   if (w.lanes) {
     const int64_t iw = w.in[1];
     return with_lanes(w.lanes, [&](auto lanes) {
