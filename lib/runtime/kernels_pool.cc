@@ -29,14 +29,14 @@ using kernels::Window;
 
 // Sets every output to reduce(plane, start), plane by plane; `start` is the first input index of
 // the window per axis (negative inside the begin padding).
-template <typename Reduce>
+template <typename T = float, typename Reduce>
 void for_each_window(const Window& w, const Tensor& x, const Output& y, Reduce&& reduce) {
   size_t n = w.in.size();
   int64_t planes = x.dims()[0] * x.dims()[1], in_size = product(w.in), out_size = product(w.out);
   AxisIndex opos(n), start(n);
   for (int64_t p = 0; p < planes; ++p) {
-    const float* plane = x.f32() + p * in_size;
-    float* dst = y.f32() + p * out_size;
+    const T* plane = x.as<T>() + p * in_size;
+    T* dst = y.as<T>() + p * out_size;
     for (size_t a = 0; a < n; ++a) opos[a] = 0;
     for (int64_t o = 0; o < out_size; ++o) {
       for (size_t a = 0; a < n; ++a) start[a] = opos[a] * w.strides[a] - w.pads[a];
@@ -85,24 +85,30 @@ void for_each_tap(const Window& w, const AxisIndex& start, const Dims& in_stride
 // unclipped start (y0, x0), and writes the window's `lanes` outputs to dst.
 // The running max and sum of a window position's `lanes` values: separate functions so that the
 // compiler knows `acc` and `v` do not overlap, and makes vector code of them.
-template <typename Lanes>
-void max_into(float* __restrict acc, const float* __restrict v, Lanes lanes) {
+template <typename T, typename Lanes>
+void max_into(T* __restrict acc, const T* __restrict v, Lanes lanes) {
   // A NaN input propagates: it wins, and once the running max is NaN nothing beats it.
   for (int64_t l = 0; l < lanes; ++l) acc[l] = v[l] > acc[l] || v[l] != v[l] ? v[l] : acc[l];
+}
+
+// What a window's maximum starts from: below every value (-inf for floats).
+template <typename T>
+constexpr T lowest() {
+  return std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::lowest();
 }
 template <typename Lanes>
 void add_into(float* __restrict acc, const float* __restrict v, Lanes lanes) {
   for (int64_t l = 0; l < lanes; ++l) acc[l] += v[l];
 }
 
-template <typename Reduce>
+template <typename T = float, typename Reduce>
 void for_each_window_2d(const Window& w, const Tensor& x, const Output& y, Reduce&& reduce) {
   const int64_t ih = w.in[0], iw = w.in[1], oh = w.out[0], ow = w.out[1], lanes = w.lanes;
   const int64_t kh = w.kernel[0], kw = w.kernel[1], sh = w.strides[0], sw = w.strides[1];
   parallel_ranges(y.parallel, x.dims()[0] * x.dims()[1], oh * ow * kh * kw * lanes, [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
-      const float* plane = x.f32() + p * ih * iw * lanes;
-      float* dst = y.f32() + p * oh * ow * lanes;
+      const T* plane = x.as<T>() + p * ih * iw * lanes;
+      T* dst = y.as<T>() + p * oh * ow * lanes;
       for (int64_t oy = 0; oy < oh; ++oy) {
         const int64_t y0 = oy * sh - w.pads[0], ys = std::max<int64_t>(y0, 0), ye = std::min(y0 + kh, ih);
         for (int64_t ox = 0; ox < ow; ++ox, dst += lanes) {
@@ -119,6 +125,17 @@ void for_each_window_2d(const Window& w, const Tensor& x, const Output& y, Reduc
 // (a window at a time, its compare branches mispredicted about every other tap on real images:
 // 2.8 ns a tap, the 16-channel 2x2 pool of a 32x32 image 46 µs); the windows at the edges are
 // clipped one at a time.
+// dst[o] = max(dst[o], src[o * step]) for o in [first, last): its bounds are arguments, so that
+// a store of a byte cannot change them (through a reference, they kept the loop over uint8 scalar).
+template <typename T>
+void max_across(T* __restrict dst, const T* __restrict src, int64_t first, int64_t last, int64_t step) {
+  for (int64_t o = first; o < last; ++o) {
+    const T v = src[o * step];
+    dst[o] = v > dst[o] || v != v ? v : dst[o];  // a NaN input propagates, as in max_into
+  }
+}
+
+template <typename T>
 void max_pool_rows(const Window& w, const Tensor& x, const Output& y) {
   const int64_t ih = w.in[0], iw = w.in[1], oh = w.out[0], ow = w.out[1];
   const int64_t kh = w.kernel[0], kw = w.kernel[1], sh = w.strides[0], sw = w.strides[1], left = w.pads[1];
@@ -126,31 +143,24 @@ void max_pool_rows(const Window& w, const Tensor& x, const Output& y) {
   const int64_t last = iw - kw + left < 0 ? first : std::clamp((iw - kw + left) / sw + 1, first, ow);  // past the last inside
   parallel_ranges(y.parallel, x.dims()[0] * x.dims()[1], oh * ow * kh * kw, [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
-      const float* plane = x.f32() + p * ih * iw;
+      const T* plane = x.as<T>() + p * ih * iw;
       for (int64_t oy = 0; oy < oh; ++oy) {
-        float* __restrict dst = y.f32() + (p * oh + oy) * ow;
+        T* __restrict dst = y.as<T>() + (p * oh + oy) * ow;
         const int64_t y0 = oy * sh - w.pads[0], ys = std::max<int64_t>(y0, 0), ye = std::min(y0 + kh, ih);
         for (int64_t ox = 0; ox < ow; ++ox) {
           if (ox == first) ox = last;
           if (ox >= ow) break;
           const int64_t x0 = ox * sw - left, xs = std::max<int64_t>(x0, 0), xe = std::min(x0 + kw, iw);
           // A ceil_mode window lying wholly in the padding gives 0.
-          dst[ox] = ys >= ye || xs >= xe ? 0.0f : -std::numeric_limits<float>::infinity();
+          dst[ox] = ys >= ye || xs >= xe ? T(0) : lowest<T>();
           for (int64_t r = ys; r < ye; ++r)
             for (int64_t c = xs; c < xe; ++c) max_into(dst + ox, plane + r * iw + c, 1);
         }
         if (first >= last) continue;
-        const float start = ys >= ye ? 0.0f : -std::numeric_limits<float>::infinity();
+        const T start = ys >= ye ? T(0) : lowest<T>();
         for (int64_t ox = first; ox < last; ++ox) dst[ox] = start;
         for (int64_t r = ys; r < ye; ++r)
-          for (int64_t kx = 0; kx < kw; ++kx) {
-            const float* __restrict src = plane + r * iw + kx - left;
-            // A NaN input propagates, as in max_into.
-            for (int64_t ox = first; ox < last; ++ox) {
-              const float v = src[ox * sw];
-              dst[ox] = v > dst[ox] || v != v ? v : dst[ox];
-            }
-          }
+          for (int64_t kx = 0; kx < kw; ++kx) max_across(dst, plane + r * iw + kx - left, first, last, sw);
       }
     }
   });
@@ -175,32 +185,43 @@ Window::Window(const ref::Op& op, const std::vector<const ref::Value*>& x, const
 }
 const Planner plan_window = plan_as<Window>;
 
-void max_pool(Ins in, const Output& out) {
-  const auto& w = plan_of<Window>(out);
-  if (w.lanes == 1) return max_pool_rows(w, in[0], out);
+template <typename T>
+void max_pool_of(const Window& w, Ins in, const Output& out) {
+  if (w.lanes == 1) return max_pool_rows<T>(w, in[0], out);
   if (w.lanes) {
     const int64_t iw = w.in[1];
     return with_lanes(w.lanes, [&](auto lanes) {
-      for_each_window_2d(w, in[0], out, [iw, lanes](const float* plane, int64_t ys, int64_t ye, int64_t xs, int64_t xe,
-                                                    int64_t, int64_t, float* dst) {
+      for_each_window_2d<T>(w, in[0], out, [iw, lanes](const T* plane, int64_t ys, int64_t ye, int64_t xs, int64_t xe,
+                                                       int64_t, int64_t, T* dst) {
         // A ceil_mode window lying wholly in the padding gives 0.
-        const float start = ys >= ye || xs >= xe ? 0.0f : -std::numeric_limits<float>::infinity();
+        const T start = ys >= ye || xs >= xe ? T(0) : lowest<T>();
         for (int64_t l = 0; l < lanes; ++l) dst[l] = start;
         for (int64_t r = ys; r < ye; ++r)
           for (int64_t c = xs; c < xe; ++c) max_into(dst, plane + (r * iw + c) * lanes, lanes);
       });
     });
   }
-  for_each_window(w, in[0], out, [&](const float* plane, const AxisIndex& start) {
-    float best = -std::numeric_limits<float>::infinity();
+  for_each_window<T>(w, in[0], out, [&](const T* plane, const AxisIndex& start) {
+    T best = lowest<T>();
     bool any = false;
     for_each_tap(w, start, w.in_strides, [&](int64_t at) {
       // A NaN input propagates: once the running max is NaN it stays NaN.
-      if (!std::isnan(best) && !(plane[at] <= best)) best = plane[at];
+      if (best == best && !(plane[at] <= best)) best = plane[at];
       any = true;
     });
-    return any ? best : 0.0f;  // a ceil_mode window lying wholly in the padding
+    return any ? best : T(0);  // a ceil_mode window lying wholly in the padding
   });
+}
+
+void max_pool(Ins in, const Output& out) {
+  const auto& w = plan_of<Window>(out);
+  switch (out.dtype()) {
+    case ref::DType::kUInt8: return max_pool_of<uint8_t>(w, in, out);
+    case ref::DType::kInt8: return max_pool_of<int8_t>(w, in, out);
+    case ref::DType::kUInt16: return max_pool_of<uint16_t>(w, in, out);
+    case ref::DType::kInt16: return max_pool_of<int16_t>(w, in, out);
+    default: return max_pool_of<float>(w, in, out);
+  }
 }
 
 void average_pool(Ins in, const Output& out) {

@@ -586,14 +586,16 @@ OutType dynamic_quantize_linear(const OpCheck& c) {
 
 OutType pool(const OpCheck& c, bool is_max) {
   c.arity(1, 1);
-  c.expect_inputs(DType::kFloat32);
+  // A maximum of quantized values is the quantized maximum: MaxPool runs on them as they are.
+  const DType type = is_max ? c.expect_same_inputs({DType::kFloat32, DType::kUInt8, DType::kInt8, DType::kUInt16, DType::kInt16})
+                            : (c.expect_inputs(DType::kFloat32), DType::kFloat32);
   const ref::Value& x = c.in(0);
   Window w = window(c, x, is_max);
   if (!is_max) c.int_attr("count_include_pad", 0, 1);
   bool ceil = c.int_attr_or("ceil_mode", 0, 0, 1) != 0;
   Dims out = {x.dims[0], x.dims[1]};
   for (size_t a = 0; a < w.kernel.size(); ++a) out.push_back(window_output(c, x, w, a, ceil));
-  return {DType::kFloat32, out};
+  return {type, out};
 }
 
 OutType max_pool(const OpCheck& c) { return pool(c, true); }

@@ -1031,9 +1031,11 @@ TEST(RefLower, AModelsOwnCastToHalfStillRounds) {
   EXPECT_EQ(got[1], 1.0009765625f) << "rounded to float16's step near 1";
 }
 
-// Quantized integers that the quantizer leaves without QDQ around a MaxPool or Resize (ONNX
-// Runtime runs those on uint8) compute in float32 between Casts; other float ops stay refused.
-TEST(RefLower, MaxPoolAndResizeOfQuantizedValuesComputeInFloat32) {
+// Quantized integers that the quantizer leaves without QDQ around a MaxPool (ONNX Runtime runs it
+// on uint8) are pooled as they are; a float op such as Add stays refused. A QDQ unit around a
+// MaxPool or a Reshape with one scale and zero point runs the op on the integers, exactly; with
+// another scale after the op, the unit stays.
+TEST(RefLower, MaxPoolRunsOnQuantizedValues) {
   const int32_t kU8 = onnx::TensorProto::UINT8;
   auto l = lower(TestModel(13)
                      .input("x", {1, 1, 2, 4}, kU8)
@@ -1042,11 +1044,36 @@ TEST(RefLower, MaxPoolAndResizeOfQuantizedValuesComputeInFloat32) {
                      .attr("strides", std::vector<int64_t>{2, 2})
                      .output("y", kU8)
                      .load());
-  EXPECT_EQ(op_types(l->program()), (std::vector<std::string>{"Cast", "MaxPool", "Cast"}));
+  EXPECT_EQ(op_types(l->program()), (std::vector<std::string>{"MaxPool"}));
   const auto y = run_lowered(*l, {{3, 250, 7, 8, 255, 0, 9, 1}});
   EXPECT_EQ(y[0], (std::vector<uint8_t>{255, 9}));
   auto add = TestModel(13).input("a", {2}, kU8).input("b", {2}, kU8).node("Add", {"a", "b"}, {"c"}).output("c", kU8).load();
   EXPECT_FALSE(testing::support_of(add, "Add").supported);
+
+  const auto unit = [](float out_scale) {
+    return lower(TestModel(13)
+                     .input("x", {1, 1, 2, 4}, onnx::TensorProto::UINT8)
+                     .floats("s", {}, {0.25f})
+                     .floats("s2", {}, {out_scale})
+                     .tensor("z", {}, onnx::TensorProto::UINT8, {3})
+                     .node("DequantizeLinear", {"x", "s", "z"}, {"xf"})
+                     .node("MaxPool", {"xf"}, {"p"})
+                     .attr("kernel_shape", std::vector<int64_t>{2, 2})
+                     .attr("strides", std::vector<int64_t>{2, 2})
+                     .node("Reshape", {"p", "shape"}, {"r"})
+                     .int64s("shape", {2}, {1, 2})
+                     .node("QuantizeLinear", {"r", "s2", "z"}, {"y"})
+                     .output("y", onnx::TensorProto::UINT8)
+                     .load());
+  };
+  auto same = unit(0.25f);
+  EXPECT_EQ(op_types(same->program()), (std::vector<std::string>{"MaxPool", "Reshape"}));
+  for (const auto& v : same->program().values) EXPECT_EQ(v.dtype, ref::DType::kUInt8) << "no float values left";
+  EXPECT_EQ(run_lowered(*same, {{3, 250, 7, 8, 255, 0, 9, 1}})[0], (std::vector<uint8_t>{255, 9}));
+  auto other = unit(0.5f);
+  EXPECT_EQ(op_types(other->program()), (std::vector<std::string>{"DequantizeLinear", "MaxPool", "Reshape", "QuantizeLinear"}));
+  // (250 - 3) / 4 / 0.5 + 3 = 126.5 -> 126 (half to even); (9 - 3) / 4 / 0.5 + 3 = 6
+  EXPECT_EQ(run_lowered(*other, {{3, 250, 7, 8, 255, 0, 9, 1}})[0], (std::vector<uint8_t>{129, 6}));
 }
 
 }  // namespace

@@ -355,6 +355,85 @@ bool zero_points_are_zero(const Draft& d, int32_t v) {
   return std::all_of(bytes.data, bytes.data + bytes.size, [](uint8_t b) { return b == 0; });
 }
 
+// Drops the ops of these types whose outputs nothing reads any more, and then those feeding them.
+void drop_unread(Draft& d, const std::set<std::string>& types) {
+  auto& ops = d.program.ops;
+  for (bool dropped = true; dropped;) {
+    const auto reads = readers(d);
+    std::vector<bool> removed(ops.size(), false);
+    dropped = false;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const int32_t out = ops[i].outputs[0];
+      removed[i] = types.count(ops[i].type) && d.value(out).kind == ValueKind::kArena && reads[static_cast<size_t>(out)].empty();
+      dropped = dropped || removed[i];
+    }
+    drop_ops(d, removed);
+  }
+}
+
+// Whether a DequantizeLinear and a QuantizeLinear use one scale and zero point for the whole
+// tensor, the same, for the same integer type: then quantizing what an op that only moves or
+// selects values made of the dequantized values gives the integers that op makes of them.
+bool same_quantization(const Draft& d, const ref::Op& dq, const ref::Op& q) {
+  const auto scalar_weight = [&](const ref::Op& op, size_t i) -> std::optional<std::vector<uint8_t>> {
+    if (op.inputs.size() <= i || op.inputs[i] < 0) return std::vector<uint8_t>{};  // absent: 0
+    const int32_t v = op.inputs[i];
+    if (!d.is_weight(v) || d.program.values[static_cast<size_t>(v)].element_count() != 1) return std::nullopt;
+    const PinnedBytes b = d.weight(v).pin();
+    return std::vector<uint8_t>(b.data, b.data + b.size);
+  };
+  const auto s1 = scalar_weight(dq, 1), s2 = scalar_weight(q, 1), z1 = scalar_weight(dq, 2), z2 = scalar_weight(q, 2);
+  const auto is_zero = [](const std::vector<uint8_t>& z) { return std::all_of(z.begin(), z.end(), [](uint8_t b) { return b == 0; }); };
+  return s1 && s2 && z1 && z2 && !s1->empty() && *s1 == *s2 && (*z1 == *z2 || (is_zero(*z1) && is_zero(*z2))) &&
+         d.program.values[static_cast<size_t>(dq.inputs[0])].dtype == d.program.values[static_cast<size_t>(q.outputs[0])].dtype;
+}
+
+// A DequantizeLinear -> ops -> QuantizeLinear chain of ops that only move or select values (a
+// MaxPool, whose maximum is the quantized maximum, Reshape, Transpose, Slice, Gather, Expand, Tile),
+// with one scale and zero point at both ends, runs those ops on the integers: what ONNX Runtime's
+// QDQ transformer does with these units, and exact (a dequantized value quantized with its own
+// scale gives it back). A MaxPool qualifies only if no window lies wholly in its padding (which
+// gives 0, not the zero point), that is, every begin pad is below its kernel.
+void move_quantized_values(Draft& d) {
+  static const std::set<std::string> kMoving = {"MaxPool", "Reshape", "Transpose", "Slice", "Gather", "Expand", "Tile"};
+  const auto reads = readers(d);
+  auto& ops = d.program.ops;
+  const auto moves = [&](const ref::Op& op) {
+    if (!kMoving.count(op.type) || d.value(op.outputs[0]).kind != ValueKind::kArena) return false;
+    if (op.type != "MaxPool") return true;
+    const auto kernel = op.get_ints("kernel_shape"), pads = op.get_ints("pads");
+    for (size_t a = 0; a < kernel.size(); ++a)
+      if (pads[a] >= kernel[a]) return false;
+    return true;
+  };
+  const auto only_reader = [&](int32_t v) -> ref::Op* {
+    const auto& r = reads[static_cast<size_t>(v)];
+    return r.size() == 1 && ops[r[0]].inputs[0] == v &&
+                   std::count(ops[r[0]].inputs.begin(), ops[r[0]].inputs.end(), v) == 1
+               ? &ops[r[0]]
+               : nullptr;
+  };
+  std::vector<bool> removed(ops.size(), false);
+  for (const ref::Op& dq : ops) {
+    if (dq.type != "DequantizeLinear") continue;
+    // Each chain from the dequantized value (a skip connection reads it elsewhere too).
+    for (size_t first : reads[static_cast<size_t>(dq.outputs[0])]) {
+      std::vector<ref::Op*> chain;
+      ref::Op* next = ops[first].inputs[0] == dq.outputs[0] ? &ops[first] : nullptr;
+      for (; next && moves(*next); next = only_reader(next->outputs[0])) chain.push_back(next);
+      if (chain.empty() || !next || next->type != "QuantizeLinear" || !same_quantization(d, dq, *next)) continue;
+      const ref::DType integer = d.value(dq.inputs[0]).dtype;
+      log().debug("ref: {} ops after '{}' move quantized values", chain.size(), d.names[static_cast<size_t>(dq.outputs[0])]);
+      chain.front()->inputs[0] = dq.inputs[0];
+      for (ref::Op* op : chain) d.value(op->outputs[0]).dtype = integer;
+      chain.back()->outputs = next->outputs;
+      removed[static_cast<size_t>(next - ops.data())] = true;
+    }
+  }
+  drop_ops(d, removed);
+  drop_unread(d, {"DequantizeLinear"});
+}
+
 // 8-bit Conv units become one QLinearConv on oneDNN's int8 convolution, as ONNX Runtime fuses
 // them on x86 (integer sums, one requantization; docs/ops.md, "Quantized models"): a 2-D Conv
 // reading a uint8 image through a DequantizeLinear with one scale, an int8 weight through one with
@@ -430,19 +509,7 @@ void fuse_quantized_convs(Draft& d) {
     removed[q_at] = true;
   }
   drop_ops(d, removed);
-  // The DequantizeLinear and Mul ops the fused units no longer read.
-  for (bool dropped = true; dropped;) {
-    const auto now_read = readers(d);
-    removed.assign(ops.size(), false);
-    dropped = false;
-    for (size_t i = 0; i < ops.size(); ++i) {
-      const int32_t out = ops[i].outputs[0];
-      removed[i] = (ops[i].type == "DequantizeLinear" || ops[i].type == "Mul") && d.value(out).kind == ValueKind::kArena &&
-                   now_read[static_cast<size_t>(out)].empty();
-      dropped = dropped || removed[i];
-    }
-    drop_ops(d, removed);
-  }
+  drop_unread(d, {"DequantizeLinear", "Mul"});  // what the fused units no longer read
 }
 
 void fuse_activations(Draft& d) {
@@ -825,6 +892,7 @@ LoweredPartition lower_partition(const Model& model, const Partition& partition,
   Lowerer lowerer(model, partition);
   Draft draft = lowerer.run();
   skip_half_round_trips(draft, lowerer.float_casts());
+  move_quantized_values(draft);
   fuse_quantized_convs(draft);
   fold_batch_norms(draft);
   fuse_activations(draft);

@@ -434,7 +434,9 @@ NormalisedNode integer_product(const NodeView& v) {
 
 NormalisedNode pool(const NodeView& v) {
   bool is_max = v.op() == "MaxPool";
-  auto x = window_input(v);
+  // A MaxPool takes quantized integers as they are (QOperator models leave it on uint8).
+  auto x = is_max && is_quantized(v.input_elem_type(0)) ? v.input_dims(0) : window_input(v);
+  if (x.size() < 3) refuse("input 0 has rank " + std::to_string(x.size()) + ", expected N x C x D1 ...");
   if (!v.has_attr("kernel_shape")) refuse("attribute kernel_shape is missing");
   auto kernel = window_list(v, "kernel_shape", x.size() - 2, 1, 1);
   if (!is_max && v.has_attr("dilations")) {
@@ -1499,12 +1501,10 @@ void finish_all(const Model& model, std::vector<NormalisedNode>& parts) {
 
 // Values of `type` that `op` computes in float32, between Casts: half-precision values for every op
 // that does not take them (ONNX Runtime's CPU EP computes them the same way), and quantized
-// integers for the ops ONNX Runtime runs on them directly where the quantizer leaves them without
-// QuantizeLinear and DequantizeLinear around: a MaxPool's maximum is exact in float32, and a Resize
-// computes in float32 and truncates back, as ONNX Runtime's does.
-bool computed_in_float(const std::string& op, int32_t type) {
-  return is_half(type) || (is_quantized(type) && (op == "MaxPool" || op == "Resize"));
-}
+// integers for a Resize, which ONNX Runtime runs on them directly where the quantizer leaves it
+// without QuantizeLinear and DequantizeLinear around: it computes in float32 and truncates back.
+// (MaxPool takes them as they are.)
+bool computed_in_float(const std::string& op, int32_t type) { return is_half(type) || (is_quantized(type) && op == "Resize"); }
 
 // The parts of a node over such values: each such input read through a Cast to float32, each such
 // output written by a Cast from it. An output whose type is unknown takes that of the node's first
