@@ -261,18 +261,22 @@ Q quantized_as(float value, float zero_point) {
 // A hot loop built for AVX-512 and AVX2 as well as the baseline x86-64 (whose 4-wide floats and
 // slow conversions to bytes took 2-3 times as long), the build chosen when the library loads. The
 // builds compute the same bits: the library is compiled without fused multiply-adds
-// (-ffp-contract=off), and no loop given these calls a library function.
+// (-ffp-contract=off), and no loop given these calls a library function. The loop itself is an
+// always-inlined template (CTXGEN_INLINE) that each cloned function calls.
+#define CTXGEN_INLINE [[gnu::always_inline]] inline
 #if defined(__x86_64__)
 #define CTXGEN_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define CTXGEN_VECTOR_CLONES
 #endif
 
-// y[i] = quantized_as<Q>(x[i] / scale, zero_point) over a run of values with one scale: where
-// QuantizeLinear and QLinearConv's requantization spend their time (CTXGEN_VECTOR_CLONES). Q is
-// uint8_t, int8_t, uint16_t or int16_t.
-template <typename Q>
-void quantize_values(const float* x, float scale, float zero_point, Q* y, int64_t count);
+// y[i] = quantized_as(x[i] / scale, zero_point) over a run of values with one scale: where
+// QuantizeLinear and QLinearConv's requantization spend their time (CTXGEN_VECTOR_CLONES; one
+// function per type, as Clang clones no template).
+void quantize_values(const float* x, float scale, float zero_point, uint8_t* y, int64_t count);
+void quantize_values(const float* x, float scale, float zero_point, int8_t* y, int64_t count);
+void quantize_values(const float* x, float scale, float zero_point, uint16_t* y, int64_t count);
+void quantize_values(const float* x, float scale, float zero_point, int16_t* y, int64_t count);
 
 // The plan of the op `out` belongs to, as the type its planner made.
 template <typename P>

@@ -110,15 +110,6 @@ struct QConvPlan final : OpPlan {
   uint64_t src_at = 0, dst_at = 0, quantized_at = 0, pad_at = 0;
 };
 
-// The scaled sums rounded half to even, shifted, saturated, still channels last: in the order
-// they lie, a loop that vectorises (read across channels for a row-major output, with the plan's
-// fields reloaded after every byte stored, it stayed scalar: 29 µs for the CNN's average
-// QLinearConv, 4 times its convolution).
-template <typename Q>
-void requantize(const QConvPlan& p, const float* sums, Q* y) {
-  quantize_values<Q>(sums, 1.0f, p.y_zero_point, y, p.count);
-}
-
 }  // namespace
 
 namespace kernels {
@@ -150,8 +141,12 @@ void qlinear_conv(Ins in, const Output& out) {
       {DNNL_ARG_BIAS, bias ? state.at(Slot::kBias, p.bias, in[2].data).get() : nullptr}};
   onednn::execute(p.primitive, args, bias ? 5 : 4);
   const auto* sums = reinterpret_cast<const float*>(scratch + p.dst_at);
-  if (p.unsigned_out) requantize(p, sums, reinterpret_cast<uint8_t*>(scratch + p.quantized_at));
-  else requantize(p, sums, reinterpret_cast<int8_t*>(scratch + p.quantized_at));
+  // The scaled sums rounded half to even, shifted, saturated, still channels last: in the order
+  // they lie, a loop that vectorises (read across channels for a row-major output, with the plan's
+  // fields reloaded after every byte stored, it stayed scalar: 29 µs for the CNN's average
+  // QLinearConv, 4 times its convolution); then laid out row-major by oneDNN.
+  if (p.unsigned_out) quantize_values(sums, 1.0f, p.y_zero_point, reinterpret_cast<uint8_t*>(scratch + p.quantized_at), p.count);
+  else quantize_values(sums, 1.0f, p.y_zero_point, reinterpret_cast<int8_t*>(scratch + p.quantized_at), p.count);
   onednn::reorder(p.to_dst, state.at(Slot::kQuantized, p.quantized, scratch + p.quantized_at),
                   state.at(Slot::kGivenDst, p.dst_given, out.data));
 }

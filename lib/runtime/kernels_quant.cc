@@ -70,14 +70,25 @@ void for_rows(const QuantPlan& p, const Output& out, Row&& row) {
 
 }  // namespace
 
+namespace {
 template <typename Q>
-CTXGEN_VECTOR_CLONES void quantize_values(const float* x, float scale, float zero_point, Q* y, int64_t count) {
+CTXGEN_INLINE void quantize_each(const float* x, float scale, float zero_point, Q* y, int64_t count) {
   for (int64_t i = 0; i < count; ++i) y[i] = quantized_as<Q>(x[i] / scale, zero_point);
 }
-template void quantize_values<uint8_t>(const float*, float, float, uint8_t*, int64_t);
-template void quantize_values<int8_t>(const float*, float, float, int8_t*, int64_t);
-template void quantize_values<uint16_t>(const float*, float, float, uint16_t*, int64_t);
-template void quantize_values<int16_t>(const float*, float, float, int16_t*, int64_t);
+}  // namespace
+
+CTXGEN_VECTOR_CLONES void quantize_values(const float* x, float scale, float zero_point, uint8_t* y, int64_t count) {
+  quantize_each(x, scale, zero_point, y, count);
+}
+CTXGEN_VECTOR_CLONES void quantize_values(const float* x, float scale, float zero_point, int8_t* y, int64_t count) {
+  quantize_each(x, scale, zero_point, y, count);
+}
+CTXGEN_VECTOR_CLONES void quantize_values(const float* x, float scale, float zero_point, uint16_t* y, int64_t count) {
+  quantize_each(x, scale, zero_point, y, count);
+}
+CTXGEN_VECTOR_CLONES void quantize_values(const float* x, float scale, float zero_point, int16_t* y, int64_t count) {
+  quantize_each(x, scale, zero_point, y, count);
+}
 
 namespace {
 
@@ -92,9 +103,11 @@ void quantize(Ins in, const Output& out) {
     const int64_t s0 = p.row_scale(r / p.extent, r % p.extent), step = p.step();
     const float* xr = x + r * p.inner;
     Q* yr = y + r * p.inner;
-    if (step == 0)
-      return quantize_values<Q>(xr + begin, scale[s0], zero_point ? static_cast<float>(zero_point[s0]) : 0.0f, yr + begin,
-                                end - begin);
+    if constexpr (sizeof(Q) <= 2) {  // (visit_quantized also makes an int32 quantize no rule lets run)
+      if (step == 0)
+        return quantize_values(xr + begin, scale[s0], zero_point ? static_cast<float>(zero_point[s0]) : 0.0f, yr + begin,
+                               end - begin);
+    }
     for (int64_t i = begin; i < end; ++i)
       yr[i] = quantized_as<Q>(xr[i] / scale[s0 + i * step], zero_point ? static_cast<float>(zero_point[s0 + i * step]) : 0.0f);
   });
@@ -144,7 +157,7 @@ struct NBitsPlan final : OpPlan {
 // Columns [begin, end) of B dequantized into rows of `w` (K floats each): what MatMulNBits spends
 // most of its time in when A has few rows.
 template <int Bits>
-CTXGEN_VECTOR_CLONES void dequantize_columns(const NBitsPlan& p, Ins in, int64_t begin, int64_t end, float* w) {
+CTXGEN_INLINE void dequantize_columns(const NBitsPlan& p, Ins in, int64_t begin, int64_t end, float* w) {
   const uint8_t* b = in[1].bytes();
   const float* scales = in[2].f32();
   const uint8_t* zero_points = in.size() > 3 && in[3].present() ? in[3].bytes() : nullptr;
@@ -172,6 +185,13 @@ CTXGEN_VECTOR_CLONES void dequantize_columns(const NBitsPlan& p, Ins in, int64_t
       }
     }
   }
+}
+
+CTXGEN_VECTOR_CLONES void dequantize_4bit_columns(const NBitsPlan& p, Ins in, int64_t begin, int64_t end, float* w) {
+  dequantize_columns<4>(p, in, begin, end, w);
+}
+CTXGEN_VECTOR_CLONES void dequantize_8bit_columns(const NBitsPlan& p, Ins in, int64_t begin, int64_t end, float* w) {
+  dequantize_columns<8>(p, in, begin, end, w);
 }
 
 // Which of its node's outputs an op writes (DynamicQuantizeLinear's values, scale or zero point).
@@ -314,8 +334,8 @@ void matmul_nbits(Ins in, const Output& out) {
   for (int64_t j0 = 0; j0 < p.n; j0 += p.slab) {
     const int64_t cols = std::min(p.slab, p.n - j0);
     parallel_ranges(out.parallel, cols, p.k, [&](int64_t begin, int64_t end) {
-      if (p.bits == 8) dequantize_columns<8>(p, in, j0 + begin, j0 + end, w + begin * p.k);
-      else dequantize_columns<4>(p, in, j0 + begin, j0 + end, w + begin * p.k);
+      if (p.bits == 8) dequantize_8bit_columns(p, in, j0 + begin, j0 + end, w + begin * p.k);
+      else dequantize_4bit_columns(p, in, j0 + begin, j0 + end, w + begin * p.k);
     });
     gemm_rowmajor(p.rows, cols, p.k, in[0].f32(), w, part, out.parallel, false, true);
     for (int64_t r = 0; r < p.rows; ++r) {

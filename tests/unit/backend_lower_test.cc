@@ -1050,10 +1050,10 @@ TEST(RefLower, MaxPoolRunsOnQuantizedValues) {
   auto add = TestModel(13).input("a", {2}, kU8).input("b", {2}, kU8).node("Add", {"a", "b"}, {"c"}).output("c", kU8).load();
   EXPECT_FALSE(testing::support_of(add, "Add").supported);
 
-  const auto unit = [](float out_scale) {
+  const auto unit = [](float out_scale, float in_scale = 0.25f) {
     return lower(TestModel(13)
                      .input("x", {1, 1, 2, 4}, onnx::TensorProto::UINT8)
-                     .floats("s", {}, {0.25f})
+                     .floats("s", {}, {in_scale})
                      .floats("s2", {}, {out_scale})
                      .tensor("z", {}, onnx::TensorProto::UINT8, {3})
                      .node("DequantizeLinear", {"x", "s", "z"}, {"xf"})
@@ -1074,6 +1074,10 @@ TEST(RefLower, MaxPoolRunsOnQuantizedValues) {
   EXPECT_EQ(op_types(other->program()), (std::vector<std::string>{"DequantizeLinear", "MaxPool", "Reshape", "QuantizeLinear"}));
   // (250 - 3) / 4 / 0.5 + 3 = 126.5 -> 126 (half to even); (9 - 3) / 4 / 0.5 + 3 = 6
   EXPECT_EQ(run_lowered(*other, {{3, 250, 7, 8, 255, 0, 9, 1}})[0], (std::vector<uint8_t>{129, 6}));
+  // A negative scale reverses the order: the maximum of the values is the minimum of the integers.
+  auto reversed = unit(-0.25f, -0.25f);
+  EXPECT_EQ(op_types(reversed->program()), (std::vector<std::string>{"DequantizeLinear", "MaxPool", "Reshape", "QuantizeLinear"}));
+  EXPECT_EQ(run_lowered(*reversed, {{3, 250, 7, 8, 255, 0, 9, 1}})[0], (std::vector<uint8_t>{0, 1}));
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -373,8 +374,13 @@ void drop_unread(Draft& d, const std::set<std::string>& types) {
 
 // Whether a DequantizeLinear and a QuantizeLinear use one scale and zero point for the whole
 // tensor, the same, for the same integer type: then quantizing what an op that only moves or
-// selects values made of the dequantized values gives the integers that op makes of them.
+// selects values made of the dequantized values gives the integers that op makes of them. The
+// scale must be a positive normal float below 2^100: a negative one reverses the order a MaxPool
+// reads, and a zero, subnormal or huge one does not give the integers back.
 bool same_quantization(const Draft& d, const ref::Op& dq, const ref::Op& q) {
+  const auto scale = weight_floats(d, dq.inputs[1]);
+  if (!scale || scale->size() != 1 || !((*scale)[0] >= std::numeric_limits<float>::min() && (*scale)[0] < 0x1p100f))
+    return false;
   const auto scalar_weight = [&](const ref::Op& op, size_t i) -> std::optional<std::vector<uint8_t>> {
     if (op.inputs.size() <= i || op.inputs[i] < 0) return std::vector<uint8_t>{};  // absent: 0
     const int32_t v = op.inputs[i];
