@@ -1,10 +1,13 @@
-// Resize (nearest and N-linear) and ConvTranspose. Coordinates follow ONNX Runtime's arithmetic
-// (float, the same rounding rules), so a compiled model gives ORT's results.
+// Resize (nearest and N-linear, of float32, uint8 and int8 images) and ConvTranspose. Coordinates
+// follow ONNX Runtime's arithmetic (float, the same rounding rules), so a compiled model gives ORT's
+// results.
 
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <type_traits>
 
 #include "kernels.h"
 
@@ -77,17 +80,32 @@ Taps axis_taps(const ref::Op& op, float scale, int64_t out_len, int64_t in_len) 
   return t;
 }
 
+// A value computed in float32 as an element of T: 8-bit integers are truncated toward zero, as
+// ONNX Runtime's Resize of uint8 and int8 images does (and clamped to the type, which a blend of
+// the type's values can only leave by a rounding).
+template <typename T>
+T stored(float v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return v;
+  } else {
+    constexpr auto lo = static_cast<float>(std::numeric_limits<T>::lowest()), hi = static_cast<float>(std::numeric_limits<T>::max());
+    return static_cast<T>(std::clamp(v, lo, hi));
+  }
+}
+
 // One output position's `lanes` values from its taps' (separate functions so that the compiler
 // knows the output does not overlap the input, and makes vector code of them): w * a, and the
 // bilinear w[0] a + w[1] b + w[2] c + w[3] d in that order.
-template <typename Lanes>
-void scale(float* __restrict y, const float* __restrict a, float w, Lanes lanes) {
-  for (int64_t l = 0; l < lanes; ++l) y[l] = w * a[l];
+template <typename T, typename Lanes>
+void scale(T* __restrict y, const T* __restrict a, float w, Lanes lanes) {
+  for (int64_t l = 0; l < lanes; ++l) y[l] = stored<T>(w * static_cast<float>(a[l]));
 }
-template <typename Lanes>
-void blend(float* __restrict y, const float* __restrict a, const float* __restrict b, const float* __restrict c,
-           const float* __restrict d, std::array<float, 4> w, Lanes lanes) {
-  for (int64_t l = 0; l < lanes; ++l) y[l] = ((w[0] * a[l] + w[1] * b[l]) + w[2] * c[l]) + w[3] * d[l];
+template <typename T, typename Lanes>
+void blend(T* __restrict y, const T* __restrict a, const T* __restrict b, const T* __restrict c, const T* __restrict d,
+           std::array<float, 4> w, Lanes lanes) {
+  for (int64_t l = 0; l < lanes; ++l)
+    y[l] = stored<T>(((w[0] * static_cast<float>(a[l]) + w[1] * static_cast<float>(b[l])) + w[2] * static_cast<float>(c[l])) +
+                     w[3] * static_cast<float>(d[l]));
 }
 
 // Does every output position of the axis read the input position it has, whole?
@@ -133,10 +151,14 @@ std::unique_ptr<OpPlan> plan_resize(const ref::Op& op, const std::vector<const r
   return plan;
 }
 
-void resize(Ins in, const Output& out) {
-  const auto& plan = plan_of<ResizePlan>(out);
-  const float* x = in[0].f32();
-  float* y = out.f32();
+}  // namespace kernels
+
+namespace {
+
+template <typename T>
+void resize_of(const ResizePlan& plan, Ins in, const Output& out) {
+  const T* x = in[0].as<T>();
+  T* y = out.as<T>();
   if (plan.out_dims.empty()) {  // a scalar: nothing to interpolate
     y[0] = x[0];
     return;
@@ -179,19 +201,19 @@ void resize(Ins in, const Output& out) {
         corner_weight[corner] = weight;
         corner_offset[corner] = offset;
       }
-      float* dst = y + row * width * lanes;
+      T* dst = y + row * width * lanes;
       const int64_t step = xs[last];
       // The common cases, in the same order of sums and products as the general loop below:
       // one corner read along the row (nearest, or linear along other axes only), and bilinear.
       if (corners == 1 && !last_blended) {
         const float w0 = corner_weight[0];
-        const float* src = x + corner_offset[0];
+        const T* src = x + corner_offset[0];
         for (int64_t i = 0; i < width; ++i, dst += lanes) {
           scale(dst, src + inner.lo[static_cast<size_t>(i)] * step, w0, lanes);
         }
       } else if (corners == 2 && last_blended) {
         const float w0 = corner_weight[0], w1 = corner_weight[1];
-        const float *r0 = x + corner_offset[0], *r1 = x + corner_offset[1];
+        const T *r0 = x + corner_offset[0], *r1 = x + corner_offset[1];
         for (int64_t i = 0; i < width; ++i, dst += lanes) {
           const auto j = static_cast<size_t>(i);
           const int64_t lo = inner.lo[j] * step, hi = inner.hi[j] * step;
@@ -204,11 +226,12 @@ void resize(Ins in, const Output& out) {
           for (int64_t l = 0; l < lanes; ++l) {
             float sum = 0.0f;
             for (size_t c = 0; c < corners; ++c)
-              sum += (last_blended ? corner_weight[c] * inner.w_lo[j] : corner_weight[c]) * x[corner_offset[c] + inner.lo[j] * step + l];
+              sum += (last_blended ? corner_weight[c] * inner.w_lo[j] : corner_weight[c]) *
+                     static_cast<float>(x[corner_offset[c] + inner.lo[j] * step + l]);
             if (last_blended)
               for (size_t c = 0; c < corners; ++c)
-                sum += (corner_weight[c] * inner.w_hi[j]) * x[corner_offset[c] + inner.hi[j] * step + l];
-            dst[l] = sum;
+                sum += (corner_weight[c] * inner.w_hi[j]) * static_cast<float>(x[corner_offset[c] + inner.hi[j] * step + l]);
+            dst[l] = stored<T>(sum);
           }
         }
       }
@@ -219,6 +242,19 @@ void resize(Ins in, const Output& out) {
     }
   });
   });
+}
+
+}  // namespace
+
+namespace kernels {
+
+void resize(Ins in, const Output& out) {
+  const auto& plan = plan_of<ResizePlan>(out);
+  switch (out.dtype()) {
+    case ref::DType::kUInt8: return resize_of<uint8_t>(plan, in, out);
+    case ref::DType::kInt8: return resize_of<int8_t>(plan, in, out);
+    default: return resize_of<float>(plan, in, out);
+  }
 }
 
 // A ConvTranspose's attributes and spatial geometry.

@@ -843,7 +843,8 @@ OutType pad(const OpCheck& c) {
 // `coord` (ref_program.h lists the codes); `mode` nearest (with `nearest_mode`) or linear.
 OutType resize(const OpCheck& c) {
   c.arity(1, 1);
-  c.expect_inputs(DType::kFloat32);
+  // 8-bit images computed in float32 and truncated back, as ONNX Runtime resizes them.
+  const DType type = c.expect_same_inputs({DType::kFloat32, DType::kUInt8, DType::kInt8});
   const Dims& x = c.in(0).dims;
   c.int_attr("mode", 0, 1);
   c.int_attr("coord", 0, 5);
@@ -855,7 +856,7 @@ OutType resize(const OpCheck& c) {
   Dims out = c.bounded(c.ints_attr("sizes", x.size(), 1, kMaxElements), "attribute 'sizes'");
   for (size_t a = 0; a < x.size(); ++a) c.expect(x[a] > 0,
       [&] { return "input axis " + std::to_string(a) + " is empty"; });
-  return {DType::kFloat32, out};
+  return {type, out};
 }
 
 // ConvTranspose: W [C, M/group, k...]; `output_padding` adds to the end of each output axis.

@@ -1031,11 +1031,12 @@ TEST(RefLower, AModelsOwnCastToHalfStillRounds) {
   EXPECT_EQ(got[1], 1.0009765625f) << "rounded to float16's step near 1";
 }
 
-// Quantized integers that the quantizer leaves without QDQ around a MaxPool (ONNX Runtime runs it
-// on uint8) are pooled as they are; a float op such as Add stays refused. A QDQ unit around a
-// MaxPool or a Reshape with one scale and zero point runs the op on the integers, exactly; with
-// another scale after the op, the unit stays.
-TEST(RefLower, MaxPoolRunsOnQuantizedValues) {
+// Quantized integers that the quantizer leaves without QDQ around a MaxPool or a Resize (ONNX
+// Runtime runs them on uint8) are pooled and resized as they are; a float op such as Add stays
+// refused. A QDQ unit around a MaxPool or a Reshape with one scale and zero point runs the op on
+// the integers, exactly; with another scale after the op, the unit stays. A QDQ Resize of 8-bit
+// values runs on them as ONNX Runtime runs it, its blend truncated.
+TEST(RefLower, MaxPoolAndResizeRunOnQuantizedValues) {
   const int32_t kU8 = onnx::TensorProto::UINT8;
   auto l = lower(TestModel(13)
                      .input("x", {1, 1, 2, 4}, kU8)
@@ -1074,6 +1075,22 @@ TEST(RefLower, MaxPoolRunsOnQuantizedValues) {
   EXPECT_EQ(op_types(other->program()), (std::vector<std::string>{"DequantizeLinear", "MaxPool", "Reshape", "QuantizeLinear"}));
   // (250 - 3) / 4 / 0.5 + 3 = 126.5 -> 126 (half to even); (9 - 3) / 4 / 0.5 + 3 = 6
   EXPECT_EQ(run_lowered(*other, {{3, 250, 7, 8, 255, 0, 9, 1}})[0], (std::vector<uint8_t>{129, 6}));
+  const auto resize = [](bool qdq) {
+    TestModel t(13);
+    t.input("x", {1, 1, 1, 2}, onnx::TensorProto::UINT8).floats("s", {}, {0.5f}).tensor("z", {}, onnx::TensorProto::UINT8, {0});
+    t.floats("scales", {4}, {1, 1, 1, 2});
+    if (qdq) t.node("DequantizeLinear", {"x", "s", "z"}, {"xf"});
+    t.node("Resize", {qdq ? "xf" : "x", "", "scales"}, {qdq ? "r" : "y"}).attr("mode", std::string("linear"));
+    if (qdq) t.node("QuantizeLinear", {"r", "s", "z"}, {"y"});
+    return lower(t.output("y", onnx::TensorProto::UINT8).load());
+  };
+  for (bool qdq : {false, true}) {
+    SCOPED_TRACE(qdq ? "QDQ" : "bare");
+    auto r = resize(qdq);
+    EXPECT_EQ(op_types(r->program()), (std::vector<std::string>{"Resize"}));
+    // half_pixel, 2 -> 4: 10, 10.75 (0.25 of the way: truncated), 11.25 -> 11, 12
+    EXPECT_EQ(run_lowered(*r, {{10, 12}})[0], (std::vector<uint8_t>{10, 10, 11, 12}));
+  }
   // A negative scale reverses the order: the maximum of the values is the minimum of the integers.
   auto reversed = unit(-0.25f, -0.25f);
   EXPECT_EQ(op_types(reversed->program()), (std::vector<std::string>{"DequantizeLinear", "MaxPool", "Reshape", "QuantizeLinear"}));

@@ -399,9 +399,11 @@ bool same_quantization(const Draft& d, const ref::Op& dq, const ref::Op& q) {
 // with one scale and zero point at both ends, runs those ops on the integers: what ONNX Runtime's
 // QDQ transformer does with these units, and exact (a dequantized value quantized with its own
 // scale gives it back). A MaxPool qualifies only if no window lies wholly in its padding (which
-// gives 0, not the zero point), that is, every begin pad is below its kernel.
+// gives 0, not the zero point), that is, every begin pad is below its kernel. So does a Resize of
+// 8-bit values, as ONNX Runtime's CPU EP runs it (not exact: it truncates its blend where the unit
+// rounds, so an output may be a step lower).
 void move_quantized_values(Draft& d) {
-  static const std::set<std::string> kMoving = {"MaxPool", "Reshape", "Transpose", "Slice", "Gather", "Expand", "Tile"};
+  static const std::set<std::string> kMoving = {"MaxPool", "Reshape", "Transpose", "Slice", "Gather", "Expand", "Tile", "Resize"};
   const auto reads = readers(d);
   auto& ops = d.program.ops;
   const auto moves = [&](const ref::Op& op) {
@@ -429,6 +431,8 @@ void move_quantized_values(Draft& d) {
       for (; next && moves(*next); next = only_reader(next->outputs[0])) chain.push_back(next);
       if (chain.empty() || !next || next->type != "QuantizeLinear" || !same_quantization(d, dq, *next)) continue;
       const ref::DType integer = d.value(dq.inputs[0]).dtype;
+      const bool resizes = std::any_of(chain.begin(), chain.end(), [](const ref::Op* op) { return op->type == "Resize"; });
+      if (resizes && integer != ref::DType::kUInt8 && integer != ref::DType::kInt8) continue;  // as ONNX Runtime
       log().debug("ref: {} ops after '{}' move quantized values", chain.size(), d.names[static_cast<size_t>(dq.outputs[0])]);
       chain.front()->inputs[0] = dq.inputs[0];
       for (ref::Op* op : chain) d.value(op->outputs[0]).dtype = integer;

@@ -205,7 +205,7 @@ int32_t NodeView::input_elem_type(size_t i) const {
 }
 
 bool NodeView::is_float(int32_t onnx_type) const {
-  return onnx_type == onnx::TensorProto::FLOAT || (narrow_as_float_ && (is_half(onnx_type) || is_quantized(onnx_type)));
+  return onnx_type == onnx::TensorProto::FLOAT || (narrow_as_float_ && is_half(onnx_type));
 }
 
 std::vector<int64_t> NodeView::float_input(size_t i) const {

@@ -55,8 +55,7 @@ class NodeView {
   bool has_input(size_t i) const;
   const std::string& input(size_t i) const;
   // A float32 input with a static, non-empty shape; returns its dims. After compute_in_float(), a
-  // half-precision or quantized integer input counts as float32 (normalise_all then reads it
-  // through a Cast).
+  // half-precision input counts as float32 (normalise_all then reads it through a Cast).
   std::vector<int64_t> float_input(size_t i) const;
   void compute_in_float() { narrow_as_float_ = true; }
   // An input of a ref element type (float32, the 8- and 16-bit integers, int32, int64, bool) with a

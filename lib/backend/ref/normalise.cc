@@ -747,7 +747,9 @@ NormalisedNode pad(const NodeView& v) {
 // Resize (opset 10+) and Upsample: scales or sizes must be constants; tf_crop_and_resize, cubic,
 // antialias and aspect-ratio policies stay on CPU.
 NormalisedNode resize(const NodeView& v) {
-  auto x = v.float_input(0);
+  // 8-bit images are resized as they are (QOperator models leave a Resize on uint8).
+  const int32_t type = v.input_elem_type(0);
+  auto x = type == onnx::TensorProto::UINT8 || type == onnx::TensorProto::INT8 ? v.input_dims(0) : v.float_input(0);
   size_t rank = x.size();
   bool legacy = v.op() == "Upsample" || v.opset() < 11;
   std::string mode = v.string_attr("mode", "nearest");
@@ -1499,16 +1501,10 @@ void finish_all(const Model& model, std::vector<NormalisedNode>& parts) {
   }
 }
 
-// Values of `type` that `op` computes in float32, between Casts: half-precision values for every op
-// that does not take them (ONNX Runtime's CPU EP computes them the same way), and quantized
-// integers for a Resize, which ONNX Runtime runs on them directly where the quantizer leaves it
-// without QuantizeLinear and DequantizeLinear around: it computes in float32 and truncates back.
-// (MaxPool takes them as they are.)
-bool computed_in_float(const std::string& op, int32_t type) { return is_half(type) || (is_quantized(type) && op == "Resize"); }
-
-// The parts of a node over such values: each such input read through a Cast to float32, each such
-// output written by a Cast from it. An output whose type is unknown takes that of the node's first
-// such input.
+// The parts of a node over half-precision values, which every op that does not take them computes
+// in float32 between Casts (ONNX Runtime's CPU EP computes them the same way): each such input read
+// through a Cast to float32, each such output written by a Cast from it. An output whose type is
+// unknown takes that of the node's first such input.
 std::vector<NormalisedNode> in_float32(const Model& model, const onnx::NodeProto& node, std::vector<NormalisedNode> parts) {
   const std::string& prefix = node.output(0);
   std::vector<NormalisedNode> out;
@@ -1527,7 +1523,7 @@ std::vector<NormalisedNode> in_float32(const Model& model, const onnx::NodeProto
   };
   for (auto& part : parts) {
     for (auto& input : part.inputs) {
-      if (input.empty() || made.count(input) || !computed_in_float(node.op_type(), elem_type_of(model, input))) continue;
+      if (input.empty() || made.count(input) || !is_half(elem_type_of(model, input))) continue;
       half = half ? half : elem_type_of(model, input);
       auto [it, added] = widened.emplace(input, prefix + "/float32_" + std::to_string(widened.size()));
       if (added) cast(input, it->second, ref::DType::kFloat32, true);
@@ -1536,7 +1532,7 @@ std::vector<NormalisedNode> in_float32(const Model& model, const onnx::NodeProto
     made.insert(part.output);
     const int32_t declared = part.internal ? 0 : elem_type_of(model, part.output);
     const int32_t target = declared ? declared : half;
-    if (part.internal || !computed_in_float(node.op_type(), target)) {
+    if (part.internal || !is_half(target)) {
       out.push_back(std::move(part));
       continue;
     }
@@ -1576,7 +1572,7 @@ std::vector<NormalisedNode> normalise_all(const Model& model, const onnx::NodePr
   } catch (const Refusal&) {
     bool narrow = false;
     for (const auto* names : {&node.input(), &node.output()})
-      for (const auto& name : *names) narrow = narrow || (!name.empty() && computed_in_float(node.op_type(), elem_type_of(model, name)));
+      for (const auto& name : *names) narrow = narrow || (!name.empty() && is_half(elem_type_of(model, name)));
     if (!narrow) throw;
   }
   view.compute_in_float();
