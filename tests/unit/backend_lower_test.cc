@@ -912,6 +912,28 @@ TEST(RefLower, ADequantizedMatMulWeightIsTransposedOnceASession) {
   EXPECT_EQ(got, (std::vector<float>{7.0f, 188.0f, 1.0f, 64.0f}));
 }
 
+// A QDQ Concat concatenates integers: an input quantized as the result is copied as it is, the
+// other requantized on its own, with the unit's arithmetic (halves to even).
+TEST(RefLower, AQdqConcatConcatenatesIntegers) {
+  const int32_t kU8 = onnx::TensorProto::UINT8;
+  auto l = lower(TestModel(13)
+                     .input("a", {1, 2}, kU8)
+                     .input("b", {1, 3}, kU8)
+                     .floats("half", {}, {0.5f})
+                     .floats("quarter", {}, {0.25f})
+                     .tensor("z", {}, kU8, {0})
+                     .node("DequantizeLinear", {"a", "half", "z"}, {"af"})
+                     .node("DequantizeLinear", {"b", "quarter", "z"}, {"bf"})
+                     .node("Concat", {"af", "bf"}, {"c"})
+                     .attr("axis", int64_t{1})
+                     .node("QuantizeLinear", {"c", "half", "z"}, {"y"})
+                     .output("y", kU8)
+                     .load());
+  EXPECT_EQ(op_types(l->program()), (std::vector<std::string>{"DequantizeLinear", "QuantizeLinear", "Concat"}));
+  // b / 2: 1 -> 0 (0.5 to even), 3 -> 2 (1.5 to even), 200 -> 100
+  EXPECT_EQ(run_lowered(*l, {{7, 255}, {1, 3, 200}})[0], (std::vector<uint8_t>{7, 255, 0, 2, 100}));
+}
+
 // With the bias scale exactly x_scale * w_scale, the unit becomes one QLinearConv reading the
 // integers as stored, and computes ONNX Runtime's fused arithmetic: integer sums, one rounding.
 TEST(RefLower, An8BitConvUnitBecomesOneQLinearConv) {

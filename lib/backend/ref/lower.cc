@@ -444,6 +444,55 @@ void move_quantized_values(Draft& d) {
   drop_unread(d, {"DequantizeLinear"});
 }
 
+// A Concat of dequantized values whose result is quantized with one scale concatenates integers:
+// an input quantized as the result is taken as it is (exactly: see move_quantized_values), any
+// other is requantized on its own (its DequantizeLinear, then the result's QuantizeLinear: the
+// unit's own arithmetic, element by element), so only the inputs that need it pay for it. What
+// ONNX Runtime's QLinearConcat computes.
+void concat_quantized(Draft& d) {
+  const auto producer = producers(d);
+  const auto reads = readers(d);
+  std::vector<ref::Op> ops;
+  std::vector<bool> dropped(d.program.ops.size(), false);
+  for (size_t i = 0; i < d.program.ops.size(); ++i) {
+    if (dropped[i]) continue;
+    ref::Op op = d.program.ops[i];
+    const int32_t y = op.outputs[0];
+    const auto& y_reads = reads[static_cast<size_t>(y)];
+    const ref::Op* q = y_reads.size() == 1 ? &d.program.ops[y_reads[0]] : nullptr;
+    const auto dequantized = [&](int32_t v) -> const ref::Op* {
+      const int32_t p = producer[static_cast<size_t>(v)];
+      return p >= 0 && d.program.ops[static_cast<size_t>(p)].type == "DequantizeLinear" ? &d.program.ops[static_cast<size_t>(p)] : nullptr;
+    };
+    const bool unit = op.type == "Concat" && d.value(y).kind == ValueKind::kArena && q && q->type == "QuantizeLinear" &&
+                      q->inputs[0] == y && d.value(q->inputs[1]).element_count() == 1 &&
+                      std::all_of(op.inputs.begin(), op.inputs.end(), [&](int32_t v) { return dequantized(v) != nullptr; });
+    if (!unit) {
+      ops.push_back(std::move(op));
+      continue;
+    }
+    for (int32_t& v : op.inputs) {
+      const ref::Op& dq = *dequantized(v);
+      if (same_quantization(d, dq, *q)) {
+        v = dq.inputs[0];
+        continue;
+      }
+      ref::Op requantize = *q;
+      requantize.inputs[0] = v;
+      requantize.outputs = {d.add(d.names[static_cast<size_t>(v)] + "/requantized", d.value(q->outputs[0]).dtype, d.value(v).dims,
+                                  ValueKind::kArena)};
+      v = requantize.outputs[0];
+      ops.push_back(std::move(requantize));
+    }
+    op.outputs = q->outputs;
+    dropped[y_reads[0]] = true;
+    log().debug("ref: Concat '{}' concatenates quantized values", d.names[static_cast<size_t>(op.outputs[0])]);
+    ops.push_back(std::move(op));
+  }
+  d.program.ops = std::move(ops);
+  drop_unread(d, {"DequantizeLinear"});
+}
+
 // 8-bit Conv units become one QLinearConv on oneDNN's int8 convolution, as ONNX Runtime fuses
 // them on x86 (integer sums, one requantization; docs/ops.md, "Quantized models"): a 2-D Conv
 // reading a uint8 image through a DequantizeLinear with one scale, an int8 weight through one with
@@ -903,6 +952,7 @@ LoweredPartition lower_partition(const Model& model, const Partition& partition,
   Draft draft = lowerer.run();
   skip_half_round_trips(draft, lowerer.float_casts());
   move_quantized_values(draft);
+  concat_quantized(draft);
   fuse_quantized_convs(draft);
   fold_batch_norms(draft);
   fuse_activations(draft);
