@@ -934,6 +934,54 @@ TEST(RefLower, AQdqConcatConcatenatesIntegers) {
   EXPECT_EQ(run_lowered(*l, {{7, 255}, {1, 3, 200}})[0], (std::vector<uint8_t>{7, 255, 0, 2, 100}));
 }
 
+// A ConvInteger with a constant weight computes in float32 where every sum is exact there (the
+// weight stays uint8 in the store, dequantized and laid out once a session), and gives the exact
+// integer sums; with weights whose sums could pass 2^24 it keeps its integer kernel.
+TEST(RefLower, AConvIntegerWhoseSumsFitFloat32ComputesInFloat32) {
+  const int32_t kU8 = onnx::TensorProto::UINT8;
+  const std::vector<uint8_t> w = {1, 2, 130, 255, 0, 128, 128, 127};  // [2, 1, 2, 2], zero point 128
+  const std::vector<uint8_t> x = {0, 255, 7, 100, 3, 250, 9, 1, 128}, xz = {3};
+  // (x - 3) convolved with (w - 128), in plain integers.
+  std::vector<int32_t> expected;
+  for (int m = 0; m < 2; ++m)
+    for (int r = 0; r < 2; ++r)
+      for (int c = 0; c < 2; ++c) {
+        const auto tap = [&](int k, int at) { return (w[static_cast<size_t>(m * 4 + k)] - 128) * (x[static_cast<size_t>(at)] - 3); };
+        expected.push_back(tap(0, r * 3 + c) + tap(1, r * 3 + c + 1) + tap(2, (r + 1) * 3 + c) + tap(3, (r + 1) * 3 + c + 1));
+      }
+  auto l = lower(TestModel(13)
+                     .input("x", {1, 1, 3, 3}, kU8)
+                     .input("xz", {}, kU8)
+                     .tensor("w", {2, 1, 2, 2}, kU8, w)
+                     .tensor("wz", {}, kU8, {128})
+                     .node("ConvInteger", {"x", "w", "xz", "wz"}, {"y"})
+                     .output("y", onnx::TensorProto::INT32)
+                     .load());
+  const auto types = op_types(l->program());
+  EXPECT_EQ(std::count(types.begin(), types.end(), std::string("ConvInteger")), 0);
+  EXPECT_EQ(std::count(types.begin(), types.end(), std::string("Conv")), 1);
+  EXPECT_EQ(types.back(), "Cast");
+  for (const auto& v : l->program().values) {
+    if (v.kind == ValueKind::kWeight && v.element_count() == 8) {
+      EXPECT_EQ(v.dtype, ref::DType::kUInt8) << "the weight stays uint8";
+    }
+  }
+  auto y = run_lowered(*l, {x, xz});
+  std::vector<int32_t> got(8);
+  std::memcpy(got.data(), y[0].data(), 32);
+  EXPECT_EQ(got, expected);
+
+  // 600 channels of |0 - 128|: 255 x 76,800 passes 2^24.
+  auto wide = lower(TestModel(13)
+                        .input("x", {1, 600, 1, 1}, kU8)
+                        .tensor("w", {1, 600, 1, 1}, kU8, std::vector<uint8_t>(600, 0))
+                        .tensor("wz", {}, kU8, {128})
+                        .node("ConvInteger", {"x", "w", "", "wz"}, {"y"})
+                        .output("y", onnx::TensorProto::INT32)
+                        .load());
+  EXPECT_EQ(op_types(wide->program()), (std::vector<std::string>{"ConvInteger"}));
+}
+
 // With the bias scale exactly x_scale * w_scale, the unit becomes one QLinearConv reading the
 // integers as stored, and computes ONNX Runtime's fused arithmetic: integer sums, one rounding.
 TEST(RefLower, An8BitConvUnitBecomesOneQLinearConv) {

@@ -571,6 +571,75 @@ void fuse_quantized_convs(Draft& d) {
   drop_unread(d, {"DequantizeLinear", "Mul"});  // what the fused units no longer read
 }
 
+// A ConvInteger with a constant weight computes in float32 when that is exact: every sum it makes
+// is an integer within 2^24 (255 times the sum of an output channel's |w - w_zero_point|), which
+// float32 holds exactly in any order of addition. Then it is a DequantizeLinear of the image
+// (scale 1, its zero point), a Conv on oneDNN's float convolution with the weight dequantized and
+// laid out once a session (it stays int8 in the .bin), and a Cast of the exact sums to int32:
+// the integer sums' loops ran the dynamically quantized background-removal model 9 times slower
+// than ONNX Runtime.
+void convinteger_in_float(Draft& d) {
+  std::vector<ref::Op> ops;
+  for (ref::Op& op : d.program.ops) {
+    const auto input = [&](size_t i) { return op.inputs.size() > i ? op.inputs[i] : -1; };
+    const int32_t x = input(0), w = input(1), xz = input(2), wz = input(3);
+    if (op.type != "ConvInteger" || !d.is_weight(w) || (wz >= 0 && !d.is_weight(wz))) {
+      ops.push_back(std::move(op));
+      continue;
+    }
+    const ref::Value wv = d.value(w);
+    const int64_t m = wv.dims[0], per_channel = wv.element_count() / std::max<int64_t>(m, 1);
+    const bool signed_w = wv.dtype == ref::DType::kInt8;
+    const PinnedBytes wb = d.weight(w).pin();
+    std::optional<PinnedBytes> zb;
+    if (wz >= 0) zb.emplace(d.weight(wz).pin());
+    const auto value_of = [&](const uint8_t* bytes, size_t i) { return signed_w ? int64_t{static_cast<int8_t>(bytes[i])} : int64_t{bytes[i]}; };
+    bool exact = true;
+    for (int64_t c = 0; exact && c < m; ++c) {
+      const int64_t zero = zb ? value_of(zb->data, zb->size > 1 ? static_cast<size_t>(c) : 0) : 0;
+      int64_t sum = 0;
+      for (int64_t r = 0; r < per_channel; ++r) sum += std::abs(value_of(wb.data, static_cast<size_t>(c * per_channel + r)) - zero);
+      exact = 255 * sum < (int64_t{1} << 24);
+    }
+    if (!exact) {
+      ops.push_back(std::move(op));
+      continue;
+    }
+    const std::string name = d.names[static_cast<size_t>(op.outputs[0])];
+    const bool per_channel_zero = zb && zb->size > 1;
+    const auto ones = [&](int64_t count) {
+      return d.add_weight(name + "/ones", ref::DType::kFloat32, count == 1 ? std::vector<int64_t>{} : std::vector<int64_t>{count},
+                          blob_of(std::vector<float>(static_cast<size_t>(count), 1.0f)));
+    };
+    const auto dequantize = [&](int32_t v, int32_t zero, int32_t scale) {
+      ref::Op dq;
+      dq.type = "DequantizeLinear";
+      dq.attrs = {int_attr("axis", 0), int_attr("block_size", 0)};
+      dq.inputs = {v, scale};
+      if (zero >= 0) dq.inputs.push_back(zero);
+      dq.outputs = {d.add(d.names[static_cast<size_t>(v)] + "/float32", ref::DType::kFloat32, d.value(v).dims, ValueKind::kArena)};
+      ops.push_back(dq);
+      return dq.outputs[0];
+    };
+    const int32_t xf = dequantize(x, xz, ones(1));
+    const int32_t wf = dequantize(w, wz, ones(per_channel_zero ? m : 1));
+    ref::Op conv;
+    conv.type = "Conv";
+    conv.attrs = op.attrs;
+    conv.inputs = {xf, wf};
+    conv.outputs = {d.add(name + "/float32", ref::DType::kFloat32, d.value(op.outputs[0]).dims, ValueKind::kArena)};
+    ref::Op cast;
+    cast.type = "Cast";
+    cast.attrs = {int_attr("to", static_cast<int64_t>(ref::DType::kInt32))};
+    cast.inputs = conv.outputs;
+    cast.outputs = op.outputs;
+    log().debug("ref: ConvInteger '{}' computes in float32, exactly", name);
+    ops.push_back(std::move(conv));
+    ops.push_back(std::move(cast));
+  }
+  d.program.ops = std::move(ops);
+}
+
 void fuse_activations(Draft& d) {
   auto producer = producers(d);
   auto reads = readers(d);
@@ -954,6 +1023,7 @@ LoweredPartition lower_partition(const Model& model, const Partition& partition,
   move_quantized_values(draft);
   concat_quantized(draft);
   fuse_quantized_convs(draft);
+  convinteger_in_float(draft);
   fold_batch_norms(draft);
   fuse_activations(draft);
   fold_transposes_into_matmuls(draft);
