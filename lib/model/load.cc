@@ -258,10 +258,14 @@ class OnnxView {
 
 }  // namespace
 
-ParsedModel parse_model(const fs::path& path, bool views) {
+void check_model_file(const fs::path& path) {
   std::error_code ec;
-  if (!fs::exists(path, ec)) throw invalid(path, "no such file");
+  if (!fs::exists(path, ec)) throw invalid(path, ec ? "cannot be resolved: " + ec.message() : "no such file");
   if (fs::is_directory(path, ec)) throw invalid(path, "is a directory, not an ONNX model file");
+}
+
+ParsedModel parse_model(const fs::path& path, bool views) {
+  check_model_file(path);
   auto file = MappedFile::open(path);
   if (file->size() == 0) throw invalid(path, "file is empty");
   if (file->size() > INT32_MAX)

@@ -424,6 +424,7 @@ namespace {
 void run_pipeline(const std::vector<fs::path>& inputs, const CompileOptions& options, const BackendRegistry& backends,
                   RunSummary& summary, bool& outputs_checked) {
   StageTimer timer(summary.timings);
+  for (const auto& in : inputs) check_model_file(in);
   check_options(inputs, options);
   const Backend& backend = find_backend(backends, options.backend);
   summary.backend = backend.name();

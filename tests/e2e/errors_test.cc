@@ -37,6 +37,18 @@ class BadInput : public ::testing::Test {
 
 TEST_F(BadInput, MissingFile) { fails(quote(dir_ / "nope.onnx"), 3, "nope.onnx: no such file"); }
 
+// A mistyped model path is named as such even where its outputs exist already (a newcomer's first
+// mistake: `compile testdata/cnn.onx` after an earlier run wrote cnn_ctx.onnx), and they stay.
+TEST_F(BadInput, AMissingModelIsNamedBeforeOutputsThatExist) {
+  fs::create_directories(out_);
+  write_file(out_ / "cnn_ctx.onnx", "earlier");
+  auto r = ctxgen("compile " + quote(dir_ / "cnn.onx") + " --output-dir " + quote(out_));
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_NE(r.output.find("cnn.onx: no such file"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("exists already"), std::string::npos) << r.output;
+  EXPECT_EQ(read_file(out_ / "cnn_ctx.onnx"), "earlier");
+}
+
 TEST_F(BadInput, Directory) { fails(quote(dir_.path()), 3, "is a directory"); }
 
 TEST_F(BadInput, NotProtobuf) {

@@ -122,6 +122,11 @@ ParsedModel parse_model(const std::filesystem::path& path, bool views = true);
 inline constexpr const char* kHeldKey = "ctxgen_held";
 void mark_held(onnx::TensorProto& tensor, size_t index);
 
+// Throws Error(kInvalidModel) "<path>: no such file" (or a directory) unless `path` is a file a
+// model could be read from: what a run checks of its inputs before anything of its outputs, so a
+// mistyped model path is named as such, not as an output that exists already.
+void check_model_file(const std::filesystem::path& path);
+
 // Loads, validates (onnx checker), hoists constants, applies fixed dims/shapes and runs shape
 // inference. Throws Error(kInvalidModel) naming the file and the problem.
 Model load_model(const std::filesystem::path& path, const LoadOptions& options = {});
