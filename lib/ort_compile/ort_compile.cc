@@ -199,9 +199,22 @@ void run(const std::vector<fs::path>& inputs, const CompileOptions& options, con
   const bool shared = inputs.size() > 1;
   for (size_t m = 0; m < inputs.size(); ++m) {
     Ort::SessionOptions session;
-    session.AppendExecutionProvider_V2(env, devices, std::unordered_map<std::string, std::string>(
-                                                         target.ep_options.begin(), target.ep_options.end()));
-    for (const auto& [key, value] : target.session_config) session.AddConfigEntry(key.c_str(), value.c_str());
+    // ONNX Runtime refuses an option or entry it cannot hold (a key over 1,024 characters, a value
+    // over 8,192 in 1.29) before any EP sees it: the user's option, named, not an internal error.
+    try {
+      session.AppendExecutionProvider_V2(env, devices, std::unordered_map<std::string, std::string>(
+                                                           target.ep_options.begin(), target.ep_options.end()));
+    } catch (const Ort::Exception& e) {
+      throw Error(ErrorCode::kUsage, std::string("--ep-option: ONNX Runtime refuses the EP's options: ") + e.what());
+    }
+    for (const auto& [key, value] : target.session_config) {
+      try {
+        session.AddConfigEntry(key.c_str(), value.c_str());
+      } catch (const Ort::Exception& e) {
+        throw Error(ErrorCode::kUsage, "--session-config " + key.substr(0, 64) + (key.size() > 64 ? "...: " : ": ") +
+                                           "ONNX Runtime refuses it: " + e.what());
+      }
+    }
     if (shared) session.AddConfigEntry("ep.share_ep_contexts", "1");
     if (shared && m + 1 == inputs.size()) session.AddConfigEntry("ep.stop_share_ep_contexts", "1");
     if (!options.node_name_prefix.empty())

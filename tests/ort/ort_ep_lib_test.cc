@@ -137,6 +137,13 @@ TEST_F(EpLibTest, FailuresExitAsTheBuiltInPathDoesAndLeaveNothing) {
   r = ctxgen(with_ep("compile " + quote(cnn) + out + " --ep-option threads=4 --force"));
   EXPECT_EQ(r.exit_code, 9) << r.output;
   EXPECT_NE(r.output.find("CtxgenRef takes no provider options; got 'threads=4'"), std::string::npos) << r.output;
+  // What ONNX Runtime cannot hold is a usage error naming the option, not an internal error.
+  r = ctxgen(with_ep("compile " + quote(cnn) + out + " --ep-option key=" + std::string(9000, 'v') + " --force"));
+  EXPECT_EQ(r.exit_code, 2) << r.output.substr(0, 400);
+  EXPECT_NE(r.output.find("--ep-option: ONNX Runtime refuses the EP's options: "), std::string::npos) << r.output.substr(0, 400);
+  r = ctxgen(with_ep("compile " + quote(cnn) + out + " --session-config " + std::string(1100, 'k') + "=1 --force"));
+  EXPECT_EQ(r.exit_code, 2) << r.output.substr(0, 400);
+  EXPECT_NE(r.output.find("...: ONNX Runtime refuses it: "), std::string::npos) << r.output.substr(0, 400);
   r = ctxgen(with_ep("compile " + quote(cnn) + out + " --stop-after partition"));
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--stop-after cannot be used with --ep-lib"), std::string::npos) << r.output;
