@@ -139,11 +139,13 @@ void compute_constants(const ref::Program& program, Plans& plans) {
     ins.clear();
     for (int32_t id : op.inputs)
       ins.push_back(id < 0 ? Tensor{} : Tensor{&program.values[static_cast<size_t>(id)], plans.weights[static_cast<size_t>(id)]});
-    auto buffer = std::make_unique_for_overwrite<uint8_t[]>(out.byte_size() + scratch_bytes + 2 * kScratchAlignment);
-    auto* data = buffer.get() + (kScratchAlignment - reinterpret_cast<uintptr_t>(buffer.get()) % kScratchAlignment);
-    auto* scratch = data + (out.byte_size() + kScratchAlignment - 1) / kScratchAlignment * kScratchAlignment;
+    // 64-byte aligned wherever the allocator puts them; the scratch is given back at once.
+    const auto aligned = [](uint8_t* at) { return at + (kScratchAlignment - reinterpret_cast<uintptr_t>(at) % kScratchAlignment); };
+    auto buffer = std::make_unique_for_overwrite<uint8_t[]>(out.byte_size() + kScratchAlignment);
+    uint8_t* data = aligned(buffer.get());
+    const auto scratch = std::make_unique_for_overwrite<uint8_t[]>(scratch_bytes + kScratchAlignment);
     const std::unique_ptr<OpState> state = step.plan ? step.plan->make_state() : nullptr;
-    call(program, plans, k, ins.data(), data, serial, scratch, state.get());
+    call(program, plans, k, ins.data(), data, serial, aligned(scratch.get()), state.get());
     plans.weights[step.out] = data;
     plans.constants.push_back(std::move(buffer));
     step.skip = true;

@@ -68,13 +68,11 @@ void for_rows(const QuantPlan& p, const Output& out, Row&& row) {
   });
 }
 
-}  // namespace
-
-namespace {
 template <typename Q>
 CTXGEN_INLINE void quantize_each(const float* x, float scale, float zero_point, Q* y, int64_t count) {
   for (int64_t i = 0; i < count; ++i) y[i] = quantized_as<Q>(x[i] / scale, zero_point);
 }
+
 }  // namespace
 
 CTXGEN_VECTOR_CLONES void quantize_values(const float* x, float scale, float zero_point, uint8_t* y, int64_t count) {

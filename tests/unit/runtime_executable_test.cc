@@ -82,14 +82,40 @@ TEST(RuntimeExecutable, ValuesComputedFromWeightsAloneAreComputedOnce) {
   b.op("Add", {x, dq}, y);
   std::vector<Bytes> weights = {bytes_of<int8_t>({1, -2, 3, -128}), f32({0.5f})};
   runtime::PreparedProgram prepared(b.program(), [&](uint32_t id) { return weights.at(id).data(); });
-  weights[0] = bytes_of<int8_t>({0, 0, 0, 0});  // same size: the buffer stays where it was
-  weights[1] = f32({100.0f});
+  // Overwritten in place: the program reads the buffers it was prepared with.
+  const auto overwrite = [&](size_t i, const Bytes& bytes) { std::copy(bytes.begin(), bytes.end(), weights[i].begin()); };
+  overwrite(0, bytes_of<int8_t>({0, 0, 0, 0}));
+  overwrite(1, f32({100.0f}));
   const Bytes in = f32({10, 20, 30, 40});
   Bytes out(16);
   for (int run = 0; run < 2; ++run) {
     prepared.run({in.data()}, {out.data()});
     EXPECT_EQ(values_of<float>(out), (std::vector<float>{10.5f, 19, 31.5f, -24}));
   }
+}
+
+// Computed once only within a budget (the arena plus 16 times the weights): two such values that
+// the program's memory plan lays on the same arena bytes cannot both be held, so the second is
+// computed on every run, from the weight as it is then.
+TEST(RuntimeExecutable, ValuesComputedOnceStayWithinTheirBudget) {
+  ProgramBuilder b;
+  const int32_t x = b.input({1000});
+  const int32_t w = b.weight({1}, 0);
+  const int32_t first = b.arena({1000}, 0), second = b.arena({1000}, 0);  // the same bytes, one after the other
+  const int32_t y = b.output({1000}), z = b.output({1000});
+  b.op("Expand", {w}, first, {ints_attr("shape", {1000})});
+  b.op("Add", {x, first}, y);
+  b.op("Expand", {w}, second, {ints_attr("shape", {1000})});
+  b.op("Add", {x, second}, z);
+  std::vector<Bytes> weights = {f32({1.0f})};
+  runtime::PreparedProgram prepared(b.program(), [&](uint32_t id) { return weights.at(id).data(); });
+  const Bytes five = f32({5.0f});
+  std::copy(five.begin(), five.end(), weights[0].begin());  // in place: the program reads this buffer
+  const Bytes in = f32(std::vector<float>(1000, 10.0f));
+  Bytes out_y(4000), out_z(4000);
+  prepared.run({in.data()}, {out_y.data(), out_z.data()});
+  EXPECT_EQ(values_of<float>(out_y), std::vector<float>(1000, 11.0f)) << "computed once, when prepared";
+  EXPECT_EQ(values_of<float>(out_z), std::vector<float>(1000, 15.0f)) << "past the budget: computed on the run";
 }
 
 TEST(RuntimeExecutable, RunsConcurrently) {

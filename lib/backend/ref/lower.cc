@@ -378,9 +378,6 @@ void drop_unread(Draft& d, const std::set<std::string>& types) {
 // scale must be a positive normal float below 2^100: a negative one reverses the order a MaxPool
 // reads, and a zero, subnormal or huge one does not give the integers back.
 bool same_quantization(const Draft& d, const ref::Op& dq, const ref::Op& q) {
-  const auto scale = weight_floats(d, dq.inputs[1]);
-  if (!scale || scale->size() != 1 || !((*scale)[0] >= std::numeric_limits<float>::min() && (*scale)[0] < 0x1p100f))
-    return false;
   const auto scalar_weight = [&](const ref::Op& op, size_t i) -> std::optional<std::vector<uint8_t>> {
     if (op.inputs.size() <= i || op.inputs[i] < 0) return std::vector<uint8_t>{};  // absent: 0
     const int32_t v = op.inputs[i];
@@ -389,8 +386,12 @@ bool same_quantization(const Draft& d, const ref::Op& dq, const ref::Op& q) {
     return std::vector<uint8_t>(b.data, b.data + b.size);
   };
   const auto s1 = scalar_weight(dq, 1), s2 = scalar_weight(q, 1), z1 = scalar_weight(dq, 2), z2 = scalar_weight(q, 2);
+  if (!s1 || !s2 || !z1 || !z2 || *s1 != *s2 || d.program.values[static_cast<size_t>(dq.inputs[1])].dtype != ref::DType::kFloat32)
+    return false;
+  float scale = 0;
+  std::memcpy(&scale, s1->data(), sizeof scale);
   const auto is_zero = [](const std::vector<uint8_t>& z) { return std::all_of(z.begin(), z.end(), [](uint8_t b) { return b == 0; }); };
-  return s1 && s2 && z1 && z2 && !s1->empty() && *s1 == *s2 && (*z1 == *z2 || (is_zero(*z1) && is_zero(*z2))) &&
+  return scale >= std::numeric_limits<float>::min() && scale < 0x1p100f && (*z1 == *z2 || (is_zero(*z1) && is_zero(*z2))) &&
          d.program.values[static_cast<size_t>(dq.inputs[0])].dtype == d.program.values[static_cast<size_t>(q.outputs[0])].dtype;
 }
 
