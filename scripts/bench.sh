@@ -115,7 +115,7 @@ echo
 # their originals with its own int8/int4 kernels.
 quantized="$work/quantized" q="$repo/testdata/quantized" pairs=()
 shopt -s nullglob
-for variant in qdq_u8s8 qdq_a16w8 qop fp16 matmulnbits; do
+for variant in qdq_u8s8 qdq_a16w8 qop fp16 matmulnbits qdq_int4; do
   for model in "$q"/*_"$variant".onnx; do
     stem="$(basename "$model" .onnx)"
     case "$stem" in

@@ -14,7 +14,10 @@ Variants, written as <stem>_<variant>.onnx:
   qdq_a16w8   get_qnn_qdq_config(activation_type=QUInt16, weight_type=QUInt8) + quantize
   qop         quantize_static(QOperator, activations QUInt8, weights QInt8, per_channel=True)
   fp16        onnxconverter-common convert_float_to_float16(keep_io_types=True)
-  matmulnbits MatMulNBitsQuantizer(block_size=32, is_symmetric=False), decoders only
+  matmulnbits MatMulNBitsQuantizer(block_size=32, is_symmetric=False, op_types_to_quantize=(MatMul, Gather)),
+              decoders only: MatMulNBits and a GatherBlockQuantized embedding, opset 21
+  qdq_int4    MatMulNBitsQuantizer(block_size=32, is_symmetric=True, quant_format=QDQ), decoders only:
+              int4 weights through DequantizeLinear (opset 21)
 
 Calibration is ORT's MinMax: the FLOAT model runs in the real ONNX Runtime library of this
 repository (third_party/onnxruntime, through its C API with ctypes) on a few fixed-seed inputs, with
@@ -1180,13 +1183,123 @@ def blockwise_4bit(w, block_size):
     return packed, scale.ravel(), zero_points
 
 
+ONNX_INT4, ONNX_UINT4 = 22, 21  # TensorProto.INT4 / UINT4, which onnx 1.12 does not name
+
+
+def pack_4bit(values):
+    """Values in [-8, 15] -> bytes, two a byte over the flat array, the first in the low nibble
+    (pack_int8_to_int4)."""
+    flat = np.asarray(values).astype(np.int16).ravel() & 0xF
+    if flat.size % 2:
+        flat = np.append(flat, 0)
+    return (flat[0::2] | (flat[1::2] << 4)).astype(np.uint8).tobytes()
+
+
+def tensor_4bit(name, values, qtype):
+    t = TensorProto()
+    t.name = name
+    t.data_type = qtype
+    t.dims.extend(np.asarray(values).shape)
+    t.raw_data = pack_4bit(values)
+    return t
+
+
+def to_opset21(model):
+    """The default domain at opset 21, which int4 needs. ONNX Runtime's tool only relabels the
+    opset ("the generated model may not be a valid model"): these exports' ReduceMean, whose axes
+    became an input at opset 18, would not load. So the model takes the form an exporter at that
+    opset writes -- the axes an int64 initializer -- the only change these models need."""
+    g = model.graph
+    for node in g.node:
+        if node.op_type != "ReduceMean":
+            continue
+        axes = [a for a in node.attribute if a.name == "axes"]
+        if axes:
+            name = node.output[0] + "_axes"
+            g.initializer.append(numpy_helper.from_array(np.array(axes[0].ints, np.int64), name))
+            node.input.append(name)
+            node.attribute.remove(axes[0])
+    set_opset(model, "", 21)
+
+
+def gather_4bit(data, block_size):
+    """quantize_ndarray for a Gather table (quantize axis 1, asymmetric): per block of block_size
+    columns of a row, min and max widened to 0, scale (max - min) / 15, zero point and values
+    rounded half to even (numpy) and clamped to [0, 15]; a block of zeros gets zero point 8."""
+    v, d = data.shape
+    blocks = data.astype(np.float32).reshape(v, d // block_size, block_size)
+    lo = np.minimum(blocks.min(axis=2, keepdims=True), 0)
+    hi = np.maximum(blocks.max(axis=2, keepdims=True), 0)
+    scale = ((hi - lo) / np.float32(15.0)).astype(np.float32)
+    safe = np.where(scale == 0, np.float32(1), scale)
+    zp = np.where(scale == 0, 8, (-lo / safe).round()).clip(0, 15).astype(np.uint8)
+    q = np.where(scale == 0, 8, (blocks / safe + zp).round()).clip(0, 15).astype(np.uint8)
+    return q.reshape(v, d), scale.reshape(v, d // block_size), zp.reshape(v, d // block_size)
+
+
+def qdq_symmetric_4bit(w, block_size):
+    """quantize_qdq_matmul_4bits, symmetric (MLAS's range2scale as this script reads it): per block
+    of block_size rows of a column, the one of min and max (widened to 0) of larger magnitude
+    divided by -8 is the scale, values round(w / scale) (halves away from zero) clamped to [-8, 7].
+    Returns the int4 values [K, N] and the scales [K / block_size, N]."""
+    k, n = w.shape
+    k_blocks = (k + block_size - 1) // block_size
+    blocks = np.pad(w.astype(np.float32), ((0, k_blocks * block_size - k), (0, 0))).reshape(k_blocks, block_size, n)
+    lo = np.minimum(blocks.min(axis=1), np.float32(0))
+    hi = np.maximum(blocks.max(axis=1), np.float32(0))
+    scale = (np.where(np.abs(hi) > np.abs(lo), hi, lo) / np.float32(-8)).astype(np.float32)
+    reciprocal = np.where(scale != 0, np.float32(1) / np.where(scale != 0, scale, np.float32(1)), np.float32(0))
+    q = np.clip(round_half_away(blocks * reciprocal.astype(np.float32)[:, None, :]), -8, 7).astype(np.int8)
+    return q.reshape(k_blocks * block_size, n)[:k], scale
+
+
+def quantize_qdq_int4(model, block_size=32):
+    """MatMulNBitsQuantizer(block_size=32, is_symmetric=True, quant_format=QDQ): each MatMul of a
+    2-D initializer B reads it through a DequantizeLinear of an int4 B (axis 0, block_size)."""
+    m = copy.deepcopy(model)
+    to_opset21(m)
+    g = m.graph
+    inits = {t.name: t for t in g.initializer}
+    nodes = []
+    for node in g.node:
+        b = inits.get(node.input[1]) if node.op_type == "MatMul" else None
+        if b is None or len(b.dims) != 2:
+            nodes.append(node)
+            continue
+        q, scales = qdq_symmetric_4bit(numpy_helper.to_array(b), block_size)
+        g.initializer.extend([tensor_4bit(b.name + "_DQ_Q4", q, ONNX_INT4),
+                              numpy_helper.from_array(scales, b.name + "_DQ_scales")])
+        nodes.append(helper.make_node("DequantizeLinear", [b.name + "_DQ_Q4", b.name + "_DQ_scales"],
+                                      [b.name + "_DQ_Q4_output"], node.name + "_DQ_Q4" if node.name else "",
+                                      axis=0, block_size=block_size))
+        nodes.append(helper.make_node("MatMul", [node.input[0], b.name + "_DQ_Q4_output"], [node.output[0]],
+                                      node.name + "_matmul_Q4" if node.name else ""))
+    del g.node[:]
+    g.node.extend(nodes)
+    remove_unused_initializers(g)
+    return m
+
+
 def quantize_matmulnbits(model, block_size=32):
     m = copy.deepcopy(model)
     g = m.graph
     inits = {t.name: t for t in g.initializer}
     set_opset(m, MS_DOMAIN, 1)
+    to_opset21(m)  # op_types_to_quantize has Gather: the tool moves the model to opset 21 for uint4
     nodes = []
     for node in g.node:
+        table = inits.get(node.input[0]) if node.op_type == "Gather" else None
+        if table is not None and len(table.dims) == 2:
+            q, scales, zero_points = gather_4bit(numpy_helper.to_array(table), block_size)
+            g.initializer.extend([tensor_4bit(table.name + "_Q4", q, ONNX_UINT4),
+                                  numpy_helper.from_array(scales, table.name + "_scales"),
+                                  tensor_4bit(table.name + "_zero_points", zero_points, ONNX_UINT4)])
+            axis = [a.i for a in node.attribute if a.name == "axis"]
+            nodes.append(helper.make_node(
+                "GatherBlockQuantized", [table.name + "_Q4", node.input[1], table.name + "_scales", table.name + "_zero_points"],
+                [node.output[0]], node.name + "_Q4" if node.name else "", domain=MS_DOMAIN,
+                gather_axis=axis[0] if axis else 0, quantize_axis=1, block_size=block_size))
+            continue
         b = inits.get(node.input[1]) if node.op_type == "MatMul" else None
         if b is None or len(b.dims) != 2:
             nodes.append(node)
@@ -1236,7 +1349,10 @@ MODELS = [("cnn_upsample", image_inputs), ("decoder_prefill", prefill_inputs), (
 
 
 def save(model, name):
-    onnx.checker.check_model(model)
+    # onnx 1.12's checker knows neither opset 21 nor the 4-bit types: ONNX Runtime checks those
+    # models when compare() loads them.
+    if all(op.version <= 17 for op in model.opset_import if op.domain == ""):
+        onnx.checker.check_model(model)
     data = model.SerializeToString()
     path = os.path.join(OUT, name + ".onnx")
     with open(path, "wb") as f:
@@ -1280,6 +1396,7 @@ def main():
                     ("fp16", convert_float16(original))]
         if stem.startswith("decoder"):
             variants.append(("matmulnbits", quantize_matmulnbits(original)))
+            variants.append(("qdq_int4", quantize_qdq_int4(original)))
         # Rounding alone shows on an input the ranges were taken from; a held-out input adds the
         # clipping of values beyond those ranges (MinMax over 8 inputs), which dominates there.
         checks = [("calibration input", calibration[0]), ("held-out input", make_inputs(2000 + seed, 1)[0])]

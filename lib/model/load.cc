@@ -649,7 +649,7 @@ void strip_weight_refs(onnx::GraphProto& graph) {
     t.clear_external_data();
     t.clear_data_location();
     t.clear_dims();
-    t.set_raw_data(std::string(element_size(t.data_type()), '\0'));
+    t.set_raw_data(std::string(is_4bit(t.data_type()) ? 1 : element_size(t.data_type()), '\0'));
   }
   for (auto& node : *graph.mutable_node())
     for_each_subgraph(node, [](const std::string&, onnx::GraphProto& g) { strip_weight_refs(g); });

@@ -22,6 +22,8 @@ size_t element_size(int32_t dtype) {
 }
 
 std::string dtype_name(int32_t dtype) {
+  if (dtype == kOnnxUInt4) return "uint4";  // newer than onnx 1.12's enum
+  if (dtype == kOnnxInt4) return "int4";
   if (onnx::TensorProto_DataType_IsValid(dtype) && dtype != 0) {
     std::string name = onnx::TensorProto_DataType_Name(static_cast<onnx::TensorProto_DataType>(dtype));
     for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -52,8 +54,9 @@ std::vector<uint8_t> tensor_bytes(const onnx::TensorProto& t) {
 namespace model_detail {
 
 uint64_t expected_bytes(const onnx::TensorProto& t, const std::string& what) {
+  const bool nibbles = is_4bit(t.data_type());
   size_t esize = element_size(t.data_type());
-  if (esize == 0) throw Error(ErrorCode::kInvalidModel, what + ": element type " + dtype_name(t.data_type()) + " has no fixed size");
+  if (esize == 0 && !nibbles) throw Error(ErrorCode::kInvalidModel, what + ": element type " + dtype_name(t.data_type()) + " has no fixed size");
   uint64_t count = 1;
   for (int64_t d : t.dims()) {
     if (d < 0) throw Error(ErrorCode::kInvalidModel, what + ": negative dimension " + std::to_string(d));
@@ -61,7 +64,7 @@ uint64_t expected_bytes(const onnx::TensorProto& t, const std::string& what) {
       throw Error(ErrorCode::kInvalidModel, what + ": dimensions overflow");
     count *= static_cast<uint64_t>(d);
   }
-  return count * esize;
+  return nibbles ? (count + 1) / 2 : count * esize;
 }
 
 namespace {
@@ -93,6 +96,7 @@ std::vector<uint8_t> typed_field_bytes(const onnx::TensorProto& t) {
     case T::UINT16: case T::FLOAT16: case T::BFLOAT16: return pack<decltype(t.int32_data()), uint16_t>(t.int32_data());
     case T::INT8: return pack<decltype(t.int32_data()), int8_t>(t.int32_data());
     case T::UINT8: case T::BOOL: return pack<decltype(t.int32_data()), uint8_t>(t.int32_data());
+    case kOnnxUInt4: case kOnnxInt4: return pack<decltype(t.int32_data()), uint8_t>(t.int32_data());  // a byte (two values) an entry
     default: return {};
   }
 }

@@ -325,11 +325,12 @@ FusedActivation fused_activation_of(const ref::Op& op);
 // The kernels, one per op type; kernels_*.cc hold them by family.
 namespace kernels {
 
-// QuantizeLinear, DequantizeLinear, MatMulNBits, the integer products and DynamicQuantizeLinear
-// (kernels_quant.cc).
+// QuantizeLinear, DequantizeLinear, MatMulNBits, GatherBlockQuantized, the integer products and
+// DynamicQuantizeLinear (kernels_quant.cc).
 void quantize_linear(Ins, const Output&);
 void dequantize_linear(Ins, const Output&);
 void matmul_nbits(Ins, const Output&);
+void gather_block_quantized(Ins, const Output&);
 void matmul_integer(Ins, const Output&);
 void conv_integer(Ins, const Output&);
 void dynamic_quantize_linear(Ins, const Output&);
@@ -472,8 +473,8 @@ extern const Planner plan_window;                                               
 extern const Planner plan_conv_transpose;                                                 // kernels_resize.cc
 extern const Planner plan_product;                                                        // kernels_linear.cc
 extern const Planner plan_qlinear_conv;                                                   // kernels_qconv.cc
-extern const Planner plan_quant, plan_matmul_nbits, plan_matmul_integer, plan_conv_integer,
-    plan_which_output;                                                                    // kernels_quant.cc
+extern const Planner plan_quant, plan_matmul_nbits, plan_gather_block_quantized, plan_matmul_integer,
+    plan_conv_integer, plan_which_output;                                                 // kernels_quant.cc
 
 }  // namespace kernels
 

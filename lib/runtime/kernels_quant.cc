@@ -21,7 +21,9 @@ namespace {
 // element (o, a, i) reads scale[row_scale(o, a) + i * step].
 struct QuantPlan final : OpPlan {
   QuantPlan(const ref::Op& op, const std::vector<const ref::Value*>& in, const ref::Value&) {
-    const Dims& x = in[0]->dims;
+    nibbles = op.get_int("bits", 8) == 4;
+    nibbles_signed = op.get_int("signed", 0) != 0;
+    const Dims x = nibbles ? op.get_ints("dims") : in[0]->dims;  // x itself is packed
     const auto axis = static_cast<size_t>(op.get_int("axis", 0));
     block = op.get_int("block_size", 0);
     if (block == 0 && in[1]->element_count() == 1) {
@@ -40,6 +42,7 @@ struct QuantPlan final : OpPlan {
   int64_t step() const { return block > 0 ? 1 : 0; }
   int64_t outer = 1, extent = 1, inner = 1, block = 0;
   bool per_axis = false;
+  bool nibbles = false, nibbles_signed = false;  // a DequantizeLinear of a 4-bit weight
 };
 
 // Calls f(T{}) with the C++ type of a quantized (or, for DequantizeLinear, int32) dtype.
@@ -137,6 +140,31 @@ void dequantize(Ins in, const Output& out) {
   });
 }
 
+// Value i of packed 4-bit integers (two a byte, the first in the low bits), sign-extended for int4.
+template <bool Signed>
+CTXGEN_INLINE int32_t nibble(const uint8_t* packed, int64_t i) {
+  const int32_t v = (packed[i >> 1] >> ((i & 1) * 4)) & 0xF;
+  return Signed ? (v ^ 8) - 8 : v;
+}
+
+// A 4-bit weight, dequantized once a session (runtime/execute.cc): a plain loop is enough.
+template <bool Signed>
+void dequantize_4bit(Ins in, const Output& out) {
+  const auto& p = plan_of<QuantPlan>(out);
+  const uint8_t* x = in[0].bytes();
+  const float* scale = in[1].f32();
+  const uint8_t* zero_point = in.size() > 2 && in[2].present() ? in[2].bytes() : nullptr;
+  float* y = out.f32();
+  for_rows(p, out, [&](int64_t r, int64_t begin, int64_t end) {
+    const int64_t s0 = p.row_scale(r / p.extent, r % p.extent), step = p.step();
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t s = s0 + i * step, at = r * p.inner + i;
+      const int32_t zero = zero_point ? nibble<Signed>(zero_point, s) : 0;
+      y[at] = static_cast<float>(nibble<Signed>(x, at) - zero) * scale[s];
+    }
+  });
+}
+
 // What MatMulNBits derives from its attributes and dims, and its scratch: a slab of `slab`
 // columns of B dequantized (slab x K floats, sized to stay in the second-level cache), and the
 // slab's part of y (rows x slab).
@@ -190,6 +218,64 @@ CTXGEN_VECTOR_CLONES void dequantize_4bit_columns(const NBitsPlan& p, Ins in, in
 }
 CTXGEN_VECTOR_CLONES void dequantize_8bit_columns(const NBitsPlan& p, Ins in, int64_t begin, int64_t end, float* w) {
   dequantize_columns<8>(p, in, begin, end, w);
+}
+
+// GatherBlockQuantized's view of the weight: [outer, extent, row] around the gather axis, and
+// [q_outer, q_extent, q_inner] around the quantize axis, whose blocks the scales follow.
+struct GatherBlockPlan final : OpPlan {
+  GatherBlockPlan(const ref::Op& op, const std::vector<const ref::Value*>&, const ref::Value&)
+      : bits(op.get_int("bits", 4)), block(op.get_int("block_size", 16)), zero(op.get_int("zero_point", 0)),
+        zero_row(op.get_int("zero_point_row", 1)), is_signed(op.get_int("signed", 0) != 0) {
+    const Dims dims = op.get_ints("dims");
+    const auto g = static_cast<size_t>(op.get_int("gather_axis", 0)), q = static_cast<size_t>(op.get_int("quantize_axis", 0));
+    outer = product(dims, 0, g);
+    extent = dims[g];
+    row = product(dims, g + 1, dims.size());
+    q_extent = dims[q];
+    q_inner = product(dims, q + 1, dims.size());
+    q_blocks = (q_extent + block - 1) / block;
+  }
+  int64_t bits, block, zero, zero_row, outer = 1, extent = 1, row = 1, q_extent = 1, q_inner = 1, q_blocks = 1;
+  bool is_signed;
+
+  int32_t value(const uint8_t* packed, int64_t i) const {
+    if (bits == 8) return packed[i];
+    const int32_t v = (packed[i >> 1] >> ((i & 1) * 4)) & 0xF;
+    return is_signed ? (v ^ 8) - 8 : v;
+  }
+  // The zero point of scale s: rows of zero_row values, each starting a byte.
+  int32_t zero_of(const uint8_t* zero_points, int64_t s) const {
+    if (!zero_points) return static_cast<int32_t>(zero);
+    const int64_t per_byte = 8 / bits;
+    return value(zero_points, s / zero_row * ((zero_row + per_byte - 1) / per_byte * per_byte) + s % zero_row);
+  }
+};
+
+template <typename Index, typename Out>
+void gather_blocks(const GatherBlockPlan& p, Ins in, const Output& out) {
+  const uint8_t* data = in[0].bytes();
+  const Index* indices = in[1].as<Index>();
+  const Out* scales = in[2].as<Out>();
+  const uint8_t* zero_points = in.size() > 3 && in[3].present() ? in[3].bytes() : nullptr;
+  const int64_t count = in[1].size();
+  Out* y = out.as<Out>();
+  parallel_ranges(out.parallel, p.outer * count, p.row, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      int64_t index = static_cast<int64_t>(indices[r % count]);
+      Out* to = y + r * p.row;
+      if (index < -p.extent || index >= p.extent) {  // zeros, as ONNX Runtime's kernel gives
+        std::fill(to, to + p.row, Out(0.0f));
+        continue;
+      }
+      if (index < 0) index += p.extent;
+      const int64_t first = (r / count * p.extent + index) * p.row;
+      for (int64_t i = 0; i < p.row; ++i) {
+        const int64_t at = first + i, in_axis = at / p.q_inner % p.q_extent;
+        const int64_t s = (at / (p.q_inner * p.q_extent) * p.q_blocks + in_axis / p.block) * p.q_inner + at % p.q_inner;
+        to[i] = Out(static_cast<float>(p.value(data, at) - p.zero_of(zero_points, s)) * static_cast<float>(scales[s]));
+      }
+    }
+  });
 }
 
 // Which of its node's outputs an op writes (DynamicQuantizeLinear's values, scale or zero point).
@@ -319,12 +405,23 @@ namespace kernels {
 
 const Planner plan_quant = plan_as<QuantPlan>;
 const Planner plan_matmul_nbits = plan_as<NBitsPlan>;
+const Planner plan_gather_block_quantized = plan_as<GatherBlockPlan>;
+
+void gather_block_quantized(Ins in, const Output& out) {
+  const auto& p = plan_of<GatherBlockPlan>(out);
+  const bool half = out.dtype() == ref::DType::kFloat16;
+  if (in[1].dtype() == ref::DType::kInt32)
+    return half ? gather_blocks<int32_t, Half>(p, in, out) : gather_blocks<int32_t, float>(p, in, out);
+  return half ? gather_blocks<int64_t, Half>(p, in, out) : gather_blocks<int64_t, float>(p, in, out);
+}
 
 void quantize_linear(Ins in, const Output& out) {
   visit_quantized(out.dtype(), [&](auto tag) { quantize<decltype(tag)>(in, out); });
 }
 
 void dequantize_linear(Ins in, const Output& out) {
+  const auto& p = plan_of<QuantPlan>(out);
+  if (p.nibbles) return p.nibbles_signed ? dequantize_4bit<true>(in, out) : dequantize_4bit<false>(in, out);
   visit_quantized(in[0].dtype(), [&](auto tag) { dequantize<decltype(tag)>(in, out); });
 }
 

@@ -191,7 +191,9 @@ OutType range(const OpCheck& c) {
 // QuantizeLinear or DequantizeLinear over x: one value for the whole tensor; one per index of
 // x's dim `axis` (dims [x.dims[axis]]); or, with `block_size` > 0, one per block of that many
 // consecutive indices along `axis` (x's dims with that dim divided into blocks, rounded up).
-void quant_params(const OpCheck& c, const ref::Value& x, DType zero_point_type) {
+// A zero point of `zero_point_type` has the scale's dims; a packed 4-bit one (`packed_zero_point`)
+// is the uint8 bytes of that many 4-bit values.
+void quant_params(const OpCheck& c, const ref::Value& x, DType zero_point_type, bool packed_zero_point = false) {
   c.expect_dtype(c.in(1), DType::kFloat32, "input 1 (scale)");
   const Dims& s = c.in(1).dims;
   const int64_t axis = c.int_attr("axis", 0, std::max<int64_t>(rank_of(x) - 1, 0));
@@ -208,7 +210,13 @@ void quant_params(const OpCheck& c, const ref::Value& x, DType zero_point_type) 
              std::to_string(axis) + " of " + dims_text(x.dims);
     });
   }
-  if (const ref::Value* zero_point = c.optional_in(2)) {
+  if (const ref::Value* zero_point = c.optional_in(2); zero_point && packed_zero_point) {
+    c.expect_dtype(*zero_point, DType::kUInt8, "input 2 (zero point)");
+    c.expect(zero_point->element_count() == (product(s) + 1) / 2, [&] {
+      return "input 2 (zero point) has " + std::to_string(zero_point->element_count()) + " bytes, expected " +
+             std::to_string((product(s) + 1) / 2) + " (4-bit values of the scale's dims " + dims_text(s) + ")";
+    });
+  } else if (zero_point) {
     c.expect_dtype(*zero_point, zero_point_type, "input 2 (zero point)");
     // One value may be a scalar beside a scale of dims [1], or the reverse, as ONNX Runtime takes.
     if (!per_tensor || zero_point->dims.size() > 1 || product(zero_point->dims) != 1)
@@ -227,9 +235,25 @@ OutType quantize_linear(const OpCheck& c) {
   return {t, c.in(0).dims};
 }
 
-// y = (x - zero_point) * scale, in float32.
+// y = (x - zero_point) * scale, in float32. With `bits` 4, x is a weight of 4-bit integers (int4
+// when `signed`, else uint4) of dims `dims`, two a byte, the first in the low bits, as ONNX stores
+// them: uint8 [(n + 1) / 2]; its zero point is packed alike.
 OutType dequantize_linear(const OpCheck& c) {
   c.arity(2, 3);
+  const int64_t bits = c.int_attr_or("bits", 8, 4, 8);
+  c.expect(bits == 4 || bits == 8, [&] { return "bits " + std::to_string(bits) + ", expected 4 or 8"; });
+  if (bits == 4) {
+    c.int_attr("signed", 0, 1);
+    ref::Value x;
+    x.dims = c.bounded(c.ints_attr("dims"), "attribute 'dims'");
+    c.expect_dtype(c.in(0), DType::kUInt8, "input 0");
+    c.expect(c.in(0).element_count() == (product(x.dims) + 1) / 2, [&] {
+      return "input 0 has " + std::to_string(c.in(0).element_count()) + " bytes, expected " +
+             std::to_string((product(x.dims) + 1) / 2) + " (4-bit values of dims " + dims_text(x.dims) + ")";
+    });
+    quant_params(c, x, DType::kUInt8, true);
+    return {DType::kFloat32, x.dims};
+  }
   const DType t = c.in(0).dtype;
   c.expect(t == DType::kInt32 || std::find(kQuantized.begin(), kQuantized.end(), t) != kQuantized.end(),
            [&] { return "input 0 has element type " + ref::dtype_name(t) + ", expected an 8-, 16- or 32-bit integer type"; });
@@ -271,6 +295,56 @@ OutType matmul_nbits(const OpCheck& c) {
   Dims y = a;
   y.back() = n;
   return {DType::kFloat32, c.bounded(y, "output")};
+}
+
+// com.microsoft GatherBlockQuantized: Gather along `gather_axis` of a weight of dims `dims` quantized
+// `bits` at a time in blocks of `block_size` along `quantize_axis`, each gathered value dequantized:
+// (q - zero_point) * scale, of the scales' type. The weight is uint8, `bits` a value, low bits first
+// (4-bit values sign-extended when `signed`); scales have its dims with the quantize axis divided
+// into blocks; the zero points (uint8, `zero_point` when absent) are packed alike in rows of
+// `zero_point_row` values, each row starting a byte.
+OutType gather_block_quantized(const OpCheck& c) {
+  c.arity(3, 4);
+  const Dims dims = c.bounded(c.ints_attr("dims"), "attribute 'dims'");
+  c.expect(!dims.empty(), "attribute 'dims' is empty: a scalar has nothing to gather");
+  const int64_t rank = static_cast<int64_t>(dims.size());
+  const auto gather_axis = static_cast<size_t>(c.int_attr("gather_axis", 0, rank - 1));
+  const auto quantize_axis = static_cast<size_t>(c.int_attr("quantize_axis", 0, rank - 1));
+  const int64_t block = c.int_attr("block_size", 16, kMaxWindow);
+  c.expect((block & (block - 1)) == 0, [&] { return "block_size " + std::to_string(block) + " is not a power of two"; });
+  const int64_t bits = c.int_attr("bits", 4, 8);
+  c.expect(bits == 4 || bits == 8, [&] { return "bits " + std::to_string(bits) + ", expected 4 or 8"; });
+  c.int_attr("signed", 0, bits == 4 ? 1 : 0);
+  c.int_attr("zero_point", bits == 4 ? -8 : 0, bits == 4 ? 15 : 255);
+  c.expect_dtype(c.in(0), DType::kUInt8, "input 0 (data)");
+  const int64_t bytes = (product(dims) * bits + 7) / 8;
+  c.expect(c.in(0).element_count() == bytes, [&] {
+    return "input 0 (data) has " + std::to_string(c.in(0).element_count()) + " bytes, expected " + std::to_string(bytes) +
+           " (" + std::to_string(bits) + "-bit values of dims " + dims_text(dims) + ")";
+  });
+  c.expect(c.in(1).dtype == DType::kInt64 || c.in(1).dtype == DType::kInt32,
+           [&] { return "input 1 (indices) has element type " + ref::dtype_name(c.in(1).dtype) + ", expected int64 or int32"; });
+  const DType t = c.in(2).dtype;
+  c.expect(t == DType::kFloat32 || t == DType::kFloat16,
+           [&] { return "input 2 (scales) has element type " + ref::dtype_name(t) + ", expected float32 or float16"; });
+  Dims scales = dims;
+  scales[quantize_axis] = (scales[quantize_axis] + block - 1) / block;
+  c.expect_dims(c.in(2), scales, "input 2 (scales)");
+  if (const ref::Value* zero_points = c.optional_in(3)) {
+    c.expect_dtype(*zero_points, DType::kUInt8, "input 3 (zero points)");
+    const int64_t row = c.int_attr("zero_point_row", 1, std::max<int64_t>(product(scales), 1));
+    c.expect(product(scales) % row == 0, [&] {
+      return "zero_point_row " + std::to_string(row) + " does not divide the " + std::to_string(product(scales)) + " scales";
+    });
+    const int64_t want = product(scales) / row * ((row * bits + 7) / 8);
+    c.expect(zero_points->element_count() == want, [&] {
+      return "input 3 (zero points) has " + std::to_string(zero_points->element_count()) + " bytes, expected " + std::to_string(want);
+    });
+  }
+  Dims out(dims.begin(), dims.begin() + static_cast<int64_t>(gather_axis));
+  out.insert(out.end(), c.in(1).dims.begin(), c.in(1).dims.end());
+  out.insert(out.end(), dims.begin() + static_cast<int64_t>(gather_axis) + 1, dims.end());
+  return {t, c.bounded(out, "output")};
 }
 
 // ---- linear algebra ----------------------------------------------------------------------------
@@ -1086,6 +1160,7 @@ const std::vector<OpDef>& op_defs() {
       {"MatMul", matmul, k::matmul, true, k::plan_product},
       {"Gemm", gemm, k::gemm, true, k::plan_product},
       {"MatMulNBits", matmul_nbits, k::matmul_nbits, true, k::plan_matmul_nbits},
+      {"GatherBlockQuantized", gather_block_quantized, k::gather_block_quantized, true, k::plan_gather_block_quantized},
       {"MatMulInteger", matmul_integer, k::matmul_integer, true, k::plan_matmul_integer},
       {"ConvInteger", conv_integer, k::conv_integer, true, k::plan_conv_integer},
       {"QLinearConv", qlinear_conv, k::qlinear_conv, true, k::plan_qlinear_conv},

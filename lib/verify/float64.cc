@@ -246,17 +246,23 @@ class FloatValues {
       // A DequantizeLinear makes float32 in either domain (onnx 1.12 types neither 16-bit form).
       const bool dequantizes = node.op_type() == "DequantizeLinear" &&
                                (is_onnx_domain(node.domain()) || node.domain() == "com.microsoft");
+      // A Cast to a float type makes float.
+      const auto* to = attribute_of(const_cast<onnx::NodeProto&>(node), "to");
+      const bool casts_to_float = is_onnx_domain(node.domain()) && node.op_type() == "Cast" && to && widened_type(static_cast<int32_t>(to->i()));
+      const auto other = kFollowsInput.find({is_onnx_domain(node.domain()) ? "" : node.domain(), node.op_type()});
       for (int i = 0; i < node.output_size(); ++i)
-        if (dequantizes && i == 0)
-          dequantized_.insert(node.output(i));
+        if ((dequantizes || casts_to_float) && i == 0)
+          made_float_.insert(node.output(i));
         else if (is_onnx_domain(node.domain()) && (i == 0 || node.op_type() == "Split") && kSameType.count(node.op_type()) &&
                  node.input_size() > 0)
           follows_[node.output(i)] = node.input(0);
+        else if (i == 0 && other != kFollowsInput.end() && node.input_size() > other->second)
+          follows_[node.output(i)] = node.input(other->second);
     }
   }
   bool operator()(const std::string& name) const {
     if (const Weight* w = model_.constant(name)) return widened_type(w->data.dtype);
-    if (dequantized_.count(name)) return true;
+    if (made_float_.count(name)) return true;
     const ValueType* type = model_.type_of(name);
     if (type != nullptr && type->elem_type != 0) return widened_type(type->elem_type);
     auto it = follows_.find(name);
@@ -265,15 +271,19 @@ class FloatValues {
 
  private:
   static inline const std::set<std::string> kSameType = {
-      "Abs", "Add", "AveragePool", "BatchNormalization", "Clip", "Concat", "Conv", "ConvTranspose", "DepthToSpace",
+      "Abs", "Add", "AveragePool", "BatchNormalization", "Clip", "Concat", "Conv", "ConvTranspose", "Cos", "DepthToSpace",
       "Div", "Erf", "Exp", "Expand", "Flatten", "Gather", "Gelu", "Gemm", "GlobalAveragePool", "GlobalMaxPool",
       "Identity", "InstanceNormalization", "LayerNormalization", "LeakyRelu", "Log", "MatMul", "Max", "MaxPool", "Min",
-      "Mul", "Neg", "Pad", "Pow", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceSum", "Relu", "Reshape", "Resize",
-      "Sigmoid", "Slice", "Softmax", "SpaceToDepth", "Split", "Sqrt", "Squeeze", "Sub", "Tanh", "Tile", "Transpose",
-      "Unsqueeze"};
+      "Mul", "Neg", "Pad", "Pow", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceSum", "Relu", "Reshape", "Range", "Reciprocal", "Resize",
+      "Sigmoid", "Sin", "Slice", "Softmax", "SpaceToDepth", "Split", "Sqrt", "Squeeze", "Sub", "Tanh", "Tile", "Transpose",
+      "Trilu", "Unsqueeze"};
+  // Ops (by domain, "" the default one, and type) whose output has the type of another input than
+  // the first: Where's X, MatMulNBits' A, GatherBlockQuantized's scales.
+  static inline const std::map<std::pair<std::string, std::string>, int> kFollowsInput = {
+      {{"", "Where"}, 1}, {{"com.microsoft", "MatMulNBits"}, 0}, {{"com.microsoft", "GatherBlockQuantized"}, 2}};
   const Model& model_;
   std::unordered_map<std::string, std::string> follows_;
-  std::set<std::string> dequantized_;
+  std::set<std::string> made_float_;
 };
 
 // The node an ONNX Runtime load error names, in any of the ways it names one.

@@ -912,6 +912,75 @@ TEST(RefLower, ADequantizedMatMulWeightIsTransposedOnceASession) {
   EXPECT_EQ(got, (std::vector<float>{7.0f, 188.0f, 1.0f, 64.0f}));
 }
 
+// 4-bit values packed two a byte, the first in the low bits, as ONNX stores int4 and uint4.
+std::vector<uint8_t> packed_4bit(const std::vector<int>& values) {
+  std::vector<uint8_t> bytes((values.size() + 1) / 2, 0);
+  for (size_t i = 0; i < values.size(); ++i) bytes[i / 2] |= static_cast<uint8_t>((values[i] & 0xF) << (i % 2 * 4));
+  return bytes;
+}
+
+// onnx 1.12 does not type opset 21's DequantizeLinear (the specialise stage does, in the pipeline):
+// the model declares the type of its output.
+void declare_float(TestModel& m, const std::string& name, const std::vector<int64_t>& dims) {
+  auto* t = m.proto().mutable_graph()->add_value_info();
+  t->set_name(name);
+  t->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+  for (int64_t d : dims) t->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(d);
+}
+
+// A MatMul of a 4-bit weight dequantized in blocks along K (ONNX Runtime's weight-only QDQ form)
+// runs as MatMulNBits on the weight's 4 bits: int4 without zero points, and uint4 with them over
+// a K that ends in a short block. The product is the float one of the dequantized weight.
+TEST(RefLower, AFourBitMatMulWeightRunsAsMatMulNBits) {
+  for (const bool is_signed : {true, false}) {
+    SCOPED_TRACE(is_signed ? "int4" : "uint4");
+    const int64_t k = is_signed ? 32 : 40, n = 3, block = 16, blocks = (k + block - 1) / block;
+    std::vector<int> q(static_cast<size_t>(k * n)), z(static_cast<size_t>(blocks * n), 0);
+    for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<int>(i * 7 % 16) - (is_signed ? 8 : 0);
+    for (size_t i = 0; i < z.size() && !is_signed; ++i) z[i] = static_cast<int>(i * 5 % 16);
+    std::vector<float> scales(static_cast<size_t>(blocks * n)), x(static_cast<size_t>(2 * k));
+    for (size_t i = 0; i < scales.size(); ++i) scales[i] = 0.125f * static_cast<float>(i + 1);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(static_cast<int>(i % 5) - 2);
+    const int32_t type = is_signed ? kOnnxInt4 : kOnnxUInt4;
+    TestModel m(21);
+    m.input("x", {2, k}).tensor("w", {k, n}, type, packed_4bit(q)).floats("s", {blocks, n}, scales);
+    if (!is_signed) m.tensor("z", {blocks, n}, type, packed_4bit(z));
+    m.node("DequantizeLinear", {"w", "s", is_signed ? "" : "z"}, {"wf"}).attr("axis", int64_t{0}).attr("block_size", block);
+    m.node("MatMul", {"x", "wf"}, {"y"}).output("y");
+    declare_float(m, "wf", {k, n});
+    auto l = lower(m.load());
+    const auto& p = l->program();
+    ASSERT_EQ(op_types(p), (std::vector<std::string>{"MatMulNBits"}));
+    EXPECT_EQ(value(p, p.ops[0].inputs[1]).dims, (std::vector<int64_t>{n, blocks, block / 2}));
+    EXPECT_EQ(value(p, p.ops[0].inputs[1]).dtype, ref::DType::kUInt8);
+    auto y = run_lowered(*l, {testing::bytes_of_floats(x)});
+    std::vector<float> got(static_cast<size_t>(2 * n));
+    std::memcpy(got.data(), y[0].data(), got.size() * sizeof(float));
+    for (int64_t r = 0; r < 2; ++r)
+      for (int64_t c = 0; c < n; ++c) {
+        float want = 0;  // small whole multiples of 1/8: exact in any order
+        for (int64_t i = 0; i < k; ++i) {
+          const size_t s = static_cast<size_t>(i / block * n + c);
+          want += x[static_cast<size_t>(r * k + i)] * static_cast<float>(q[static_cast<size_t>(i * n + c)] - z[s]) * scales[s];
+        }
+        EXPECT_EQ(got[static_cast<size_t>(r * n + c)], want) << r << "," << c;
+      }
+  }
+  // Blocks along N are not MatMulNBits' layout: the weight is dequantized once a session instead.
+  TestModel m(21);
+  m.input("x", {1, 2}).tensor("w", {2, 32}, kOnnxInt4, packed_4bit(std::vector<int>(64, -3))).floats("s", {2, 2}, {1, 2, 3, 4});
+  m.node("DequantizeLinear", {"w", "s"}, {"wf"}).attr("axis", int64_t{1}).attr("block_size", int64_t{16});
+  m.node("MatMul", {"x", "wf"}, {"y"}).output("y");
+  declare_float(m, "wf", {2, 32});
+  auto l = lower(m.load());
+  EXPECT_EQ(op_types(l->program()), (std::vector<std::string>{"DequantizeLinear", "Transpose", "MatMul"}));
+  auto y = run_lowered(*l, {testing::bytes_of_floats({1, 1})});
+  std::vector<float> got(32);
+  std::memcpy(got.data(), y[0].data(), 128);
+  EXPECT_EQ(got[0], -12.0f);   // -3 * 1 + -3 * 3
+  EXPECT_EQ(got[31], -18.0f);  // -3 * 2 + -3 * 4
+}
+
 // A QDQ Concat concatenates integers: an input quantized as the result is copied as it is, the
 // other requantized on its own, with the unit's arithmetic (halves to even).
 TEST(RefLower, AQdqConcatConcatenatesIntegers) {

@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cstring>
+#include <functional>
 
 #include "ctxgen/error.h"
 #include "ctxgen/model.h"
@@ -46,6 +47,56 @@ TEST(Model, LoadsWeightsAndInfersShapes) {
   ASSERT_NE(c2, nullptr);
   EXPECT_TRUE(c2->is_static());
   EXPECT_EQ(*c2->dims, (std::vector<int64_t>{1, 16, 8, 8}));
+}
+
+// int4 and uint4 (opset 21, unknown to onnx 1.12) hold two values a byte: (n + 1) / 2 bytes, from
+// raw_data or from int32_data, which holds a byte an entry.
+TEST(Model, LoadsFourBitWeightsAsTheirPackedBytes) {
+  TempDir dir;
+  auto save = [&](const std::string& name, const std::function<void(onnx::TensorProto&)>& fill) {
+    onnx::ModelProto m;
+    m.set_ir_version(10);
+    m.add_opset_import()->set_version(21);
+    auto* g = m.mutable_graph();
+    g->set_name("g");
+    auto* t = g->add_initializer();
+    t->set_name("w");
+    t->set_data_type(kOnnxInt4);
+    t->add_dims(5);
+    fill(*t);
+    auto* s = g->add_initializer();
+    s->set_name("s");
+    s->set_data_type(onnx::TensorProto::FLOAT);
+    s->add_float_data(0.5f);
+    auto* n = g->add_node();
+    n->set_op_type("DequantizeLinear");
+    n->add_input("w");
+    n->add_input("s");
+    n->add_output("y");
+    auto* y = g->add_output();
+    y->set_name("y");
+    y->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+    y->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(5);
+    write_file(dir.path() / name, m.SerializeAsString());
+    return dir.path() / name;
+  };
+  const Model raw = load_model(save("raw.onnx", [](onnx::TensorProto& t) { t.set_raw_data(std::string("\xF1\x87\x03", 3)); }));
+  const Model typed = load_model(save("typed.onnx", [](onnx::TensorProto& t) {
+    for (int b : {0xF1, 0x87, 0x03}) t.add_int32_data(b);
+  }));
+  for (const Model* m : {&raw, &typed}) {
+    const Weight* w = m->constant("w");
+    ASSERT_NE(w, nullptr);
+    EXPECT_EQ(w->data.dims, (std::vector<int64_t>{5}));
+    ASSERT_EQ(w->data.size, 3u);
+    EXPECT_EQ(std::vector<uint8_t>(w->data.data, w->data.data + 3), (std::vector<uint8_t>{0xF1, 0x87, 0x03}));
+  }
+  std::string message;
+  EXPECT_EQ(load_error(save("short.onnx", [](onnx::TensorProto& t) { t.set_raw_data(std::string(2, '\0')); }), &message),
+            ErrorCode::kInvalidModel);
+  EXPECT_NE(message.find("initializer 'w': holds 2 bytes, dims and type need 3"), std::string::npos) << message;
+  EXPECT_EQ(dtype_name(kOnnxInt4), "int4");
+  EXPECT_EQ(dtype_name(kOnnxUInt4), "uint4");
 }
 
 TEST(Model, WeightBytesAreNotKeptInTheProtobuf) {

@@ -146,6 +146,105 @@ TEST(RuntimeQuant, RulesRefuseMismatchedScalesZeroPointsAndTypes) {
         "input 0 has element type bool, expected an 8-, 16- or 32-bit integer type");
 }
 
+// A 4-bit weight stays packed, two values a byte, the first in the low bits: int4 values
+// sign-extend, uint4 ones do not; zero points are packed alike; an odd count leaves half a byte.
+TEST(RuntimeQuant, FourBitWeightsDequantizeFromTheirPackedBytes) {
+  auto four_bit = [](int64_t axis, int64_t block, bool is_signed, Dims dims) {
+    std::vector<ref::Attr> attrs = dequant(axis, block);
+    attrs.push_back(int_attr("bits", 4));
+    attrs.push_back(int_attr("signed", is_signed ? 1 : 0));
+    attrs.push_back(ints_attr("dims", std::move(dims)));
+    return attrs;
+  };
+  // [5] int4 values 1, -1, 7, -8, 3, one scale 0.5: bytes 0xF1, 0x87, 0x03.
+  const Bytes x = {0xF1, 0x87, 0x03};
+  expect_near(run_op("DequantizeLinear", {{{3}, x, DType::kUInt8}, {{}, f32({0.5f})}}, {5}, four_bit(0, 0, true, {5})),
+              {0.5f, -0.5f, 3.5f, -4.0f, 1.5f});
+  // The same bytes as uint4 (1, 15, 7, 8, 3) with a zero point of 8.
+  expect_near(run_op("DequantizeLinear", {{{3}, x, DType::kUInt8}, {{}, f32({1.0f})}, {{1}, {0x08}, DType::kUInt8}}, {5},
+                     four_bit(0, 0, false, {5})),
+              {-7, 7, -1, 0, -5});
+  // [3,2] int4 in blocks of 2 along axis 0 (scales [2,2]), int4 zero points 0, 1, -1, 2 packed.
+  const Bytes w = {0x21, 0x43, 0x65};  // 1, 2, 3, 4, 5, 6
+  expect_near(run_op("DequantizeLinear",
+                     {{{3}, w, DType::kUInt8}, {{2, 2}, f32({1, 2, 3, 4})}, {{2}, {0x10, 0x2F}, DType::kUInt8}}, {3, 2},
+                     four_bit(0, 2, true, {3, 2})),
+              {1, 2, 3, 6, 18, 16});
+  // Per axis 1 of [2,3] uint4, no zero point.
+  expect_near(run_op("DequantizeLinear", {{{3}, w, DType::kUInt8}, {{3}, f32({1, 10, 100})}}, {2, 3}, four_bit(1, 0, false, {2, 3})),
+              {1, 20, 300, 4, 50, 600});
+  const auto rule = [&](Bytes packed, std::vector<In> rest, const std::string& part) {
+    std::vector<In> inputs = {{{static_cast<int64_t>(packed.size())}, packed, DType::kUInt8}};
+    inputs.insert(inputs.end(), rest.begin(), rest.end());
+    expect_error([&] { run_op_bytes("DequantizeLinear", inputs, {5}, DType::kFloat32, four_bit(0, 0, true, {5})); },
+                 ErrorCode::kInvalidBinary, part);
+  };
+  rule({1, 2}, {{{}, f32({1})}}, "input 0 has 2 bytes, expected 3 (4-bit values of dims [5])");
+  rule({1, 2, 3}, {{{}, f32({1})}, {{2}, {0, 0}, DType::kUInt8}}, "input 2 (zero point) has 2 bytes, expected 1");
+}
+
+std::vector<ref::Attr> gather_blocks(Dims dims, int64_t gather_axis, int64_t quantize_axis, int64_t block, int64_t bits,
+                                     bool is_signed, int64_t zero_point, int64_t zero_point_row) {
+  return {ints_attr("dims", std::move(dims)), int_attr("gather_axis", gather_axis), int_attr("quantize_axis", quantize_axis),
+          int_attr("block_size", block), int_attr("bits", bits), int_attr("signed", is_signed ? 1 : 0),
+          int_attr("zero_point", zero_point), int_attr("zero_point_row", zero_point_row)};
+}
+
+// GatherBlockQuantized against values dequantized by hand: int4 rows with packed zero points, a
+// negative index counting from the end, an index out of range giving zeros (as ONNX Runtime's
+// kernel does), rows of zero points that start a byte each, float16 scales and output.
+TEST(RuntimeQuant, GatherBlockQuantizedDequantizesTheRowsItGathers) {
+  // A [3, 32] int4 table, value (r * 32 + c) % 16 - 8, blocks of 16 along axis 1: scales [3, 2].
+  std::vector<int> q(96);
+  for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<int>(i % 16) - 8;
+  Bytes table(48, 0);
+  for (size_t i = 0; i < q.size(); ++i) table[i / 2] |= static_cast<uint8_t>((q[i] & 0xF) << (i % 2 * 4));
+  const std::vector<float> scales = {1, 2, 3, 4, 5, 6};
+  const std::vector<int> zeros = {0, 1, -1, 2, -8, 7};
+  Bytes zero_points(3, 0);
+  for (size_t i = 0; i < zeros.size(); ++i) zero_points[i / 2] |= static_cast<uint8_t>((zeros[i] & 0xF) << (i % 2 * 4));
+  const auto y = run_op("GatherBlockQuantized",
+                        {{{48}, table, DType::kUInt8}, {{3}, bytes_of<int64_t>({2, -3, 3}), DType::kInt64}, {{3, 2}, f32(scales)},
+                         {{3}, zero_points, DType::kUInt8}},
+                        {3, 32}, gather_blocks({3, 32}, 0, 1, 16, 4, true, 0, 6));
+  for (int64_t c = 0; c < 32; ++c) {
+    const auto at = [&](int64_t r) { return static_cast<size_t>(r * 32 + c); };
+    const size_t s2 = static_cast<size_t>(2 * 2 + c / 16), s0 = static_cast<size_t>(c / 16);
+    EXPECT_EQ(y[static_cast<size_t>(c)], static_cast<float>(q[at(2)] - zeros[s2]) * scales[s2]) << c;
+    EXPECT_EQ(y[static_cast<size_t>(32 + c)], static_cast<float>(q[at(0)] - zeros[s0]) * scales[s0]) << c;
+    EXPECT_EQ(y[static_cast<size_t>(64 + c)], 0.0f) << c;
+  }
+  // uint8 holding 4-bit values along the last axis of [2, 48]: 3 blocks a row, zero points two
+  // bytes a row (the third block's in the low bits of the second byte), float16 scales of 0.5.
+  Bytes packed(48);
+  for (size_t i = 0; i < packed.size(); ++i) packed[i] = static_cast<uint8_t>(i % 16 * 0x11);  // both values i % 16
+  const Bytes zp = {0x21, 0x03, 0x54, 0x06};                                                  // rows (1, 2, 3), (4, 5, 6)
+  const uint16_t half = runtime::half_of(0.5f);
+  const auto h = values_of<uint16_t>(run_op_bytes("GatherBlockQuantized",
+                                     {{{2, 24}, packed, DType::kUInt8}, {{1}, bytes_of<int32_t>({1}), DType::kInt32},
+                                      {{2, 3}, bytes_of<uint16_t>({half, half, half, half, half, half}), DType::kFloat16},
+                                      {{2, 2}, zp, DType::kUInt8}},
+                                     {1, 48}, DType::kFloat16, gather_blocks({2, 48}, 0, 1, 16, 4, false, 8, 3)));
+  for (int64_t c = 0; c < 48; ++c) {
+    const float want = static_cast<float>((24 + c / 2) % 16 - (4 + c / 16)) * 0.5f;
+    EXPECT_EQ(runtime::float_of_half(h[static_cast<size_t>(c)]), want) << c;
+  }
+  const auto rule = [](std::vector<In> inputs, std::vector<ref::Attr> attrs, const std::string& part) {
+    expect_error([&] { run_op_bytes("GatherBlockQuantized", inputs, {1, 32}, DType::kFloat32, attrs); }, ErrorCode::kInvalidBinary,
+                 part);
+  };
+  const In ids = {{1}, bytes_of<int64_t>({0}), DType::kInt64};
+  const In two_scales = {{1, 2}, f32({1, 1})};
+  rule({{{15}, Bytes(15), DType::kUInt8}, ids, two_scales}, gather_blocks({1, 32}, 0, 1, 16, 4, false, 0, 2),
+       "input 0 (data) has 15 bytes, expected 16");
+  rule({{{16}, Bytes(16), DType::kUInt8}, ids, {{1, 1}, f32({1})}}, gather_blocks({1, 32}, 0, 1, 16, 4, false, 0, 2),
+       "input 2 (scales) has dims [1,1], expected [1,2]");
+  rule({{{16}, Bytes(16), DType::kUInt8}, ids, two_scales}, gather_blocks({1, 32}, 0, 1, 24, 4, false, 0, 2),
+       "block_size 24 is not a power of two");
+  rule({{{16}, Bytes(16), DType::kUInt8}, ids, two_scales, {{2}, Bytes(2), DType::kUInt8}},
+       gather_blocks({1, 32}, 0, 1, 16, 4, false, 0, 2), "input 3 (zero points) has 2 bytes, expected 1");
+}
+
 // MatMulNBits against the product with its weights dequantized by hand: 4 and 8 bits, with and
 // without zero points and bias, K not a multiple of the block (the last block short), rows of A
 // split over threads or not (run_bytes runs both).

@@ -120,8 +120,13 @@ class Lowerer {
   }
 
   int32_t add_constant(const std::string& name, const Weight& w) {
-    const TensorData& t = w.data;
-    return draft_.add_weight(name, dtype_of(t.dtype, "constant '" + name + "'"), t.dims, t.blob());
+    ref::Value v;
+    try {
+      v = constant_value(w.data, "constant '" + name + "'");
+    } catch (const Refusal& r) {
+      throw internal(r.reason);
+    }
+    return draft_.add_weight(name, v.dtype, v.dims, w.data.blob());
   }
 
   int32_t read(const std::string& name) {
@@ -702,6 +707,73 @@ void fold_transposes_into_matmuls(Draft& d) {
   drop_ops(d, removed);
 }
 
+// A MatMul whose B [K, N] is a 4-bit weight dequantized in blocks along K (what ONNX Runtime's
+// weight-only quantizer writes in QDQ form) is the MatMulNBits it stands for, as ONNX Runtime
+// fuses it too: the weight stays 4 bits in memory, dequantized a slab at a time as the product
+// runs, never a float32 copy. The .bin holds MatMulNBits' layout of the same values: each column's
+// blocks of K values two a byte, made unsigned (int4 q - z = (q + 8) - (z + 8)), the scales and
+// zero points column by column.
+void matmuls_of_4bit_weights(Draft& d) {
+  const auto producer = producers(d);
+  for (ref::Op& op : d.program.ops) {
+    if (op.type != "MatMul" || op.get_int("transB", 0) != 0 || op.get_int("act", 0) != 0) continue;
+    const int32_t p = producer[static_cast<size_t>(op.inputs[1])];
+    if (p < 0) continue;
+    const ref::Op& dq = d.program.ops[static_cast<size_t>(p)];
+    const std::vector<int64_t> dims = dq.get_ints("dims");
+    const int64_t block = dq.get_int("block_size", 0);
+    const int32_t w = dq.inputs[0], scale = dq.inputs[1], zero = dq.inputs.size() > 2 ? dq.inputs[2] : -1;
+    if (dq.type != "DequantizeLinear" || dq.get_int("bits", 8) != 4 || dims.size() != 2 || dq.get_int("axis", 0) != 0 ||
+        block < 16 || block > 256 || (block & (block - 1)) != 0 || !d.is_weight(w) || !d.is_weight(scale) ||
+        d.value(scale).dtype != ref::DType::kFloat32 || (zero >= 0 && !d.is_weight(zero)))
+      continue;
+    const int64_t k = dims[0], n = dims[1], blocks = (k + block - 1) / block, flip = dq.get_int("signed", 0) != 0 ? 8 : 0;
+    const std::string name = d.names[static_cast<size_t>(w)];
+    const Blob qb = d.weight(w), sb = d.weight(scale);
+    const std::optional<Blob> zb = zero >= 0 ? std::optional<Blob>(d.weight(zero)) : std::nullopt;
+    const std::string shape = std::to_string(k) + "x" + std::to_string(n) + "/" + std::to_string(block);
+    const auto nibble = [](const uint8_t* packed, int64_t i) { return (packed[i >> 1] >> ((i & 1) * 4)) & 0xF; };
+    const size_t b_bytes = static_cast<size_t>(n * blocks * block / 2);
+    Blob b = Blob::made(b_bytes, qb, "MatMulNBits B of " + shape + (flip ? " int4" : " uint4"), [=] {
+      MadeBytes out(b_bytes, 0);
+      const PinnedBytes q = qb.pin();
+      for (int64_t c = 0; c < n; ++c)
+        for (int64_t r = 0; r < k; ++r) {
+          const int64_t to = c * blocks * block + r;  // the column's blocks, padded to whole blocks
+          out[static_cast<size_t>(to >> 1)] |= static_cast<uint8_t>((nibble(q.data, r * n + c) ^ flip) << ((to & 1) * 4));
+        }
+      qb.release();
+      return out;
+    });
+    const size_t s_bytes = static_cast<size_t>(n * blocks) * sizeof(float);
+    Blob scales = Blob::made(s_bytes, sb, "MatMulNBits scales of " + shape, [=] {
+      return runtime::transpose_matrix(sb.pin().data, static_cast<size_t>(blocks), static_cast<size_t>(n));
+    });
+    op.type = "MatMulNBits";
+    op.inputs = {op.inputs[0], d.add_weight(name + "/nbits", ref::DType::kUInt8, {n, blocks, block / 2}, std::move(b)),
+                 d.add_weight(name + "/nbits_scales", ref::DType::kFloat32, {n, blocks}, std::move(scales)), -1, -1};
+    // A uint4 weight's zero point is 0 when absent; MatMulNBits' is 8, an int4 weight's after the flip.
+    if (zb || !flip) {
+      const int64_t row = (blocks + 1) / 2;
+      const size_t z_bytes = static_cast<size_t>(n * row);
+      Blob zeros = zb ? Blob::made(z_bytes, *zb, "MatMulNBits zero points of " + shape, [=] {
+                          MadeBytes out(z_bytes, 0);
+                          const PinnedBytes z = zb->pin();
+                          for (int64_t c = 0; c < n; ++c)
+                            for (int64_t kb = 0; kb < blocks; ++kb)
+                              out[static_cast<size_t>(c * row + kb / 2)] |=
+                                  static_cast<uint8_t>((nibble(z.data, kb * n + c) ^ flip) << ((kb & 1) * 4));
+                          return out;
+                        })
+                      : Blob::owned(std::vector<uint8_t>(z_bytes, 0));
+      op.inputs[3] = d.add_weight(name + "/nbits_zero_points", ref::DType::kUInt8, {n, row}, std::move(zeros));
+    }
+    op.attrs = {int_attr("K", k), int_attr("N", n), int_attr("bits", 4), int_attr("block_size", block)};
+    log().debug("ref: MatMul of the 4-bit weight '{}' runs as MatMulNBits", name);
+  }
+  drop_unread(d, {"DequantizeLinear"});
+}
+
 // A constant B of MatMul (2-D) or Gemm is stored [N, K] (transB = 1): each block of output
 // columns then reads one contiguous run of the weight, which oneDNN's GEMM streams up to 1.8 times
 // faster than the [K, N] rows of ONNX's layout (docs/benchmarks.md, "Weight layout"), most of all
@@ -1025,6 +1097,7 @@ LoweredPartition lower_partition(const Model& model, const Partition& partition,
   concat_quantized(draft);
   fuse_quantized_convs(draft);
   convinteger_in_float(draft);
+  matmuls_of_4bit_weights(draft);
   fold_batch_norms(draft);
   fuse_activations(draft);
   fold_transposes_into_matmuls(draft);

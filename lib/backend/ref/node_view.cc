@@ -196,6 +196,18 @@ ref::DType ref_dtype(int32_t onnx_type, const std::string& what) {
   }
 }
 
+ref::Value constant_value(const TensorData& t, const std::string& what) {
+  ref::Value v;
+  if (is_4bit(t.dtype)) {
+    v.dtype = ref::DType::kUInt8;
+    v.dims = {static_cast<int64_t>(t.size)};
+    return v;
+  }
+  v.dtype = ref_dtype(t.dtype, what);
+  v.dims = t.dims;
+  return v;
+}
+
 std::vector<int64_t> NodeView::input_dims(size_t i) const { return static_dims(model_, input(i), input_label(i), true); }
 
 int32_t NodeView::input_elem_type(size_t i) const {

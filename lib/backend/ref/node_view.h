@@ -101,6 +101,10 @@ bool is_quantized(int32_t onnx_type);
 // The ref element type of an ONNX one; refuses types ref does not hold. `what` names the value.
 ref::DType ref_dtype(int32_t onnx_type, const std::string& what);
 
+// The ref value a constant is in a program: of its own type and dims, except a 4-bit one (int4,
+// uint4), which ref holds as its bytes, uint8 [(n + 1) / 2], read by ops that say how to unpack it.
+ref::Value constant_value(const TensorData& t, const std::string& what);
+
 // Static dims of a value (from shape inference or a constant); refuses unknown or dynamic ones,
 // and zero-sized ones when `must_be_nonempty`. `label` names the value in the reason.
 std::vector<int64_t> static_dims(const Model& model, const std::string& name, const std::string& label,

@@ -162,7 +162,7 @@ NormalisedNode clip(const NodeView& v) {
 // DequantizeLinear there below opset 21, with the default domain's semantics, the QLinear ops of
 // its QOperator form, and its weight-only quantizer's MatMulNBits.
 const std::set<std::string> kMicrosoftOps = {
-    "QuantizeLinear", "DequantizeLinear", "MatMulNBits", "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu",
+    "QuantizeLinear", "DequantizeLinear", "MatMulNBits", "GatherBlockQuantized", "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu",
     "QLinearSoftmax", "QLinearGlobalAveragePool", "QLinearConcat", "QGemm"};
 
 // A QuantizeLinear or DequantizeLinear's `axis` and `block_size`: axis 0 for a single scale, where
@@ -201,7 +201,24 @@ NormalisedNode quantize_linear(const NodeView& v) {
   return make(v, "QuantizeLinear", quant_inputs(v), std::move(attrs));
 }
 
+// A 4-bit weight (int4 or uint4, opset 21; or com.microsoft) stays packed, as the model stores it:
+// the op unpacks it (`bits` 4, `signed` for int4) into `dims`. Ref holds 4-bit constants only:
+// ONNX Runtime's tools write 4 bits for weights, never for activations.
+NormalisedNode dequantize_4bit(const NodeView& v) {
+  const int32_t type = v.input_elem_type(0);
+  const Weight* w = v.constant(0);
+  if (!w) refuse("input 0 '" + v.input(0) + "' of element type " + dtype_name(type) + " is computed at run time (ref takes 4-bit constants only)");
+  if (v.has_input(2) && (v.input_elem_type(2) != type || !v.constant(2)))
+    refuse("zero point '" + v.input(2) + "' is not a constant " + dtype_name(type) + " tensor like input 0");
+  auto attrs = quant_attrs(v, w->data.dims);
+  attrs.push_back(int_attr("bits", 4));
+  attrs.push_back(int_attr("signed", type == kOnnxInt4 ? 1 : 0));
+  attrs.push_back(ints_attr("dims", w->data.dims));
+  return make(v, "DequantizeLinear", quant_inputs(v), std::move(attrs));
+}
+
 NormalisedNode dequantize_linear(const NodeView& v) {
+  if (is_4bit(v.input_elem_type(0))) return dequantize_4bit(v);
   auto x = v.typed_input(0).dims;
   return make(v, "DequantizeLinear", quant_inputs(v), quant_attrs(v, x));
 }
@@ -219,6 +236,47 @@ NormalisedNode matmul_nbits(const NodeView& v) {
               {v.input(0), v.input(1), v.input(2), v.has_input(3) ? v.input(3) : "", v.has_input(5) ? v.input(5) : ""},
               {int_attr("K", v.int_attr("K", 0)), int_attr("N", v.int_attr("N", 0)), int_attr("bits", v.int_attr("bits", 4)),
                int_attr("block_size", v.int_attr("block_size", 0))});
+}
+
+// GatherBlockQuantized, as ONNX Runtime's weight-only quantizer writes it for embeddings: an int4 or
+// uint4 constant of its own dims (zero points packed over the flat scales, 0 when absent), or uint8
+// holding `bits` 4 or 8 values a byte along the last axis, which it quantizes and gathers along 0
+// (zero points packed per row of scales, 2^(bits - 1) when absent). Scales float32 or float16, the
+// output's type.
+NormalisedNode gather_block_quantized(const NodeView& v) {
+  const int32_t type = v.input_elem_type(0);
+  const bool nibbles = is_4bit(type);
+  int64_t bits = v.int_attr("bits", 4);
+  std::vector<int64_t> dims;
+  if (nibbles) {
+    const Weight* w = v.constant(0);
+    if (!w) refuse("input 0 '" + v.input(0) + "' of element type " + dtype_name(type) + " is computed at run time (ref takes 4-bit constants only)");
+    if (bits != 4) refuse("bits " + std::to_string(bits) + " with " + dtype_name(type) + " data");
+    dims = w->data.dims;
+  } else {
+    if (type != onnx::TensorProto::UINT8) refuse("data of element type " + dtype_name(type) + " (ref takes uint8, int4 or uint4)");
+    if (bits != 4 && bits != 8) refuse("bits " + std::to_string(bits) + " (ref takes 4 or 8)");
+    dims = v.typed_input(0).dims;
+    dims.back() *= 8 / bits;
+  }
+  const auto rank = static_cast<int64_t>(dims.size());
+  const int64_t gather_axis = normalise_axis(v.int_attr("gather_axis", 0), rank, "gather_axis");
+  const int64_t quantize_axis = normalise_axis(v.int_attr("quantize_axis", 1), rank, "quantize_axis");
+  if (!nibbles && (gather_axis != 0 || quantize_axis != rank - 1))
+    refuse("uint8 data gathered along axis " + std::to_string(gather_axis) + " and quantized along " +
+           std::to_string(quantize_axis) + " (ONNX Runtime takes 0 and the last)");
+  const int32_t scale_type = v.input_elem_type(2);
+  if (scale_type != onnx::TensorProto::FLOAT && scale_type != onnx::TensorProto::FLOAT16)
+    refuse("scales of element type " + dtype_name(scale_type) + " (ref takes float32 or float16)");
+  const auto scale_dims = v.input_dims(2);
+  if (v.has_input(3) && (v.input_elem_type(3) != type || (nibbles && !v.constant(3))))
+    refuse("zero points '" + v.input(3) + "' are not " + (nibbles ? "a constant " : "") + dtype_name(type) + " tensor like the data");
+  const int64_t zero_row = nibbles ? element_count(scale_dims) : scale_dims.empty() ? 1 : scale_dims.back();
+  return make(v, "GatherBlockQuantized", {v.input(0), v.input(1), v.input(2), v.has_input(3) ? v.input(3) : ""},
+              {ints_attr("dims", dims), int_attr("gather_axis", gather_axis), int_attr("quantize_axis", quantize_axis),
+               int_attr("block_size", v.int_attr("block_size", 128)), int_attr("bits", bits),
+               int_attr("signed", type == kOnnxInt4 ? 1 : 0), int_attr("zero_point", nibbles ? 0 : int64_t{1} << (bits - 1)),
+               int_attr("zero_point_row", std::max<int64_t>(zero_row, 1))});
 }
 
 // ---- generated constants -----------------------------------------------------------------------
@@ -996,7 +1054,7 @@ const std::map<std::string, Rule>& rules() {
       {"ReduceL2", reduce},     {"ReduceSumSquare", reduce},
       {"ReduceLogSum", reduce}, {"ReduceLogSumExp", reduce},
       {"QuantizeLinear", quantize_linear}, {"DequantizeLinear", dequantize_linear},
-      {"MatMulNBits", matmul_nbits},
+      {"MatMulNBits", matmul_nbits}, {"GatherBlockQuantized", gather_block_quantized},
       {"MatMulInteger", integer_product}, {"ConvInteger", integer_product},
   };
   return kRules;
@@ -1457,6 +1515,11 @@ void finish(const Model& model, NormalisedNode& n, const std::map<std::string, r
     std::string label = "input '" + n.inputs[i] + "'";
     const ValueType* type = model.type_of(n.inputs[i]);
     const Weight* constant = model.constant(n.inputs[i]);
+    if (constant && is_4bit(constant->data.dtype)) {
+      values[i] = constant_value(constant->data, label);
+      inputs.push_back(&values[i]);
+      continue;
+    }
     values[i].dtype = ref_dtype(type ? type->elem_type : constant ? constant->data.dtype : 0, label);
     values[i].dims = static_dims(model, n.inputs[i], label, true);
     inputs.push_back(&values[i]);

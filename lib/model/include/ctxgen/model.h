@@ -161,7 +161,13 @@ std::vector<std::string> node_reads(const onnx::NodeProto& node);
 // graph input it gives a default value.
 std::unordered_set<std::string> names_in_use(const onnx::GraphProto& graph);
 
-size_t element_size(int32_t dtype);  // 0 for types without a fixed size (string)
+// ONNX's 4-bit integer types (opset 21), which onnx 1.12's enum does not name: two values a byte,
+// the first in the low four bits, so a tensor of n values holds (n + 1) / 2 bytes.
+inline constexpr int32_t kOnnxUInt4 = 21;
+inline constexpr int32_t kOnnxInt4 = 22;
+inline bool is_4bit(int32_t dtype) { return dtype == kOnnxUInt4 || dtype == kOnnxInt4; }
+
+size_t element_size(int32_t dtype);  // 0 for types without a fixed size (string, the 4-bit types)
 std::string dtype_name(int32_t dtype);
 
 // A numeric tensor's data as little-endian raw bytes, from raw_data or its typed fields. Throws
