@@ -103,7 +103,9 @@ bool changed_after_onnx(const std::string& op) {
       "ReduceProd", "ReduceSumSquare", "Split", "Pad", "Resize", "ScatterElements", "ScatterND", "LpPool",
       "AveragePool", "GridSample", "DFT", "Col2Im",
       // Opsets 19 and 21: saturate, block_size, output_dtype, the 16-bit, 4-bit and float8 types.
-      "QuantizeLinear", "DequantizeLinear", "QLinearMatMul"};
+      "QuantizeLinear", "DequantizeLinear", "QLinearMatMul",
+      // Opset 19: saturate, which ONNX Runtime's graph hands a plugin EP with every Cast.
+      "Cast", "CastLike"};
   return kChanged.count(op) > 0;
 }
 

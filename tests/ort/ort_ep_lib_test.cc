@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "ort_harness.h"
 #include "test_util.h"
@@ -61,18 +63,24 @@ TEST_F(EpLibTest, ShareThroughAPluginWritesWhatTheBuiltInPathWrites) {
 }
 
 // The exported prefill/decode pair (testdata/exports), each model with its own dims: the same
-// binary, byte for byte, as the built-in path writes.
+// binary, byte for byte, as the built-in path writes. So do its 4-bit variants at opset 21
+// (int4 through DequantizeLinear; MatMulNBits and GatherBlockQuantized), whose every Cast ONNX
+// Runtime hands the EP with opset 19's `saturate`.
 TEST_F(EpLibTest, AnExportedPairGivesTheBuiltInPathsBinary) {
-  const fs::path exports = fs::path(CTXGEN_SOURCE_DIR) / "testdata" / "exports";
-  const std::string args = "share " + quote(exports / "decoder_prefill.onnx") + "," + quote(exports / "decoder_decode.onnx") +
-                           " --fix-dim batch=1 --fix-dim decoder_prefill:seq=16 --fix-dim decoder_decode:seq=1"
-                           " --fix-dim decoder_decode:past=15 -q --output-dir ";
-  auto r = ctxgen(with_ep(args + quote(dir_ / "ep")));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  r = ctxgen(args + quote(dir_ / "cli"));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_EQ(testing::read_file(dir_ / "ep" / "decoder_prefill_ref.bin"),
-            testing::read_file(dir_ / "cli" / "decoder_prefill_ref.bin"));
+  const fs::path testdata = fs::path(CTXGEN_SOURCE_DIR) / "testdata";
+  for (const auto& [dir, suffix] : std::vector<std::pair<std::string, std::string>>{
+           {"exports", ""}, {"quantized", "_qdq_int4"}, {"quantized", "_matmulnbits"}}) {
+    SCOPED_TRACE(dir + suffix);
+    const std::string prefill = "decoder_prefill" + suffix, decode = "decoder_decode" + suffix;
+    const std::string args = "share " + quote(testdata / dir / (prefill + ".onnx")) + "," + quote(testdata / dir / (decode + ".onnx")) +
+                             " --fix-dim batch=1 --fix-dim " + prefill + ":seq=16 --fix-dim " + decode + ":seq=1 --fix-dim " +
+                             decode + ":past=15 -q --force --output-dir ";
+    auto r = ctxgen(with_ep(args + quote(dir_ / "ep")));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    r = ctxgen(args + quote(dir_ / "cli"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(testing::read_file(dir_ / "ep" / (prefill + "_ref.bin")), testing::read_file(dir_ / "cli" / (prefill + "_ref.bin")));
+  }
 }
 
 TEST_F(EpLibTest, CompileTakesFixedDimsOutputPathsAndEmbedding) {
