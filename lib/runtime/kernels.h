@@ -322,6 +322,11 @@ struct FusedActivation {
 };
 FusedActivation fused_activation_of(const ref::Op& op);
 
+// A 2-D ConvInteger of a weight of the binary on oneDNN's int8 convolution, where the CPU sums
+// exactly (kernels_qconv.cc); nullptr where it cannot run there.
+std::unique_ptr<OpPlan> plan_int8_conv_integer(const ref::Op& op, const std::vector<const ref::Value*>& in, const ref::Value& out);
+void int8_conv_integer(const OpPlan& plan, Ins in, const Output& out);
+
 // The kernels, one per op type; kernels_*.cc hold them by family.
 namespace kernels {
 

@@ -91,6 +91,25 @@ CTXGEN_VECTOR_CLONES void quantize_values(const float* x, float scale, float zer
   quantize_each(x, scale, zero_point, y, count);
 }
 
+// [lo, hi] widened to the range of x[0, n), NaN ignored (x < lo and x > hi are false for it): a
+// lane per element of a vector, so the loop vectorises.
+CTXGEN_VECTOR_CLONES void range_with_zero(const float* x, int64_t n, float& lo, float& hi) {
+  constexpr int64_t kLanes = 16;
+  float low[kLanes], high[kLanes];
+  for (int64_t j = 0; j < kLanes; ++j) low[j] = lo, high[j] = hi;
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int64_t j = 0; j < kLanes; ++j) {
+      low[j] = x[i + j] < low[j] ? x[i + j] : low[j];
+      high[j] = x[i + j] > high[j] ? x[i + j] : high[j];
+    }
+  for (; i < n; ++i) {
+    low[0] = x[i] < low[0] ? x[i] : low[0];
+    high[0] = x[i] > high[0] ? x[i] : high[0];
+  }
+  for (int64_t j = 0; j < kLanes; ++j) lo = std::min(lo, low[j]), hi = std::max(hi, high[j]);
+}
+
 namespace {
 
 template <typename Q>
@@ -330,11 +349,16 @@ struct IntegerProductPlan final : OpPlan {
   bool b_batched;
 };
 
-// The conv's geometry, and the scratch holding one image less its zero point and its im2col.
+// The conv's geometry, and the scratch holding one image less its zero point and its im2col; or
+// the plan of its int8 convolution on oneDNN, which runs it instead where it can.
 struct ConvIntegerPlan final : OpPlan {
   ConvIntegerPlan(const ref::Op& op, const std::vector<const ref::Value*>& in, const ref::Value& out)
       : group(op.get_int("group", 1)), strides(op.get_ints("strides")), pads(op.get_ints("pads")),
-        dilations(op.get_ints("dilations")) {
+        dilations(op.get_ints("dilations")), int8(plan_int8_conv_integer(op, in, out)) {
+    if (int8) {
+      scratch_bytes = int8->scratch_bytes;
+      return;
+    }
     const Dims& x = in[0]->dims;
     const Dims& w = in[1]->dims;
     in_spatial.assign(x.begin() + 2, x.end());
@@ -345,8 +369,10 @@ struct ConvIntegerPlan final : OpPlan {
     rows = product(w, 1, w.size());
     scratch_bytes = static_cast<uint64_t>(image + rows * product(out_spatial)) * sizeof(int32_t);
   }
+  std::unique_ptr<OpState> make_state() const override { return int8 ? int8->make_state() : nullptr; }
   int64_t group, image = 0, rows = 0;
   Dims strides, pads, dilations, in_spatial, in_strides, out_spatial, kernel;
+  std::unique_ptr<OpPlan> int8;
 };
 
 template <typename A, typename B>
@@ -458,6 +484,7 @@ void matmul_integer(Ins in, const Output& out) {
 }
 
 void conv_integer(Ins in, const Output& out) {
+  if (const auto& p = plan_of<ConvIntegerPlan>(out); p.int8) return int8_conv_integer(*p.int8, in, out);
   visit_8bit(in[0].dtype(), [&](auto x) {
     visit_8bit(in[1].dtype(), [&](auto w) { integer_conv<decltype(x), decltype(w)>(plan_of<ConvIntegerPlan>(out), in, out); });
   });
@@ -469,25 +496,13 @@ void conv_integer(Ins in, const Output& out) {
 void dynamic_quantize_linear(Ins in, const Output& out) {
   const float* x = in[0].f32();
   float lo = 0, hi = 0;
-  for (int64_t i = 0; i < in[0].size(); ++i) {
-    lo = std::min(lo, x[i]);
-    hi = std::max(hi, x[i]);
-  }
+  range_with_zero(x, in[0].size(), lo, hi);
   const float scale = hi == lo ? 1.0f : (hi - lo) / 255.0f;
   const float zero = std::nearbyint(std::max(0.0f, std::min(255.0f, -lo / scale)));
   const int64_t output = plan_of<WhichOutput>(out).output;
-  if (output == 1) {
-    *out.f32() = scale;
-  } else if (output == 2) {
-    *out.bytes() = static_cast<uint8_t>(zero);
-  } else {
-    uint8_t* y = out.bytes();
-    for (int64_t i = 0; i < in[0].size(); ++i) {
-      float q = std::nearbyint(x[i] / scale) + zero;
-      q = q >= 0.0f ? q : 0.0f;
-      y[i] = static_cast<uint8_t>(q <= 255.0f ? q : 255.0f);
-    }
-  }
+  if (output == 1) *out.f32() = scale;
+  else if (output == 2) *out.bytes() = static_cast<uint8_t>(zero);
+  else quantize_values(x, scale, zero, out.bytes(), in[0].size());
 }
 
 }  // namespace kernels

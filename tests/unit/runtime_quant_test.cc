@@ -351,6 +351,46 @@ TEST(RuntimeQuant, MatMulIntegerIsExact) {
 
 // ConvInteger against a direct convolution: padding holds the input's zero point (adds nothing),
 // two groups, a weight zero point per output channel.
+// A ConvInteger of a weight of the binary runs on oneDNN's int8 convolution where the CPU sums
+// exactly (VNNI): the same int32 sums as the integer loops that run it with the weight as an input,
+// for uint8 and int8 images and weights, zero points of any size (w - w_zero_point spans more than
+// int8: the split into int8 weights), per tensor or per channel, padding, strides, dilations and
+// groups.
+TEST(RuntimeQuant, AConvIntegerOfAWeightGivesTheIntegerLoopsSums) {
+  if (!runtime::runs_qlinear_conv()) GTEST_SKIP() << "this CPU's int8 convolutions are not exact (no VNNI)";
+  struct Case {
+    DType x, w;
+    bool zero_each;
+    int64_t group, stride, dilation;
+  };
+  for (const Case& k : {Case{DType::kUInt8, DType::kUInt8, false, 1, 1, 1}, Case{DType::kUInt8, DType::kUInt8, true, 2, 2, 1},
+                        Case{DType::kInt8, DType::kInt8, true, 1, 1, 2}, Case{DType::kUInt8, DType::kInt8, false, 4, 1, 1}}) {
+    SCOPED_TRACE(std::to_string(static_cast<int>(k.x)) + "/" + std::to_string(static_cast<int>(k.w)) + " group " +
+                 std::to_string(k.group) + " stride " + std::to_string(k.stride) + " dilation " + std::to_string(k.dilation));
+    const int64_t c = 8, h = 9, w = 7, m = 12, kh = 3, kw = 3;
+    Bytes x(static_cast<size_t>(2 * c * h * w)), wt(static_cast<size_t>(m * (c / k.group) * kh * kw));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<uint8_t>((i * 29 + 3) % 256);
+    for (size_t i = 0; i < wt.size(); ++i) wt[i] = static_cast<uint8_t>((i * 41 + 17) % 256);
+    const Bytes zx = {k.x == DType::kUInt8 ? uint8_t{131} : uint8_t{0xF9}};
+    Bytes zw(k.zero_each ? static_cast<size_t>(m) : 1);
+    // uint8 per tensor: 0, so 255 - 0 needs three int8 parts.
+    for (size_t i = 0; i < zw.size(); ++i)
+      zw[i] = static_cast<uint8_t>(k.w == DType::kUInt8 ? (k.zero_each ? 255 - i * 20 : 0) : 0x80 + i * 20);
+    const auto span = [&](int64_t in, int64_t kernel) { return (in + 2 - k.dilation * (kernel - 1) - 1) / k.stride + 1; };
+    const Dims y_dims = {2, m, span(h, kh), span(w, kw)};
+    const std::vector<ref::Attr> attrs = {ints_attr("kernel_shape", {kh, kw}), ints_attr("strides", {k.stride, k.stride}),
+                                          ints_attr("pads", {1, 1, 1, 1}), ints_attr("dilations", {k.dilation, k.dilation}),
+                                          int_attr("group", k.group)};
+    const Dims w_dims = {m, c / k.group, kh, kw}, zw_dims = {static_cast<int64_t>(zw.size())};
+    const Bytes loops = run_op_bytes("ConvInteger", {{{2, c, h, w}, x, k.x}, {w_dims, wt, k.w}, {{}, zx, k.x}, {zw_dims, zw, k.w}},
+                                     y_dims, DType::kInt32, attrs);
+    ProgramBuilder b;
+    const int32_t xi = b.input({2, c, h, w}, k.x), zi = b.input({}, k.x), y = b.output(y_dims, DType::kInt32);
+    b.op("ConvInteger", {xi, b.weight(w_dims, 0, k.w), zi, b.weight(zw_dims, 1, k.w)}, y, attrs);
+    EXPECT_EQ(run_bytes(b.program(), {x, zx}, {wt, zw})[0], loops);
+  }
+}
+
 TEST(RuntimeQuant, ConvIntegerIsExactWithPaddingGroupsAndZeroPoints) {
   const int64_t c = 4, h = 4, w = 5, m = 6, kh = 3, kw = 2, group = 2;
   std::vector<int8_t> x(static_cast<size_t>(c * h * w));

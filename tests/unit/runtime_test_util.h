@@ -72,7 +72,9 @@ inline void serial_tasks(size_t tasks, const std::function<void(size_t)>& body) 
 // call, and the memory objects around a buffer that moved are made again.
 inline bool calls_onednn_primitive(const ref::Program& program) {
   for (const ref::Op& op : program.ops)
-    if ((op.type == "Conv" && op.get_int("packed", 0) != 0) || op.type == "QLinearConv" || op.type == "ConvWeight") return true;
+    if ((op.type == "Conv" && op.get_int("packed", 0) != 0) || op.type == "QLinearConv" || op.type == "ConvWeight" ||
+        (op.type == "ConvInteger" && program.values[static_cast<size_t>(op.inputs[1])].kind == ref::ValueKind::kWeight))
+      return true;
   return false;
 }
 

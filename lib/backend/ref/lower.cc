@@ -583,13 +583,16 @@ void fuse_quantized_convs(Draft& d) {
 // (scale 1, its zero point), a Conv on oneDNN's float convolution with the weight dequantized and
 // laid out once a session (it stays int8 in the .bin), and a Cast of the exact sums to int32:
 // the integer sums' loops ran the dynamically quantized background-removal model 9 times slower
-// than ONNX Runtime.
+// than ONNX Runtime. Where the compiling CPU's int8 convolutions are exact (VNNI, which the binary
+// records), a 2-D ConvInteger of a weight stays: it runs on oneDNN's int8 convolution, faster still
+// (docs/ops.md, "Quantized models").
 void convinteger_in_float(Draft& d) {
+  const bool int8 = runtime::runs_qlinear_conv();
   std::vector<ref::Op> ops;
   for (ref::Op& op : d.program.ops) {
     const auto input = [&](size_t i) { return op.inputs.size() > i ? op.inputs[i] : -1; };
     const int32_t x = input(0), w = input(1), xz = input(2), wz = input(3);
-    if (op.type != "ConvInteger" || !d.is_weight(w) || (wz >= 0 && !d.is_weight(wz))) {
+    if (op.type != "ConvInteger" || !d.is_weight(w) || (wz >= 0 && !d.is_weight(wz)) || (int8 && d.value(x).dims.size() == 4)) {
       ops.push_back(std::move(op));
       continue;
     }

@@ -1445,13 +1445,20 @@ std::vector<NormalisedNode> qlinear_microsoft(const NodeView& v) {
   return parts.take();
 }
 
-// DynamicQuantizeLinear: one ref op per output used (the values, the scale, the zero point).
+// DynamicQuantizeLinear: its scale and its zero point (each a ref op reading the input's range),
+// and its values as the QuantizeLinear with them they are (x / scale rounded half to even, plus
+// the zero point, saturated), which runs at the speed of one.
 std::vector<NormalisedNode> dynamic_quantize_linear(const NodeView& v) {
   v.float_input(0);
   Parts parts(v);
-  for (size_t k = 0; k < v.output_count() && k < 3; ++k)
-    if (!v.output(k).empty())
-      parts.add("DynamicQuantizeLinear", {v.input(0)}, {int_attr("output", static_cast<int64_t>(k))}, v.output(k));
+  const auto named = [&](size_t k) { return k < v.output_count() ? v.output(k) : std::string(); };
+  const bool values = !named(0).empty();
+  std::string scale, zero;
+  if (values || !named(1).empty()) scale = parts.add("DynamicQuantizeLinear", {v.input(0)}, {int_attr("output", 1)}, named(1));
+  if (values || !named(2).empty()) zero = parts.add("DynamicQuantizeLinear", {v.input(0)}, {int_attr("output", 2)}, named(2));
+  if (values)
+    parts.add("QuantizeLinear", {v.input(0), scale, zero},
+              {int_attr("axis", 0), int_attr("block_size", 0), int_attr("dtype", static_cast<int64_t>(ref::DType::kUInt8))}, named(0));
   return parts.take();
 }
 
