@@ -231,6 +231,7 @@ std::vector<fs::path> compile_options(const CommandLine& line, const Manifest* m
   options.allow_empty = line.given.allow_empty;
   options.output_file = line.given.output_file;
   options.report_file = line.given.report_file;
+  if (manifest != nullptr) options.read_files = {line.manifest_path};
   if (!line.stop_after.empty()) options.stop_after = parse_phase(line.stop_after);
   // Command-line shape options override the manifest's, name by name.
   options.per_model = resolve_shapes(models, manifest_shapes);

@@ -167,13 +167,9 @@ void run(const std::vector<fs::path>& inputs, const CompileOptions& options, con
   std::vector<fs::path> planned;
   for (const auto& in : inputs)
     planned.push_back(!options.output_file.empty() ? options.output_file : folder / (file_stem(in) + "_ctx.onnx"));
-  for (const auto& in : inputs)
-    for (const auto& out : planned)
-      if (fs::weakly_canonical(fs::absolute(in)) == fs::weakly_canonical(fs::absolute(out)))
-        throw Error(ErrorCode::kUsage, out.string() + ": an output would overwrite an input model");
   std::vector<fs::path> checked = planned;
   if (!options.report_file.empty() && options.report_file != kStdoutReport) checked.push_back(options.report_file);
-  OutputSet outputs(checked, options.force);
+  OutputSet outputs(checked, options.force, read_files(inputs, options));
   outputs_checked = true;
   const Staging staging(folder.empty() ? fs::path(".") : folder);
 

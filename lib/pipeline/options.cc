@@ -125,9 +125,12 @@ void expect_keys(const nlohmann::json& object, const std::set<std::string>& know
     if (!known.count(key)) throw usage(where + ": unknown key '" + key + "'");
 }
 
+// A string of the manifest; a NUL in it would end the path or name the system sees early.
 std::string text_of(const nlohmann::json& j, const std::string& where) {
   if (!j.is_string()) throw usage(where + ": expected a string");
-  return j.get<std::string>();
+  std::string text = j.get<std::string>();
+  if (text.find('\0') != std::string::npos) throw usage(where + ": holds a NUL character");
+  return text;
 }
 
 // {"name": 1} -> "scope:name=1"; {"input": [1, 128]} -> "scope:input=1x128".
@@ -173,7 +176,8 @@ void add_shapes(const nlohmann::json& object, const std::string& scope, ShapeArg
 
 Manifest read_manifest(const fs::path& path) {
   std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) throw usage(path.string() + ": no such manifest file");
+  if (!fs::exists(path, ec)) throw usage(path.string() + ": no such manifest file");
+  if (!fs::is_regular_file(path, ec)) throw usage(path.string() + ": the manifest is not a regular file");
   std::ifstream in(path);
   const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   if (!in) throw Error(ErrorCode::kIo, path.string() + ": cannot read the manifest");
@@ -182,8 +186,18 @@ Manifest read_manifest(const fs::path& path) {
 
 Manifest parse_manifest(const std::string& text, const fs::path& folder, const std::string& where) {
   nlohmann::json j;
+  // JSON lets an object give a key twice (the last one counts): in a manifest that is a mistake.
+  std::vector<std::set<std::string>> keys;  // of each object being read, innermost last
+  const auto once = [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    using Event = nlohmann::json::parse_event_t;
+    if (event == Event::object_start) keys.emplace_back();
+    if (event == Event::object_end) keys.pop_back();
+    if (event == Event::key && !keys.back().insert(parsed.get<std::string>()).second)
+      throw usage(where + ": key '" + parsed.get<std::string>() + "' is given twice in one object");
+    return true;
+  };
   try {
-    j = nlohmann::json::parse(text);
+    j = nlohmann::json::parse(text, once);
   } catch (const nlohmann::json::exception& e) {
     throw usage(where + ": not valid JSON: " + e.what());
   }

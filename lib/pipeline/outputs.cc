@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <set>
 #include <vector>
 
 #include <xxhash.h>
@@ -117,14 +119,19 @@ OutputSummary OutputFile::finish(const fs::path& final_path) {
   return OutputSummary{final_path, size_, Hash128{h.low64, h.high64}};
 }
 
-OutputSet::OutputSet(std::vector<fs::path> paths, bool force) : paths_(std::move(paths)), force_(force) {
-  std::vector<fs::path> resolved;
-  for (const auto& path : paths_) resolved.push_back(resolved_path(path, ErrorCode::kUsage));
-  for (size_t i = 0; i < paths_.size(); ++i)
-    for (size_t j = i + 1; j < paths_.size(); ++j)
-      if (resolved[i] == resolved[j])
-        throw Error(ErrorCode::kUsage, "two outputs would both be written to " + paths_[i].string() +
-                                           " (model, binary, weights file and report each need their own path)");
+OutputSet::OutputSet(std::vector<fs::path> paths, bool force, const std::vector<fs::path>& inputs)
+    : paths_(std::move(paths)), force_(force) {
+  std::map<fs::path, fs::path> read;  // sets and maps: a manifest may list thousands of models
+  for (const auto& in : inputs) read.emplace(resolved_path(in, ErrorCode::kUsage), in);
+  std::set<fs::path> resolved;
+  for (const auto& path : paths_) {
+    const fs::path target = resolved_path(path, ErrorCode::kUsage);
+    if (auto it = read.find(target); it != read.end())
+      throw Error(ErrorCode::kUsage, path.string() + ": an output would overwrite " + it->second.string() + ", which this run reads");
+    if (!resolved.insert(target).second)
+      throw Error(ErrorCode::kUsage, "two outputs would both be written to " + path.string() +
+                                         " (model, binary, weights file and report each need their own path)");
+  }
   // Every check before any folder is made, so a refusal leaves nothing behind.
   for (const auto& path : paths_) {
     std::error_code ec;

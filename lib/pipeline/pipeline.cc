@@ -386,6 +386,12 @@ WrittenBinary write_to_string(const BinaryIdentity& identity, const std::vector<
 
 }  // namespace
 
+std::vector<fs::path> read_files(const std::vector<fs::path>& inputs, const CompileOptions& options) {
+  std::vector<fs::path> read = inputs;
+  read.insert(read.end(), options.read_files.begin(), options.read_files.end());
+  return read;
+}
+
 std::string context_binary_bytes(const BinaryIdentity& identity, const std::vector<CompiledGraph>& graphs,
                                  const WeightStore& store) {
   std::string bytes;
@@ -429,13 +435,7 @@ void run_pipeline(const std::vector<fs::path>& inputs, const CompileOptions& opt
   const Backend& backend = find_backend(backends, options.backend);
   summary.backend = backend.name();
   Plan plan = plan_outputs(inputs, options, backend);
-  std::vector<fs::path> resolved_inputs;
-  for (const auto& in : inputs) resolved_inputs.push_back(resolved_path(in, ErrorCode::kInvalidModel));
-  for (const auto& out : planned_paths(plan))
-    if (std::find(resolved_inputs.begin(), resolved_inputs.end(), resolved_path(out, ErrorCode::kUsage)) !=
-        resolved_inputs.end())
-      throw Error(ErrorCode::kUsage, out.string() + ": an output would overwrite an input model");
-  OutputSet outputs(planned_paths(plan), options.force);
+  OutputSet outputs(planned_paths(plan), options.force, read_files(inputs, options));
   outputs_checked = true;
 
   // Compiling hashes every weight a partition reads: on a large model that is the long part of
@@ -586,7 +586,7 @@ void write_failure_report(const std::vector<fs::path>& inputs, const CompileOpti
   try {
     if (fs::exists(fs::symlink_status(path)) && !is_report(path))
       throw Error(ErrorCode::kOutputExists, path.string() + " exists and is not a ctxgen report");
-    OutputSet outputs({path}, options.force);
+    OutputSet outputs({path}, options.force, read_files(inputs, options));
     write_report(outputs, path, report);
     outputs.commit();
   } catch (const Error& e) {

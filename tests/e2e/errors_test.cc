@@ -132,7 +132,7 @@ TEST_F(BadInput, SymlinkLoopIsNamed) {
 TEST_F(BadInput, ReportNeverReplacesAFile) {
   fs::path model = copy_model("cnn.onnx", dir_ / "m");
   std::string before = read_file(model);
-  fails(quote(model) + " --report " + quote(model), 2, "an output would overwrite an input model");
+  fails(quote(model) + " --report " + quote(model), 2, "an output would overwrite " + model.string() + ", which this run reads");
   EXPECT_EQ(read_file(model), before) << "the input model is intact";
   fails(quote(model) + " --report " + quote(out_ / "cnn_ctx.onnx"), 2, "two outputs would both be written to");
   write_file(dir_ / "old.json", "keep me");
@@ -143,6 +143,32 @@ TEST_F(BadInput, ReportNeverReplacesAFile) {
                   " --report " + quote(out_ / "new" / "r.json"));
   EXPECT_EQ(r.exit_code, 4) << r.output;
   EXPECT_EQ(files_in(out_), std::set<std::string>({"new", "new/r.json"}));
+}
+
+// A share's manifest is an input like its models: no output, the report or a weights file among
+// them, replaces it, with --force too, whatever the failure; nor does a manifest path with a NUL
+// in it name an output after the part the system does not read.
+TEST_F(BadInput, TheManifestIsAnInputNoOutputReplaces) {
+  copy_model("cnn.onnx", dir_ / "g");
+  const fs::path manifest = dir_ / "g" / "group.json";
+  const std::string text = R"({"models": [{"path": "cnn.onnx"}], "external_initializers_file": "group.json"})";
+  write_file(manifest, text);
+  auto r = ctxgen("share --manifest " + quote(manifest) + " --force");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("group.json: an output would overwrite " + manifest.string() + ", which this run reads"), std::string::npos)
+      << r.output;
+  write_file(manifest, R"({"models": [{"path": "cnn.onnx"}]})");
+  for (const std::string extra : {"", " --force"}) {
+    r = ctxgen("share --manifest " + quote(manifest) + " --report " + quote(manifest) + extra);
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find("which this run reads"), std::string::npos) << r.output;
+  }
+  EXPECT_EQ(read_file(manifest), R"({"models": [{"path": "cnn.onnx"}]})");
+  write_file(manifest, std::string(R"({"models": [{"path": "cnn.onnx)") + '\\' + "u0000/tp.onnx\"}]}");
+  r = ctxgen("share --manifest " + quote(manifest));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("models[0].path: holds a NUL character"), std::string::npos) << r.output;
+  EXPECT_EQ(files_in(dir_ / "g"), std::set<std::string>({"cnn.onnx", "group.json"}));
 }
 
 // Outputs are checked against the files the input models read, by identity: the weights file of

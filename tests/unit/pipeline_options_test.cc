@@ -97,7 +97,12 @@ TEST(Manifest, TyposAndWrongTypesAreErrors) {
   fails(R"({"models": [{"path": "a.onnx", "input_shape": {"x": []}}]})", "input_shape 'x' must be a list of sizes");
   fails(R"({"models": [{"path": "a.onnx"}], "embed": "yes"})", "embed must be true or false");
   fails("{not json", "not valid JSON");
+  fails(R"({"models": [{"path": "a.onnx", "path": "b.onnx"}]})", "key 'path' is given twice in one object");
+  fails(R"({"models": [{"path": "a.onnx"}], "fix_dim": {"n": 1, "n": 2}})", "key 'n' is given twice in one object");
+  fails(R"({"models": [{"path": "a.onnx\u0000b.onnx"}]})", "models[0].path: holds a NUL character");
+  fails(R"({"models": [{"path": "a.onnx"}], "output_dir": "o\u0000"})", "output_dir: holds a NUL character");
   expect_usage_error([&] { read_manifest(dir / "missing.json"); }, "no such manifest file");
+  expect_usage_error([&] { read_manifest(dir.path()); }, "the manifest is not a regular file");
 }
 
 }  // namespace

@@ -723,10 +723,11 @@ void matmuls_of_4bit_weights(Draft& d) {
     const int32_t p = producer[static_cast<size_t>(op.inputs[1])];
     if (p < 0) continue;
     const ref::Op& dq = d.program.ops[static_cast<size_t>(p)];
+    if (dq.type != "DequantizeLinear" || dq.get_int("bits", 8) != 4) continue;
     const std::vector<int64_t> dims = dq.get_ints("dims");
     const int64_t block = dq.get_int("block_size", 0);
     const int32_t w = dq.inputs[0], scale = dq.inputs[1], zero = dq.inputs.size() > 2 ? dq.inputs[2] : -1;
-    if (dq.type != "DequantizeLinear" || dq.get_int("bits", 8) != 4 || dims.size() != 2 || dq.get_int("axis", 0) != 0 ||
+    if (dims.size() != 2 || dq.get_int("axis", 0) != 0 ||
         block < 16 || block > 256 || (block & (block - 1)) != 0 || !d.is_weight(w) || !d.is_weight(scale) ||
         d.value(scale).dtype != ref::DType::kFloat32 || (zero >= 0 && !d.is_weight(zero)))
       continue;

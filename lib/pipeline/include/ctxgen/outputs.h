@@ -52,10 +52,12 @@ class OutputFile {
 
 class OutputSet {
  public:
-  // Refuses (Error kOutputExists) any planned path that exists unless `force`; creates folders;
-  // locks each output folder for this run (Error kIo when another run holds it) and removes the
-  // temporaries killed runs left there.
-  OutputSet(std::vector<std::filesystem::path> paths, bool force);
+  // Refuses (Error kUsage) a planned path that is one of the files the run reads (`inputs`: its
+  // models, a manifest), after links and `..`, or that two outputs share; refuses (Error
+  // kOutputExists) any planned path that exists unless `force`; creates folders; locks each output
+  // folder for this run (Error kIo when another run holds it) and removes the temporaries killed
+  // runs left there.
+  OutputSet(std::vector<std::filesystem::path> paths, bool force, const std::vector<std::filesystem::path>& inputs = {});
   ~OutputSet();  // removes temporaries that were not committed
 
   // Opens the temporary for planned output `path`.

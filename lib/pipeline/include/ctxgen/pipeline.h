@@ -52,6 +52,8 @@ struct CompileOptions {
   // --report: written with the other outputs, all or nothing; on failure alone, with the error.
   // kStdoutReport ("-"): printed to standard output instead, on success and on failure.
   std::filesystem::path report_file;
+  // Files the run reads besides the models (a manifest): no output, the report included, may be one.
+  std::vector<std::filesystem::path> read_files;
   std::function<void(const Progress&)> progress;  // called as stages start and files are written
 };
 
@@ -110,6 +112,9 @@ struct RunSummary {
 
 // Throws Error; on any failure no output file exists (outputs appear together at the end) but the
 // report, when one was asked for, which then records the error.
+// The files a run reads: its models and options.read_files; no output may replace one.
+std::vector<std::filesystem::path> read_files(const std::vector<std::filesystem::path>& inputs, const CompileOptions& options);
+
 RunSummary compile_models(const std::vector<std::filesystem::path>& inputs, const CompileOptions& options,
                           const BackendRegistry& backends);
 
