@@ -10,6 +10,7 @@
 
 #include "ctxgen/error.h"
 #include "ctxgen/format.h"
+#include "ctxgen/library.h"
 #include "ctxgen/log.h"
 #include "ctxgen/model.h"
 #include "ctxgen/ort_telemetry.h"
@@ -160,6 +161,7 @@ void run(const std::vector<fs::path>& inputs, const CompileOptions& options, con
          RunSummary& summary, bool& outputs_checked) {
   const auto started = std::chrono::steady_clock::now();
   check_options(inputs, options, target);
+  const fs::path library = checked_library(target.library, "--ep-lib", ErrorCode::kUsage);
   summary.backend = target.ep;
   const fs::path folder = !options.output_file.empty() ? options.output_file.parent_path()
                           : !options.output_dir.empty() ? options.output_dir
@@ -176,7 +178,7 @@ void run(const std::vector<fs::path>& inputs, const CompileOptions& options, con
   opt_out_of_ort_telemetry();
   Ort::Env env(ORT_LOGGING_LEVEL_WARNING, "ctxgen");
   try {
-    env.RegisterExecutionProviderLibrary(kRegistration, target.library.c_str());
+    env.RegisterExecutionProviderLibrary(kRegistration, library.c_str());
   } catch (const Ort::Exception& e) {
     throw Error(ErrorCode::kUsage, "--ep-lib " + target.library.string() + ": ONNX Runtime cannot load it as a plugin EP library: " + e.what());
   }

@@ -2,6 +2,7 @@
 #include <unordered_map>
 
 #include "ctxgen/error.h"
+#include "ctxgen/library.h"
 #include "ctxgen/ort_telemetry.h"
 #include "ctxgen/verify.h"
 
@@ -30,11 +31,12 @@ std::filesystem::path default_plugin() {
 OrtHost::OrtHost(const std::filesystem::path& plugin, BinaryIdentity identity, OrtLoggingLevel log_level)
     // Before ONNX Runtime's environment exists: that is when it reads the opt-out.
     : identity_(std::move(identity)), env_((opt_out_of_ort_telemetry(), log_level), "ctxgen") {
-  if (!std::filesystem::is_regular_file(plugin))
+  if (!std::filesystem::exists(plugin))
     throw Error(ErrorCode::kRuntime, plugin.string() + ": no plugin EP library there (an install keeps it in lib/ "
                                      "beside bin/ctxgen; CTXGEN_ORT_EP names another)");
+  const std::filesystem::path library = checked_library(plugin, "the plugin EP library", ErrorCode::kRuntime);
   try {
-    env_.RegisterExecutionProviderLibrary(kRegistrationName, plugin.c_str());
+    env_.RegisterExecutionProviderLibrary(kRegistrationName, library.c_str());
     std::vector<Ort::ConstEpDevice> devices;
     for (const auto& device : env_.GetEpDevices())
       // A virtual device (cross-compiling) loads models but does not run them.

@@ -3,6 +3,8 @@
 // CtxgenRef's own library, which the path treats as any other: its outputs must be what the built-in
 // path writes, and they run.
 
+#include <sys/stat.h>
+
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -121,9 +123,32 @@ TEST_F(EpLibTest, FailuresExitAsTheBuiltInPathDoesAndLeaveNothing) {
   EXPECT_NE(r.output.find("--ep NoSuchEp: no device of ONNX Runtime offers that EP (offered: "), std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("CtxgenRef"), std::string::npos) << r.output;
+  // A library is checked before the loader sees it: not one (a model), a FIFO (the loader would
+  // wait for a writer), a truncated copy (it would die of SIGBUS mapping past the end).
   r = ctxgen("compile " + quote(cnn) + out + " --ep-lib " + quote(cnn) + " --ep CtxgenRef --force");
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("ONNX Runtime cannot load it as a plugin EP library"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--ep-lib " + cnn.string() + ": not a shared library (no ELF header)"), std::string::npos) << r.output;
+  ASSERT_EQ(::mkfifo((dir_ / "in" / "fifo.so").c_str(), 0600), 0);
+  r = ctxgen("compile " + quote(cnn) + out + " --ep-lib " + quote(dir_ / "in" / "fifo.so") + " --ep CtxgenRef --force");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("fifo.so: not a regular file"), std::string::npos) << r.output;
+  const std::string library = testing::read_file(CTXGEN_ORT_EP_PATH);
+  testing::write_file(dir_ / "in" / "truncated.so", library.substr(0, library.size() / 2));
+  r = ctxgen("compile " + quote(cnn) + out + " --ep-lib " + quote(dir_ / "in" / "truncated.so") + " --ep CtxgenRef --force");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("truncated.so: truncated ("), std::string::npos) << r.output;
+  EXPECT_EQ(files_in(dir_ / "out"), (std::set<std::string>{"unsupported_ctx.onnx", "cnn_ctx.onnx", "cnn_ref.bin"}));
+  // A relative name is a file of the current folder, not one of the loader's search path.
+  testing::write_file(dir_ / "in" / "mine.so", library);
+  r = testing::run_command("cd " + quote(dir_ / "in") + " && " + CTXGEN_BINARY + " compile cnn.onnx --ep-lib mine.so --ep CtxgenRef" +
+                           out + " --force -q 2>&1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  // verify's --plugin is opened the same way.
+  r = ctxgen("verify " + quote(dir_ / "out" / "cnn_ctx.onnx") + " --reference " + quote(cnn) + " --plugin " +
+             quote(dir_ / "in" / "truncated.so"));
+  EXPECT_EQ(r.exit_code, 9) << r.output;
+  EXPECT_NE(r.output.find("the plugin EP library " + (dir_ / "in" / "truncated.so").string() + ": truncated ("), std::string::npos)
+      << r.output;
   r = ctxgen("compile " + quote(cnn) + out + " --ep CtxgenRef");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("need --ep-lib LIB"), std::string::npos) << r.output;
