@@ -122,6 +122,7 @@ Parsed parse(int argc, const char* const* argv, bool with_verify, const std::str
     verify->add_option("--input-shape", line.verify_shapes, "Shape for a dynamic input: INPUT=1x128 (repeatable)");
     verify->add_option("--plugin", line.plugin, "The ctxgen plugin EP library (default: the one built with ctxgen)");
     verify->add_flag("--json", line.json, "Print JSON");
+    verify->add_flag("--allow-empty", line.given.allow_empty, "Pass a model in which nothing is compiled (written with compile --allow-empty)");
   }
 
   std::string help_topic;

@@ -155,6 +155,9 @@ int print_verification(ctxgen::verify::Options options, bool as_json, bool quiet
   std::optional<Error> mismatch;
   if (!mismatches.empty()) mismatch = Error(ErrorCode::kMismatch, mismatches.front());
   if (as_json) std::cout << ctxgen::json_text(verification_json(options, &result, mismatch ? &*mismatch : nullptr), 2) << "\n";
+  else
+    std::cout << "verify: " << options.models.size() << " model(s), " << result.checks.size() << " check(s) passed, "
+              << result.outputs.size() - mismatches.size() << " of " << result.outputs.size() << " output(s) within tolerance\n";
   std::cout.flush();  // the results, then why they fail
   for (const auto& message : mismatches) ctxgen::log().error("{}", message);
   return mismatch ? ctxgen::exit_code(ErrorCode::kMismatch) : 0;
@@ -231,6 +234,7 @@ int main(int argc, char** argv) {
         for (const auto& m : line.verify_models) options.models.emplace_back(m);
         for (const auto& r : line.verify_references) options.references.emplace_back(r);
         options.plugin = line.plugin;
+        options.allow_empty = line.given.allow_empty;
         options.runtime = ctxgen::runtime::make_ref_runtime();  // the one backend built in
         return print_verification(options, line.json, line.quiet);
 #else

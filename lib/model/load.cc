@@ -22,6 +22,7 @@
 
 #include "ctxgen/embedded.h"
 #include "ctxgen/error.h"
+#include "ctxgen/limits.h"
 #include "ctxgen/log.h"
 #include "ctxgen/model.h"
 #include "internal.h"
@@ -585,12 +586,12 @@ void apply_values(const fs::path& path, onnx::GraphProto& graph, const LoadOptio
                                                     [](const auto& d) { return d.has_dim_value(); });
     std::vector<int64_t> dims;
     if (declared) {
-      int64_t want = 1;
-      for (const auto& d : type.shape().dim()) want *= d.dim_value();
-      if (want != count)
-        throw Error(ErrorCode::kUsage, what + ": the input holds " + std::to_string(want) + " values, " +
-                                           std::to_string(count) + " given");
       for (const auto& d : type.shape().dim()) dims.push_back(d.dim_value());
+      const std::optional<int64_t> want = bounded_element_count(dims);
+      if (!want) throw Error(ErrorCode::kUsage, what + ": the input's dims hold more than 2^48 values");
+      if (*want != count)
+        throw Error(ErrorCode::kUsage, what + ": the input holds " + std::to_string(*want) + " values, " +
+                                           std::to_string(count) + " given");
     } else if (type.has_shape() && type.shape().dim_size() > 1) {
       throw Error(ErrorCode::kUsage, what + ": the input has dynamic dims of rank " + std::to_string(type.shape().dim_size()) +
                                          "; give its shape with --input-shape " + name + "=... first");

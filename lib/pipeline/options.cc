@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ctxgen/error.h"
+#include "ctxgen/limits.h"
 
 namespace fs = std::filesystem;
 
@@ -51,6 +52,7 @@ std::vector<int64_t> parse_shape(const std::string& text, const std::string& con
   std::vector<int64_t> dims;
   std::stringstream parts(text);
   for (std::string part; std::getline(parts, part, 'x');) dims.push_back(parse_dim(part, context));
+  if (!bounded_element_count(dims)) throw usage(context + ": '" + text + "' holds more than 2^48 values");
   return dims;
 }
 

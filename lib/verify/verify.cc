@@ -185,10 +185,17 @@ void step(const Options& options, const std::string& what) {
 void check_integrity(const fs::path& model, const onnx::ModelProto& proto, OrtHost& host, const Options& options,
                      Hashed& hashed, std::vector<std::string>& checks) {
   std::vector<const onnx::NodeProto*> nodes;
+  std::set<std::string> other_sources;  // of EPContext nodes for other EPs
   for (const auto& node : proto.graph().node()) {
+    if (node.op_type() != "EPContext") continue;
     const auto* source = attribute(node, "source");
-    if (node.op_type() == "EPContext" && source != nullptr && source->s() == host.identity().backend)
-      nodes.push_back(&node);
+    if (source != nullptr && source->s() == host.identity().backend) nodes.push_back(&node);
+    else other_sources.insert(source != nullptr ? source->s() : "no source");
+  }
+  if (nodes.empty() && !other_sources.empty()) {
+    std::string names;
+    for (const auto& name : other_sources) names += (names.empty() ? "" : ", ") + name;
+    throw mismatch(model, "its EPContext nodes are for " + names + ", not " + host.identity().backend);
   }
   std::vector<std::shared_ptr<const ContextBinary>> binaries;
   for (const auto* node : nodes) {
@@ -218,8 +225,13 @@ void check_integrity(const fs::path& model, const onnx::ModelProto& proto, OrtHo
     check_signature(model, *node, "input", node->input(), record->inputs, declared);
     check_signature(model, *node, "output", node->output(), record->outputs, declared);
   }
-  checks.push_back(model.string() + ": " + std::to_string(nodes.size()) +
-                   " EPContext node(s), each matched to its graph with the same inputs and outputs");
+  if (nodes.empty() && !options.allow_empty)
+    throw mismatch(model, "holds no EPContext node of " + host.identity().backend +
+                              ": nothing in it is compiled (pass --allow-empty if that is expected)");
+  checks.push_back(model.string() + ": " +
+                   (nodes.empty() ? std::string("no EPContext node: nothing in it is compiled (--allow-empty)")
+                                  : std::to_string(nodes.size()) +
+                                        " EPContext node(s), each matched to its graph with the same inputs and outputs"));
   step(options, "loading " + model.string() + " in ONNX Runtime with " + host.identity().backend);
   host.plugin_session(model);
   checks.push_back(model.string() + ": loads in ONNX Runtime with " + host.identity().backend);
@@ -349,7 +361,7 @@ std::vector<OutputCheck> compare_outputs(const fs::path& model, const onnx::Mode
                                          const Options& options) {
   step(options, "loading " + reference.string() + " in ONNX Runtime's CPU EP");
   Ort::Session original = host.cpu_session(reference);
-  step(options, "loading " + model.string() + " in ONNX Runtime with " + host.identity().backend);
+  step(options, "running " + model.string() + " in ONNX Runtime with " + host.identity().backend);
   Ort::Session compiled = host.plugin_session(model);
   Ort::AllocatorWithDefaultOptions allocator;
   std::mt19937_64 rng(options.seed);
@@ -530,7 +542,10 @@ Result run(const Options& options) {
   Hashed hashed;
   for (size_t i = 0; i < options.models.size(); ++i) {
     std::error_code ec;
-    if (!fs::exists(options.models[i], ec)) throw mismatch(options.models[i], ec ? ec.message() : "no such file");
+    // A missing input is exit 3, as for every command (docs/cli.md).
+    for (const auto* list : {&options.models, &options.references})
+      if (i < list->size() && !fs::exists((*list)[i], ec))
+        throw Error(ErrorCode::kInvalidModel, (*list)[i].string() + ": " + (ec ? ec.message() : "no such file"));
     step(options, "checking " + options.models[i].string());
     onnx::ModelProto proto = parse(options.models[i]);  // read once, for both checks
     Result found;

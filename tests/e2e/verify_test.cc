@@ -131,11 +131,31 @@ TEST(Verify, EmbeddedContextAndInputShapes) {
   // Compiled without fixing anything, the input stays dynamic in both: verify asks for a shape.
   TempDir other;
   ctx = compiled("dynamic.onnx", other, "--allow-empty");
-  r = ctxgen("verify " + quote(ctx) + " --reference " + quote(other / "dynamic.onnx"));
+  r = ctxgen("verify " + quote(ctx) + " --reference " + quote(other / "dynamic.onnx") + " --allow-empty");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--input-shape x="), std::string::npos) << r.output;
-  r = ctxgen("verify " + quote(ctx) + " --reference " + quote(other / "dynamic.onnx") + " --input-shape x=5x8");
+  r = ctxgen("verify " + quote(ctx) + " --reference " + quote(other / "dynamic.onnx") + " --input-shape x=5x8 --allow-empty");
   EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("no EPContext node: nothing in it is compiled (--allow-empty)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("verify: 1 model(s), 2 check(s) passed, 1 of 1 output(s) within tolerance"), std::string::npos)
+      << r.output;
+}
+
+// A model in which nothing is compiled (compile --allow-empty, or the original given by mistake)
+// would pass every check while running nothing on the backend: verify fails it unless told.
+TEST(Verify, AModelWithNothingCompiledFailsUnlessAllowed) {
+  TempDir dir;
+  const fs::path original = copy_model("cnn.onnx", dir.path());
+  auto r = ctxgen("verify " + quote(original));
+  EXPECT_EQ(r.exit_code, 8) << r.output;
+  EXPECT_NE(r.output.find("cnn.onnx: holds no EPContext node of CtxgenRef: nothing in it is compiled (pass --allow-empty"),
+            std::string::npos)
+      << r.output;
+  r = ctxgen("verify " + quote(original) + " --allow-empty");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  r = ctxgen("verify " + quote(dir / "missing_ctx.onnx"));
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_NE(r.output.find("missing_ctx.onnx: no such file"), std::string::npos) << r.output;
 }
 
 TEST(Verify, IntegrityOnlyWithoutReference) {

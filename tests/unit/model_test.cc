@@ -214,6 +214,13 @@ TEST(Model, RejectsBadShapeOptions) {
   no_input.input_shapes["nope"] = {1};
   EXPECT_EQ(load_error(generated_models() / "dynamic.onnx", &msg, no_input), ErrorCode::kUsage);
   EXPECT_NE(msg.find("nope"), std::string::npos);
+
+  // 2^61 x 8 values wrap to 0 in 64 bits: the count is bounded, never wrapped.
+  LoadOptions wrapping;
+  wrapping.input_shapes["x"] = {int64_t{1} << 61, 8};
+  wrapping.fix_values["x"] = {"1"};
+  EXPECT_EQ(load_error(generated_models() / "dynamic.onnx", &msg, wrapping), ErrorCode::kUsage);
+  EXPECT_NE(msg.find("--fix-value x: the input's dims hold more than 2^48 values"), std::string::npos) << msg;
 }
 
 TEST(Model, RejectsFilesThatAreNotModels) {

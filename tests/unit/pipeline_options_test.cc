@@ -50,6 +50,14 @@ TEST(ResolveShapes, OnlyModelStemsAreScopes) {
   EXPECT_EQ(colon[1].fix_dims.at("seq"), 3);
 }
 
+TEST(ResolveShapes, AShapeHoldsAtMost2To48Values) {
+  EXPECT_EQ(resolve_shapes(kPair, {{}, {"x=65536x65536x65536"}, {}})[0].input_shapes.at("x"),
+            (std::vector<int64_t>{65536, 65536, 65536}));
+  expect_usage_error([] { resolve_shapes(kPair, {{}, {"x=4294967296x4294967296"}, {}}); },
+                     "--input-shape x: '4294967296x4294967296' holds more than 2^48 values");
+  expect_usage_error([] { resolve_shapes(kPair, {{}, {"x=65536x65536x65536x2"}, {}}); }, "holds more than 2^48 values");
+}
+
 TEST(ResolveShapes, CommandLineOverridesTheManifest) {
   auto loads = resolve_shapes(kPair, {{"batch=2", "decode:past=7"}, {}, {}});
   override_with(loads, resolve_shapes(kPair, {{"batch=1"}, {}, {}}));

@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "ctxgen/limits.h"
+
 namespace ctxgen::ref {
 
 // ONNX TensorProto codes. float32 is the compute type; int32, int64 and bool carry indices,
@@ -35,7 +37,7 @@ enum class DType : uint8_t {
 // Limits every program respects, so no size or offset arithmetic can overflow: a value holds at
 // most 2^48 elements; window attributes (kernel, stride, pad, dilation) are below 2^31.
 // The arena holds at most the sum of its values' (64-byte aligned) sizes.
-inline constexpr int64_t kMaxElements = int64_t{1} << 48;
+inline constexpr int64_t kMaxElements = ctxgen::kMaxElements;
 inline constexpr int64_t kMaxWindow = (int64_t{1} << 31) - 1;
 // A value holds at most 64 GiB: beyond that no machine a session runs on allocates it, so the
 // compiler leaves such nodes on CPU instead of writing a program that fails at run time.

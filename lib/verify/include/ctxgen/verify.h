@@ -143,6 +143,9 @@ struct Options {
   uint64_t seed = 1;
   std::map<std::string, std::vector<int64_t>> input_shapes;
   std::filesystem::path plugin;
+  // A model in which nothing is compiled (no EPContext node of the backend) passes; otherwise it
+  // fails: it would pass every check while running nothing on the backend.
+  bool allow_empty = false;
   // The runtime of the backend the models were compiled for; verify expects its identity in every
   // binary and EPContext node, and runs the models through the plugin EP of that name.
   std::shared_ptr<const BackendRuntime> runtime;
