@@ -27,15 +27,39 @@ constexpr const char* kClusterColours[][2] = {{"#dbeafe", "#2563eb"}, {"#dcfce7"
                                               {"#f3e8ff", "#9333ea"}, {"#cffafe", "#0891b2"}, {"#ffedd5", "#ea580c"}};
 constexpr size_t kLabelWidth = 40;
 
+// The length of the well-formed UTF-8 sequence at text[i], or 0.
+size_t utf8_length(const std::string& text, size_t i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char lead = byte(i);
+  const size_t n = lead < 0x80 ? 1 : (lead >> 5) == 0x6 ? 2 : (lead >> 4) == 0xE ? 3 : (lead >> 3) == 0x1E ? 4 : 0;
+  if (n == 0 || i + n > text.size()) return 0;
+  for (size_t k = 1; k < n; ++k)
+    if ((byte(i + k) >> 6) != 0x2) return 0;
+  return n;
+}
+
+// Every name and reason goes into the DOT text through here: a string Graphviz reads back as it
+// is, whatever the model holds. Quotes and backslashes are escaped, a line break is DOT's; a control
+// character (a NUL ends Graphviz's string) or a byte that is not UTF-8 (Graphviz stops at it) is
+// shown as \xHH.
 std::string quoted(const std::string& text) {
   std::string out = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\') out += '\\';
+  for (size_t i = 0; i < text.size();) {
+    const char c = text[i];
+    const size_t n = utf8_length(text, i);
     if (c == '\n') {
       out += "\\n";
+    } else if (n == 0 || (n == 1 && static_cast<unsigned char>(c) < 0x20) || c == 0x7F) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\\\x%02X", static_cast<unsigned char>(c));
+      out += hex;
+    } else {
+      if (c == '"' || c == '\\') out += '\\';
+      out.append(text, i, n);
+      i += n;
       continue;
     }
-    out += c;
+    ++i;
   }
   return out + "\"";
 }

@@ -104,6 +104,14 @@ TEST(Picture, SvgThroughGraphvizAndNamesThatNeedEscaping) {
   EXPECT_NE(r.output.find("</svg>"), std::string::npos);
   EXPECT_NE(r.output.find("say &quot;hi&quot; \\ there"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("{braces} &lt;angle&gt;"), std::string::npos) << r.output;
+  // A NUL would end Graphviz's string mid-name, and a control character is not text: both shown as \xHH.
+  make_model(dir / "controls.onnx",
+             "[h.make_node(\"Relu\", [\"x\"], [\"r\"], name=\"nul\\x00here\"),\n"
+             " h.make_node(\"Floor\", [\"r\"], [\"y\"], name=\"bell\\x07\")]");
+  r = picture(quote(dir / "controls.onnx") + " --svg");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("nul\\x00here"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("bell\\x07"), std::string::npos) << r.output;
 
   // Without Graphviz: one error line naming the package and --dot, nothing on standard output.
   auto missing = run_command("(PATH=/nonexistent " + std::string(CTXGEN_BINARY) + " inspect " + quote(dir / "names.onnx") +
