@@ -28,6 +28,58 @@ CLI::Validator number(const std::string& what, bool (*ok)(double)) {
 
 }  // namespace
 
+namespace {
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// " (did you mean 'X'?)" for the known word within two edits of `word`, else "".
+std::string did_you_mean(const std::string& word, const std::vector<std::string>& known) {
+  std::string best;
+  size_t distance = 3;
+  for (const auto& k : known)
+    if (const size_t d = edit_distance(word, k); d < distance) distance = d, best = k;
+  return best.empty() ? "" : " (did you mean '" + best + "'?)";
+}
+
+// What a failed parse tripped on when it is a word ctxgen does not know: the command (argv[1]), or
+// an option of it. "" when every word is known (the values were wrong instead).
+std::string mistyped_word(CLI::App& app, int argc, const char* const* argv) {
+  if (argc < 2 || argv[1][0] == '-') return "";
+  std::vector<std::string> commands;
+  for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) commands.push_back(sub->get_name());
+  const std::string command = argv[1];
+  if (std::find(commands.begin(), commands.end(), command) == commands.end())
+    return "no command '" + command + "'" + did_you_mean(command, commands);
+  const CLI::App* sub = app.get_subcommand(command);
+  std::vector<std::string> options;  // the command's and those of ctxgen itself
+  for (const CLI::App* scope : {static_cast<const CLI::App*>(&app), sub})
+    for (const CLI::Option* option : scope->get_options())
+      for (const auto& name : option->get_lnames()) options.push_back("--" + name);
+  for (int i = 2; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (word.rfind("--", 0) != 0 || word == "--") continue;
+    const std::string name = word.substr(0, word.find('='));
+    if (std::find(options.begin(), options.end(), name) == options.end())
+      return "no option '" + name + "' for " + command + did_you_mean(name, options);
+  }
+  return "";
+}
+
+}  // namespace
+
 Parsed parse(int argc, const char* const* argv, bool with_verify, const std::string& version) {
   CLI::App app{"ctxgen: compile ONNX models into ONNX Runtime EPContext models and one context binary", "ctxgen"};
   app.require_subcommand(0, 1);
@@ -140,9 +192,11 @@ Parsed parse(int argc, const char* const* argv, bool with_verify, const std::str
     parsed.exit_code = code == 0 ? 0 : exit_code(ErrorCode::kUsage);
     parsed.out = out.str();
     if (code != 0) {
-      // One line, like every other error, naming where to read more.
+      // One line, like every other error, naming where to read more; a mistyped command or option
+      // named with the one meant (CLI11 would say "arguments were not expected" or miscount them).
       const CLI::App* at = app.get_subcommands().empty() ? &app : app.get_subcommands().front();
-      parsed.err = "error: " + std::string(e.what()) + " (see 'ctxgen help" +
+      const std::string mistyped = mistyped_word(app, argc, argv);
+      parsed.err = "error: " + (mistyped.empty() ? std::string(e.what()) : mistyped) + " (see 'ctxgen help" +
                    (at == &app ? std::string() : " " + at->get_name()) + "')\n";
     }
     return parsed;

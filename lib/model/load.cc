@@ -511,8 +511,19 @@ void apply_shapes(const fs::path& path, onnx::GraphProto& graph, const LoadOptio
   for (auto& v : *graph.mutable_input()) fix_shape(*v.mutable_type(), options, used_dims);
   for (auto& v : *graph.mutable_output()) fix_shape(*v.mutable_type(), options, used_dims);
   for (auto& v : *graph.mutable_value_info()) fix_shape(*v.mutable_type(), options, used_dims);
-  for (const auto& [name, value] : options.fix_dims)
-    if (!used_dims.count(name)) throw Error(ErrorCode::kUsage, path.string() + ": --fix-dim " + name + ": no dimension of that name in the model" + scope_hint(name));
+  for (const auto& [name, value] : options.fix_dims) {
+    if (used_dims.count(name)) continue;
+    std::set<std::string> named = used_dims;  // what the user can fix: the inputs' named dims
+    for (const auto& v : graph.input())
+      for (const auto& dim : v.type().tensor_type().shape().dim())
+        if (dim.has_dim_param()) named.insert(dim.dim_param());
+    std::string list;
+    for (const auto& n : named) list += (list.empty() ? "" : ", ") + n;
+    const std::string hint = !scope_hint(name).empty() ? scope_hint(name)
+                             : named.empty()            ? " (its inputs have no named dims)"
+                                                        : " (its inputs' named dims: " + list + ")";
+    throw Error(ErrorCode::kUsage, path.string() + ": --fix-dim " + name + ": no dimension of that name in the model" + hint);
+  }
 
   for (const auto& [name, dims] : options.input_shapes) {
     auto it = std::find_if(graph.mutable_input()->begin(), graph.mutable_input()->end(),

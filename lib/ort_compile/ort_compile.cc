@@ -44,9 +44,13 @@ void check_options(const std::vector<fs::path>& inputs, const CompileOptions& op
     const ParsedModel parsed = parse_model(inputs[m]);
     for (const auto& input : parsed.proto->graph().input())
       for (const auto& dim : input.type().tensor_type().shape().dim()) named.insert(dim.dim_param());
+    named.erase("");
+    std::string list;
+    for (const auto& n : named) list += (list.empty() ? "" : ", ") + n;
     for (const auto& [name, value] : load.fix_dims)
       if (!named.count(name))
-        throw Error(ErrorCode::kUsage, inputs[m].string() + ": --fix-dim " + name + ": no dimension of that name in the model's inputs");
+        throw Error(ErrorCode::kUsage, inputs[m].string() + ": --fix-dim " + name + ": no dimension of that name in the model's inputs" +
+                                           (named.empty() ? " (they have no named dims)" : " (their named dims: " + list + ")"));
   }
   // What ctxgen sets itself, from its own options, would be overwritten without a word.
   const std::map<std::string, std::string> reserved = {

@@ -2,6 +2,8 @@
 // hints that name the fix, inspect on an uncompiled model, no empty side files, bash completion.
 
 #include <algorithm>
+#include <utility>
+#include <vector>
 
 #include <onnx/common/version.h>
 
@@ -42,8 +44,17 @@ TEST(Cli, ParserErrorsAreOneErrorLineNamingTheHelp) {
   r = ctxgen("share a.onnx --frobnicate");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_EQ(r.output.rfind("error: ", 0), 0u) << r.output;
-  EXPECT_NE(r.output.find("--frobnicate (see 'ctxgen help share')"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--frobnicate' for share (see 'ctxgen help share')"), std::string::npos) << r.output;
   EXPECT_EQ(lines(r.output), 1u) << r.output;
+  // A newcomer's first typos name the word meant.
+  for (const auto& [args, said] : std::vector<std::pair<std::string, std::string>>{
+           {"complie m.onnx", "error: no command 'complie' (did you mean 'compile'?) (see 'ctxgen help')\n"},
+           {"compile m.onnx --fix-dims batch=1", "error: no option '--fix-dims' for compile (did you mean '--fix-dim'?) (see 'ctxgen help compile')\n"},
+           {"share a.onnx,b.onnx --reprot=r.json", "error: no option '--reprot' for share (did you mean '--report'?) (see 'ctxgen help share')\n"}}) {
+    r = ctxgen(args);
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_EQ(r.output, said);
+  }
 }
 
 TEST(Cli, VerifysNumbersAndChoicesAreChecked) {
