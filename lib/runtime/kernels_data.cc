@@ -13,11 +13,32 @@ namespace {
 
 // y[i] = x[offset of i], where each output axis moves the output offset by strides[0] and the
 // input offset by strides[1] (rows of the innermost axis copied in a tight loop).
+// Tiles of a transpose that moves the input's contiguous axis (output axis `axis`) away from the
+// output's last one, which would read it a stride apart: kTile x kTile, read along `axis` and
+// written along the last axis, keep both sides in cache.
+constexpr int64_t kTile = 16;
+struct Tiles {
+  size_t axis = 0;  // the output rank when the copy runs row by row
+  Dims outer;       // the output dims with `axis` and the last one 1: the tiles' rows
+};
+
 template <typename T>
-void strided_copy(const T* x, T* y, const Dims& out_dims, const Dims (&strides)[2]) {
+void strided_copy(const T* x, T* y, const Dims& out_dims, const Dims (&strides)[2], const Tiles& tiles) {
   int64_t inner = out_dims.empty() ? 1 : out_dims.back(), step = out_dims.empty() ? 0 : strides[1].back();
-  for_each_row(out_dims, strides, [&](const int64_t* at) {
-    for (int64_t i = 0; i < inner; ++i) y[at[0] + i] = x[at[1] + i * step];
+  if (tiles.axis == out_dims.size()) {
+    for_each_row(out_dims, strides, [&](const int64_t* at) {
+      for (int64_t i = 0; i < inner; ++i) y[at[0] + i] = x[at[1] + i * step];
+    });
+    return;
+  }
+  const int64_t rows = out_dims[tiles.axis], row_step = strides[0][tiles.axis];
+  for_each_row(tiles.outer, strides, [&](const int64_t* at) {
+    for (int64_t i0 = 0; i0 < rows; i0 += kTile)
+      for (int64_t j0 = 0; j0 < inner; j0 += kTile) {
+        const int64_t i1 = std::min(rows, i0 + kTile), j1 = std::min(inner, j0 + kTile);
+        for (int64_t i = i0; i < i1; ++i)
+          for (int64_t j = j0; j < j1; ++j) y[at[0] + i * row_step + j] = x[at[1] + i + j * step];
+      }
   });
 }
 
@@ -51,6 +72,7 @@ int64_t index_within(I value, int64_t extent, const char* op) {
 struct StridedCopy final : OpPlan {
   Dims strides[2];   // the output's, and the input's per output axis
   int64_t base = 0;  // input offset of the first element
+  Tiles tiles;
 };
 
 std::unique_ptr<OpPlan> plan_transpose(const ref::Op& op, const std::vector<const ref::Value*>& in, const ref::Value& out) {
@@ -58,11 +80,22 @@ std::unique_ptr<OpPlan> plan_transpose(const ref::Op& op, const std::vector<cons
   const Dims perm = op.get_ints("perm"), in_strides = strides_of(in[0]->dims);
   for (int64_t axis : perm) plan->strides[1].push_back(in_strides[static_cast<size_t>(axis)]);
   plan->strides[0] = strides_of(out.dims);
+  const size_t rank = out.dims.size();
+  plan->tiles.axis = rank;
+  if (rank > 1 && out.dims.back() >= kTile && plan->strides[1].back() != 1)
+    for (size_t a = 0; a + 1 < rank; ++a)
+      if (plan->strides[1][a] == 1 && out.dims[a] >= kTile) plan->tiles.axis = a;
+  if (plan->tiles.axis < rank) {
+    plan->tiles.outer = out.dims;
+    plan->tiles.outer[plan->tiles.axis] = 1;
+    plan->tiles.outer.back() = 1;
+  }
   return plan;
 }
 
 std::unique_ptr<OpPlan> plan_slice(const ref::Op& op, const std::vector<const ref::Value*>& in, const ref::Value& out) {
   auto plan = std::make_unique<StridedCopy>();
+  plan->tiles.axis = out.dims.size();
   const Dims starts = op.get_ints("starts"), steps = op.get_ints("steps"), in_strides = strides_of(in[0]->dims);
   plan->strides[1].assign(steps.size(), 0);  // a single-element axis never steps
   if (product(out.dims) > 0)  // starts of empty axes are not meaningful
@@ -78,7 +111,7 @@ void transpose(Ins in, const Output& out) {
   const auto& p = plan_of<StridedCopy>(out);
   visit_dtype(out.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    strided_copy(in[0].as<T>() + p.base, out.as<T>(), out.dims(), p.strides);
+    strided_copy(in[0].as<T>() + p.base, out.as<T>(), out.dims(), p.strides, p.tiles);
   });
 }
 
