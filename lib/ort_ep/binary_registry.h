@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "context_path.h"
+#include "ctxgen/context_path.h"
 #include "ctxgen/format.h"
 
 namespace ctxgen::ort_ep {

@@ -7,7 +7,7 @@
 
 #include "binary_registry.h"
 #include "compiled_node.h"
-#include "context_path.h"
+#include "ctxgen/context_path.h"
 #include "ctxgen/error.h"
 #include "ctxgen/pipeline.h"
 #include "ctxgen/weights.h"

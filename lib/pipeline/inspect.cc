@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "ctxgen/backend.h"
+#include "ctxgen/context_path.h"
 #include "ctxgen/error.h"
 #include "ctxgen/format.h"
 #include "ctxgen/model.h"
@@ -85,7 +86,9 @@ nlohmann::json context_binaries(const fs::path& path, const onnx::ModelProto& pr
     }
     std::shared_ptr<const ContextBinary> binary;
     try {
-      binary = ContextBinary::open(bin);
+      // Found as the plugin EP finds it: inside the model's folder, nowhere else.
+      const ContextFile file = open_context_file(path.parent_path().empty() ? fs::path(".") : path.parent_path(), *cache, node.name());
+      binary = ContextBinary::map(file.fd.get(), file.path);
     } catch (const Error& e) {  // shown, so the model can still be inspected
       list.push_back({{"path", bin.string()}, {"missing", false}, {"error", e.what()}});
       continue;

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ctxgen/context_path.h"
 #include "ctxgen/error.h"
 #include "ctxgen/format.h"
 #include "ctxgen/log.h"
@@ -68,7 +69,9 @@ std::shared_ptr<const ContextBinary> load_context(const fs::path& model, const o
     }
     fs::path bin = model.parent_path() / cache->s();
     expect_present(model, "node '" + node.name() + "': context binary", bin);
-    auto binary = ContextBinary::open(bin);
+    // Found as the plugin EP finds it: inside the model's folder, nowhere else.
+    const ContextFile file = open_context_file(model.parent_path().empty() ? fs::path(".") : model.parent_path(), cache->s(), node.name());
+    auto binary = ContextBinary::map(file.fd.get(), file.path);
     checks.push_back(bin.string() + ": present, format v" + std::to_string(binary->format_version()) + ", metadata and programs intact");
     return binary;
   } catch (const Error& e) {

@@ -289,6 +289,31 @@ TEST(Verify, DifferentWeightsAreAMismatchNamingTheOutput) {
   EXPECT_LT(r.output.find("FAIL"), r.output.find("error: ")) << "the results, then why they fail\n" << r.output;
 }
 
+// verify and inspect find a context binary as the plugin EP does, inside the model's folder: a
+// path leading out of it (here "../cnn_ref.bin", the binary moved up a folder) is refused by all.
+TEST(Verify, AContextBinaryOutsideTheModelFolderIsRefusedAsThePluginRefusesIt) {
+  TempDir dir;
+  const fs::path ctx = compiled("cnn.onnx", dir);
+  fs::create_directories(dir / "m");
+  fs::rename(ctx, dir / "m" / "cnn_ctx.onnx");
+  auto r = run_command(std::string(CTXGEN_PYTHON) + " -c " +
+                       quote("import onnx, sys\n"
+                             "m = onnx.load(sys.argv[1])\n"
+                             "for n in m.graph.node:\n"
+                             "    for a in n.attribute:\n"
+                             "        if a.name == \"ep_cache_context\": a.s = b\"../cnn_ref.bin\"\n"
+                             "onnx.save(m, sys.argv[1])\n") +
+                       " " + quote(dir / "m" / "cnn_ctx.onnx"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string refusal = "ep_cache_context '../cnn_ref.bin' contains '..'; it must not point outside the model folder";
+  r = ctxgen("verify " + quote(dir / "m" / "cnn_ctx.onnx"));
+  EXPECT_EQ(r.exit_code, 8) << r.output;
+  EXPECT_NE(r.output.find(refusal), std::string::npos) << r.output;
+  r = ctxgen("inspect " + quote(dir / "m" / "cnn_ctx.onnx"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(refusal), std::string::npos) << r.output;
+}
+
 // Models float64 cannot or should not judge, and a float16 input: each gets a sensible verdict.
 TEST(Verify, WhatAFloat64ReferenceLeavesToFloat32) {
   TempDir dir;

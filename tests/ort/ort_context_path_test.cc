@@ -11,13 +11,13 @@
 
 #include <gtest/gtest.h>
 
-#include "context_path.h"
+#include "ctxgen/context_path.h"
 #include "ctxgen/error.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;
-using ctxgen::ort_ep::ContextFile;
-using ctxgen::ort_ep::open_context_file;
+using ctxgen::ContextFile;
+using ctxgen::open_context_file;
 
 namespace {
 

@@ -1,4 +1,4 @@
-#include "context_path.h"
+#include "ctxgen/context_path.h"
 
 #include <fcntl.h>
 #include <linux/openat2.h>
@@ -16,7 +16,7 @@
 
 namespace fs = std::filesystem;
 
-namespace ctxgen::ort_ep {
+namespace ctxgen {
 namespace {
 
 [[noreturn]] void reject(const std::string& node, const std::string& relative, const std::string& why) {
@@ -147,4 +147,4 @@ ContextFile open_context_file(const fs::path& folder, const std::string& relativ
   return file;
 }
 
-}  // namespace ctxgen::ort_ep
+}  // namespace ctxgen

@@ -9,7 +9,7 @@
 
 #include "ctxgen/bytes.h"
 
-namespace ctxgen::ort_ep {
+namespace ctxgen {
 
 // The folder ep_cache_context paths are relative to: the model's folder, or for a model loaded
 // from memory (empty `model_path`) the folder of the ep.context_file_path session option.
@@ -30,4 +30,4 @@ struct ContextFile {
 ContextFile open_context_file(const std::filesystem::path& folder, const std::string& relative,
                               const std::string& node);
 
-}  // namespace ctxgen::ort_ep
+}  // namespace ctxgen
