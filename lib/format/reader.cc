@@ -374,7 +374,8 @@ void ContextBinary::parse() {
   identity_ = std::move(parser.identity);
   graphs_ = std::move(parser.graphs);
   weights_ = std::move(parser.weights);
-  content_id_ = xxh3_128(data_, parser.metadata_size());
+  metadata_size_ = parser.metadata_size();
+  content_id_ = xxh3_128(data_, metadata_size_);
 }
 
 const GraphRecord* ContextBinary::find_graph(const std::string& name) const {
@@ -398,6 +399,20 @@ void ContextBinary::verify_payloads() const {
       throw Error(ErrorCode::kInvalidBinary, label_ + ": weight " + std::to_string(id) + " " + range(w.offset, w.size) +
                                                  " is damaged: its XXH3-128 is " + computed.hex() +
                                                  ", the weight table says " + w.hash.hex());
+  }
+  // The bytes no checksum covers, the padding before each payload, are zero as written (§5): a
+  // byte changed there is damage too. Checked here, where every byte is read anyway, not on open.
+  std::vector<std::pair<uint64_t, uint64_t>> payloads;  // [begin, end), the programs' and the weights'
+  for (const auto& g : graphs_) payloads.emplace_back(static_cast<uint64_t>(g.program - data_), g.program - data_ + g.program_size);
+  for (const auto& w : weights_) payloads.emplace_back(w.offset, w.offset + w.size);
+  std::sort(payloads.begin(), payloads.end());
+  uint64_t at = metadata_size_;
+  for (const auto& [begin, end] : payloads) {
+    for (uint64_t i = at; i < begin; ++i)
+      if (data_[i] != 0)
+        throw Error(ErrorCode::kInvalidBinary, label_ + ": byte " + std::to_string(i) + ", padding before a payload, is " +
+                                                   std::to_string(data_[i]) + " where the format writes 0 (the file is damaged)");
+    at = std::max(at, end);
   }
 }
 

@@ -381,5 +381,28 @@ TEST(DamagedFiles, DirectoryMissingFileAndEmptyFile) {
 
 TEST(DamagedFiles, TheUndamagedBaseIsAccepted) { EXPECT_NO_THROW(read_from_memory(base().bytes)->verify_payloads()); }
 
+// The padding before each payload is covered by no checksum: opening does not read it (a session
+// would touch a page per weight), verifying does, and a byte changed there is damage.
+TEST(DamagedFiles, AChangedPaddingByteFailsVerification) {
+  const auto binary = read_from_memory(base().bytes);
+  std::vector<std::pair<uint64_t, uint64_t>> payloads;
+  for (const auto& w : binary->weights()) payloads.emplace_back(w.offset, w.offset + w.size);
+  std::sort(payloads.begin(), payloads.end());
+  // Weight sizes 300 and 1000 leave padding after them: flip bytes of each gap in turn.
+  size_t checked = 0;
+  for (size_t k = 0; k + 1 < payloads.size(); ++k) {
+    if (payloads[k].second == payloads[k + 1].first) continue;
+    for (const uint64_t at : {payloads[k].second, payloads[k + 1].first - 1}) {
+      Bytes bytes = base().bytes;
+      bytes[at] ^= 0x5A;
+      const auto damaged = read_from_memory(bytes);  // opens: the padding is not read then
+      expect_error([&] { damaged->verify_payloads(); }, ErrorCode::kInvalidBinary,
+                   {"byte " + std::to_string(at) + ", padding before a payload, is 90 where the format writes 0"});
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 0u);
+}
+
 }  // namespace
 }  // namespace ctxgen

@@ -110,8 +110,8 @@ class ContextBinary {
   // can tell it apart from a binary of another run (docs/context-binary-format.md §7).
   const Hash128& content_id() const { return content_id_; }
   const std::string& label() const { return label_; }
-  // Re-hashes every weight payload and compares with the table; throws Error(kInvalidBinary)
-  // naming the first weight whose bytes changed.
+  // Re-hashes every weight payload and compares with the table, and checks the padding between
+  // payloads is zero; throws Error(kInvalidBinary) naming the first weight or byte that changed.
   void verify_payloads() const;
 
  private:
@@ -120,6 +120,7 @@ class ContextBinary {
   std::shared_ptr<const void> owner_;
   const uint8_t* data_ = nullptr;
   uint64_t size_ = 0;
+  uint64_t metadata_size_ = 0;  // the header and tables: payloads start after them
   Hash128 content_id_;
   std::string label_;
   uint32_t version_ = 0;
