@@ -62,8 +62,12 @@ void check_versions(const fs::path& path, const onnx::ModelProto& model) {
 // into inputs (onnx cannot tell for opsets it does not know, and otherwise does not say so; ONNX
 // Runtime refuses such models), and window attributes its shape inference would divide by.
 void check_attributes(const fs::path& path, const onnx::GraphProto& graph, int64_t opset) {
+  std::set<std::string> names;  // ONNX Runtime refuses a graph two of whose nodes share a name
   for (int i = 0; i < graph.node_size(); ++i) {
     const auto& node = graph.node(i);
+    if (!node.name().empty() && !names.insert(node.name()).second)
+      throw invalid(path, "two nodes of graph '" + graph.name() + "' are named '" + node.name() +
+                              "' (ONNX Runtime refuses such a model)");
     for (const auto& a : node.attribute()) {
       if (a.has_g()) check_attributes(path, a.g(), opset);
       for (const auto& g : a.graphs()) check_attributes(path, g, opset);
@@ -83,12 +87,24 @@ void check_attributes(const fs::path& path, const onnx::GraphProto& graph, int64
     static const std::set<std::string> kWindowed = {"Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool",
                                                     "ConvInteger", "QLinearConv", "MaxUnpool"};
     if (!kWindowed.count(op)) continue;
-    for (const auto& a : node.attribute())
+    std::vector<int64_t> kernel, pads;
+    for (const auto& a : node.attribute()) {
       if (a.name() == "strides" || a.name() == "dilations" || a.name() == "kernel_shape")
         for (int64_t v : a.ints())
           if (v < 1)
             throw invalid(path, "node " + describe_node(node, static_cast<size_t>(i)) + ": attribute '" + a.name() +
                                     "' holds " + std::to_string(v) + "; every value must be at least 1");
+      if (a.name() == "kernel_shape") kernel.assign(a.ints().begin(), a.ints().end());
+      if (a.name() == "pads") pads.assign(a.ints().begin(), a.ints().end());
+    }
+    // A pooling window wholly in the padding has nothing to pool: ONNX Runtime refuses it.
+    const bool pooling = op == "MaxPool" || op == "AveragePool" || op == "LpPool";
+    for (size_t d = 0; pooling && pads.size() == 2 * kernel.size() && d < kernel.size(); ++d)
+      if (pads[d] >= kernel[d] || pads[d + kernel.size()] >= kernel[d])
+        throw invalid(path, "node " + describe_node(node, static_cast<size_t>(i)) + ": pads of axis " + std::to_string(d) +
+                                " (" + std::to_string(pads[d]) + ", " + std::to_string(pads[d + kernel.size()]) +
+                                ") are not smaller than its kernel " + std::to_string(kernel[d]) +
+                                " (ONNX Runtime refuses such a pooling)");
   }
 }
 

@@ -52,7 +52,7 @@ done
 bash "$script" || fail "a README command failed (above)"
 
 # What the comments and the text promise.
-for f in testdata/cnn_ctx.onnx testdata/cnn_ref.bin dist/decoder_prefill_ctx.onnx dist/decoder_decode_ctx.onnx \
+for f in out/cnn_ctx.onnx out/cnn_ref.bin dist/decoder_prefill_ctx.onnx dist/decoder_decode_ctx.onnx \
          dist/decoder_prefill_ref.bin dist/report.json; do
   [ -f "$work/$f" ] || fail "README promises $f; it was not written"
 done

@@ -99,6 +99,65 @@ TEST(Model, LoadsFourBitWeightsAsTheirPackedBytes) {
   EXPECT_EQ(dtype_name(kOnnxUInt4), "uint4");
 }
 
+// What ONNX Runtime refuses to load, ctxgen refuses too, saying why, instead of writing a model
+// that does not load: two nodes of one name, a pooling window wholly in its padding.
+TEST(Model, RefusesWhatOnnxRuntimeRefuses) {
+  TempDir dir;
+  auto save = [&](const std::string& name, const std::function<void(onnx::GraphProto&)>& fill) {
+    onnx::ModelProto m;
+    m.set_ir_version(8);
+    m.add_opset_import()->set_version(17);
+    auto* g = m.mutable_graph();
+    g->set_name("g");
+    auto* x = g->add_input();
+    x->set_name("x");
+    x->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+    for (int64_t d : {1, 1, 4, 4}) x->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(d);
+    g->add_output()->set_name("y");
+    g->mutable_output(0)->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+    fill(*g);
+    write_file(dir.path() / name, m.SerializeAsString());
+    return dir.path() / name;
+  };
+  auto node = [](onnx::GraphProto& g, const std::string& op, const std::string& name, const std::string& in, const std::string& out) {
+    auto* n = g.add_node();
+    n->set_op_type(op);
+    n->set_name(name);
+    n->add_input(in);
+    n->add_output(out);
+    return n;
+  };
+  auto ints = [](onnx::NodeProto* n, const std::string& name, std::vector<int64_t> values) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::INTS);
+    for (int64_t v : values) a->add_ints(v);
+  };
+  std::string msg;
+  EXPECT_EQ(load_error(save("twins.onnx", [&](onnx::GraphProto& g) {
+              node(g, "Relu", "same", "x", "r");
+              node(g, "Relu", "same", "r", "y");
+            }), &msg),
+            ErrorCode::kInvalidModel);
+  EXPECT_NE(msg.find("two nodes of graph 'g' are named 'same' (ONNX Runtime refuses such a model)"), std::string::npos) << msg;
+  for (const std::string op : {"MaxPool", "AveragePool"}) {
+    EXPECT_EQ(load_error(save("pool.onnx", [&](onnx::GraphProto& g) {
+                auto* n = node(g, op, "pool", "x", "y");
+                ints(n, "kernel_shape", {2, 2});
+                ints(n, "pads", {0, 2, 0, 0});
+              }), &msg),
+              ErrorCode::kInvalidModel);
+    EXPECT_NE(msg.find("pads of axis 1 (2, 0) are not smaller than its kernel 2 (ONNX Runtime refuses such a pooling)"),
+              std::string::npos)
+        << msg;
+  }
+  EXPECT_NO_THROW(load_model(save("fine.onnx", [&](onnx::GraphProto& g) {
+    auto* n = node(g, "MaxPool", "pool", "x", "y");
+    ints(n, "kernel_shape", {2, 2});
+    ints(n, "pads", {1, 1, 1, 1});
+  })));
+}
+
 TEST(Model, WeightBytesAreNotKeptInTheProtobuf) {
   Model m = load_model(generated_models() / "cnn.onnx");
   for (const auto& t : m.graph().initializer()) {
