@@ -49,36 +49,43 @@ TEST(Model, LoadsWeightsAndInfersShapes) {
   EXPECT_EQ(*c2->dims, (std::vector<int64_t>{1, 16, 8, 8}));
 }
 
+// A model of graph "g" at `opset`, filled by `fill`, written into `dir` as `name`.
+fs::path write_model(const TempDir& dir, const std::string& name, int64_t opset,
+                     const std::function<void(onnx::GraphProto&)>& fill) {
+  onnx::ModelProto m;
+  m.set_ir_version(opset >= 21 ? 10 : 8);
+  m.add_opset_import()->set_version(opset);
+  m.mutable_graph()->set_name("g");
+  fill(*m.mutable_graph());
+  write_file(dir.path() / name, m.SerializeAsString());
+  return dir.path() / name;
+}
+
 // int4 and uint4 (opset 21, unknown to onnx 1.12) hold two values a byte: (n + 1) / 2 bytes, from
 // raw_data or from int32_data, which holds a byte an entry.
 TEST(Model, LoadsFourBitWeightsAsTheirPackedBytes) {
   TempDir dir;
   auto save = [&](const std::string& name, const std::function<void(onnx::TensorProto&)>& fill) {
-    onnx::ModelProto m;
-    m.set_ir_version(10);
-    m.add_opset_import()->set_version(21);
-    auto* g = m.mutable_graph();
-    g->set_name("g");
-    auto* t = g->add_initializer();
-    t->set_name("w");
-    t->set_data_type(kOnnxInt4);
-    t->add_dims(5);
-    fill(*t);
-    auto* s = g->add_initializer();
-    s->set_name("s");
-    s->set_data_type(onnx::TensorProto::FLOAT);
-    s->add_float_data(0.5f);
-    auto* n = g->add_node();
-    n->set_op_type("DequantizeLinear");
-    n->add_input("w");
-    n->add_input("s");
-    n->add_output("y");
-    auto* y = g->add_output();
-    y->set_name("y");
-    y->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
-    y->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(5);
-    write_file(dir.path() / name, m.SerializeAsString());
-    return dir.path() / name;
+    return write_model(dir, name, 21, [&](onnx::GraphProto& g) {
+      auto* t = g.add_initializer();
+      t->set_name("w");
+      t->set_data_type(kOnnxInt4);
+      t->add_dims(5);
+      fill(*t);
+      auto* s = g.add_initializer();
+      s->set_name("s");
+      s->set_data_type(onnx::TensorProto::FLOAT);
+      s->add_float_data(0.5f);
+      auto* n = g.add_node();
+      n->set_op_type("DequantizeLinear");
+      n->add_input("w");
+      n->add_input("s");
+      n->add_output("y");
+      auto* y = g.add_output();
+      y->set_name("y");
+      y->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+      y->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(5);
+    });
   };
   const Model raw = load_model(save("raw.onnx", [](onnx::TensorProto& t) { t.set_raw_data(std::string("\xF1\x87\x03", 3)); }));
   const Model typed = load_model(save("typed.onnx", [](onnx::TensorProto& t) {
@@ -104,20 +111,15 @@ TEST(Model, LoadsFourBitWeightsAsTheirPackedBytes) {
 TEST(Model, RefusesWhatOnnxRuntimeRefuses) {
   TempDir dir;
   auto save = [&](const std::string& name, const std::function<void(onnx::GraphProto&)>& fill) {
-    onnx::ModelProto m;
-    m.set_ir_version(8);
-    m.add_opset_import()->set_version(17);
-    auto* g = m.mutable_graph();
-    g->set_name("g");
-    auto* x = g->add_input();
-    x->set_name("x");
-    x->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
-    for (int64_t d : {1, 1, 4, 4}) x->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(d);
-    g->add_output()->set_name("y");
-    g->mutable_output(0)->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
-    fill(*g);
-    write_file(dir.path() / name, m.SerializeAsString());
-    return dir.path() / name;
+    return write_model(dir, name, 17, [&](onnx::GraphProto& g) {
+      auto* x = g.add_input();
+      x->set_name("x");
+      x->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+      for (int64_t d : {1, 1, 4, 4}) x->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(d);
+      g.add_output()->set_name("y");
+      g.mutable_output(0)->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+      fill(g);
+    });
   };
   auto node = [](onnx::GraphProto& g, const std::string& op, const std::string& name, const std::string& in, const std::string& out) {
     auto* n = g.add_node();
