@@ -103,7 +103,7 @@ std::string open_dims_hint(const Model& model, const std::string& scope) {
   std::string hint;
   for (const auto& name : named) hint += " --fix-dim " + scope + name + "=N";
   for (const auto& input : unnamed) hint += " --input-shape " + scope + input + "=AxBx...";
-  return hint.empty() ? "" : "its inputs have open dims: freeze them with" + hint + ", or";
+  return hint.empty() ? "" : "its inputs have open dims: freeze them with" + hint;
 }
 
 ModelSummary summarize(const Job& job, const WeightSummary& weights) {
@@ -475,7 +475,15 @@ void run_pipeline(const std::vector<fs::path>& inputs, const CompileOptions& opt
                            ? "every node was folded into constants (" + std::to_string(job.specialised.folded_nodes) +
                                  " folded), so the outputs are constants"
                            : "no node is supported by backend '" + backend.name() + "' (" + describe_fallbacks(job) + ")") +
-                      "; " + hint + (hint.empty() ? "" : " ") + "pass --allow-empty to write the model anyway");
+                      "; " + hint + (hint.empty() ? "" : ", or ") + "pass --allow-empty to write the model anyway");
+    }
+    // Some nodes compiled and others stayed on CPU for want of static shapes: the fix, said once.
+    const bool dynamic = std::any_of(job.plan.cpu_nodes.begin(), job.plan.cpu_nodes.end(), [](const CpuNode& c) {
+      return c.reason.find("dynamic shape") != std::string::npos || c.reason.find("unknown shape") != std::string::npos;
+    });
+    if (dynamic && !job.plan.partitions.empty()) {
+      const std::string hint = open_dims_hint(job.model, inputs.size() > 1 ? file_stem(inputs[m]) + ":" : "");
+      if (!hint.empty()) log().warn("{}: nodes stay on CPU for dynamic shapes; {}", inputs[m].string(), hint);
     }
     stage("compile", [&] {
       if (options.progress) hashed = hash_progress(job, options, inputs[m], m + 1, inputs.size());

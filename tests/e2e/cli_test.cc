@@ -78,6 +78,16 @@ TEST(Cli, NothingCompiledNamesTheDimsToFreeze) {
   r = ctxgen("compile " + quote(copy_model("dynamic.onnx", dir.path())) + " --output-dir " + quote(dir / "out") +
              " --fix-dim batch=2");
   EXPECT_EQ(r.exit_code, 0) << r.output;
+  // Where some nodes compile and the dynamic ones stay on CPU, the fix is said too, once.
+  const fs::path cnn = fs::path(CTXGEN_SOURCE_DIR) / "testdata" / "exports" / "cnn_upsample.onnx";
+  r = ctxgen("compile " + quote(cnn) + " --output-dir " + quote(dir / "partial"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("nodes stay on CPU for dynamic shapes; its inputs have open dims: freeze them with --fix-dim batch=N\n"),
+            std::string::npos)
+      << r.output;
+  r = ctxgen("compile " + quote(cnn) + " --output-dir " + quote(dir / "whole") + " --fix-dim batch=1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("dynamic shapes"), std::string::npos) << r.output;
 }
 
 TEST(Cli, InspectSaysWhenAModelIsNotCompiled) {
