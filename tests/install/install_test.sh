@@ -67,8 +67,8 @@ c++ -std=c++20 "$source/tests/install/pkgconfig_consumer.cc" -o "$work/pc_consum
 "$work/pc_consumer" "$source/testdata/cnn.onnx" | grep -q "nodes, first " || fail "the pkg-config consumer could not load a model"
 
 step "README.md's C++ program, built as the README says, against this prefix"
-mkdir -p "$work/readme/testdata" && cd "$work/readme"
-"$prefix/bin/ctxgen" compile "$source/testdata/cnn.onnx" --output-dir testdata -q
+mkdir -p "$work/readme" && cd "$work/readme"
+"$prefix/bin/ctxgen" compile "$source/testdata/cnn.onnx" --output-dir out -q  # where README.md writes it
 awk '/^```cpp/ {inside = 1; next} /^```/ {if (inside) exit} inside' "$source/README.md" >app.cc
 readme_prefix=/tmp/ctxgen  # the prefix README.md installs to
 grep -qF "$readme_prefix/lib/libctxgen_ort_ep.so" app.cc || fail "README.md's program does not load the plugin from $readme_prefix"
