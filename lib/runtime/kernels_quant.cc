@@ -259,8 +259,7 @@ struct GatherBlockPlan final : OpPlan {
 
   int32_t value(const uint8_t* packed, int64_t i) const {
     if (bits == 8) return packed[i];
-    const int32_t v = (packed[i >> 1] >> ((i & 1) * 4)) & 0xF;
-    return is_signed ? (v ^ 8) - 8 : v;
+    return is_signed ? nibble<true>(packed, i) : nibble<false>(packed, i);
   }
   // The zero point of scale s: rows of zero_row values, each starting a byte.
   int32_t zero_of(const uint8_t* zero_points, int64_t s) const {

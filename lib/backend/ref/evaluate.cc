@@ -49,12 +49,7 @@ std::optional<std::vector<uint8_t>> evaluate_part(const Model& model, const refc
     } else {
       const Weight* constant = model.constant(name);
       if (!constant && !data_free) return std::nullopt;
-      if (constant && is_4bit(constant->data.dtype)) {
-        v = refc::constant_value(constant->data, name);
-      } else {
-        v.dtype = refc::ref_dtype(constant ? constant->data.dtype : model.type_of(name)->elem_type, name);
-        v.dims = refc::static_dims(model, name, name, true);
-      }
+      v = refc::static_value(model, name, name);
       weights.push_back(constant ? readable(constant->data) : kUnread);
     }
     v.kind = ValueKind::kWeight;

@@ -208,6 +208,16 @@ ref::Value constant_value(const TensorData& t, const std::string& what) {
   return v;
 }
 
+ref::Value static_value(const Model& model, const std::string& name, const std::string& label) {
+  const Weight* constant = model.constant(name);
+  if (constant && is_4bit(constant->data.dtype)) return constant_value(constant->data, label);
+  const ValueType* type = model.type_of(name);
+  ref::Value v;
+  v.dtype = ref_dtype(type ? type->elem_type : constant ? constant->data.dtype : 0, label);
+  v.dims = static_dims(model, name, label, true);
+  return v;
+}
+
 std::vector<int64_t> NodeView::input_dims(size_t i) const { return static_dims(model_, input(i), input_label(i), true); }
 
 int32_t NodeView::input_elem_type(size_t i) const {

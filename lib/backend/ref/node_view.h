@@ -80,10 +80,10 @@ class NodeView {
   const std::string& single_output(const std::string& extra_output_reason) const;
   size_t output_count() const { return static_cast<size_t>(node_.output_size()); }
   const std::string& output(size_t i) const { return node_.output(static_cast<int>(i)); }
+  std::string input_label(size_t i) const;  // "input 1 'w'", for refusals
 
  private:
   const onnx::AttributeProto* find_attr(const std::string& name) const;
-  std::string input_label(size_t i) const;
 
   bool is_float(int32_t onnx_type) const;
 
@@ -104,6 +104,9 @@ ref::DType ref_dtype(int32_t onnx_type, const std::string& what);
 // The ref value a constant is in a program: of its own type and dims, except a 4-bit one (int4,
 // uint4), which ref holds as its bytes, uint8 [(n + 1) / 2], read by ops that say how to unpack it.
 ref::Value constant_value(const TensorData& t, const std::string& what);
+// The ref value a node reads under `name`: a 4-bit constant's bytes (constant_value), else its
+// static type (refused as static_dims and ref_dtype refuse). `label` names it in refusals.
+ref::Value static_value(const Model& model, const std::string& name, const std::string& label);
 
 // Static dims of a value (from shape inference or a constant); refuses unknown or dynamic ones,
 // and zero-sized ones when `must_be_nonempty`. `label` names the value in the reason.

@@ -204,10 +204,17 @@ NormalisedNode quantize_linear(const NodeView& v) {
 // A 4-bit weight (int4 or uint4, opset 21; or com.microsoft) stays packed, as the model stores it:
 // the op unpacks it (`bits` 4, `signed` for int4) into `dims`. Ref holds 4-bit constants only:
 // ONNX Runtime's tools write 4 bits for weights, never for activations.
+const Weight& four_bit_constant(const NodeView& v, size_t i) {
+  const Weight* w = v.constant(i);
+  if (!w)
+    refuse(v.input_label(i) + " of element type " + dtype_name(v.input_elem_type(i)) +
+           " is computed at run time (ref takes 4-bit constants only)");
+  return *w;
+}
+
 NormalisedNode dequantize_4bit(const NodeView& v) {
   const int32_t type = v.input_elem_type(0);
-  const Weight* w = v.constant(0);
-  if (!w) refuse("input 0 '" + v.input(0) + "' of element type " + dtype_name(type) + " is computed at run time (ref takes 4-bit constants only)");
+  const Weight* w = &four_bit_constant(v, 0);
   if (v.has_input(2) && (v.input_elem_type(2) != type || !v.constant(2)))
     refuse("zero point '" + v.input(2) + "' is not a constant " + dtype_name(type) + " tensor like input 0");
   auto attrs = quant_attrs(v, w->data.dims);
@@ -249,8 +256,7 @@ NormalisedNode gather_block_quantized(const NodeView& v) {
   int64_t bits = v.int_attr("bits", 4);
   std::vector<int64_t> dims;
   if (nibbles) {
-    const Weight* w = v.constant(0);
-    if (!w) refuse("input 0 '" + v.input(0) + "' of element type " + dtype_name(type) + " is computed at run time (ref takes 4-bit constants only)");
+    const Weight* w = &four_bit_constant(v, 0);
     if (bits != 4) refuse("bits " + std::to_string(bits) + " with " + dtype_name(type) + " data");
     dims = w->data.dims;
   } else {
@@ -1519,16 +1525,7 @@ void finish(const Model& model, NormalisedNode& n, const std::map<std::string, r
       inputs.push_back(&it->second);
       continue;
     }
-    std::string label = "input '" + n.inputs[i] + "'";
-    const ValueType* type = model.type_of(n.inputs[i]);
-    const Weight* constant = model.constant(n.inputs[i]);
-    if (constant && is_4bit(constant->data.dtype)) {
-      values[i] = constant_value(constant->data, label);
-      inputs.push_back(&values[i]);
-      continue;
-    }
-    values[i].dtype = ref_dtype(type ? type->elem_type : constant ? constant->data.dtype : 0, label);
-    values[i].dims = static_dims(model, n.inputs[i], label, true);
+    values[i] = static_value(model, n.inputs[i], "input '" + n.inputs[i] + "'");
     inputs.push_back(&values[i]);
   }
   ref::Op op;
