@@ -183,8 +183,7 @@ struct Int8ConvIntegerPlan final : OpPlan {
 
   struct State final : OpState, Memories<8> {
     enum Slot : size_t { kGivenSrc, kSrc, kDst, kPad, kGivenDst, kParts };
-    std::vector<Laid> parts;  // the first made, the others not all 0
-    bool made = false;
+    std::vector<Laid> parts;  // none until the first run; then the first, and the others not all 0
     int32_t x_zero_point = 0;
     dnnl::memory zero_point;  // around x_zero_point
   };
@@ -203,6 +202,7 @@ struct Int8ConvIntegerPlan final : OpPlan {
         left[static_cast<size_t>(i)] = (in[1].dtype() == ref::DType::kUInt8 ? in[1].as<uint8_t>()[i] : in[1].as<int8_t>()[i]) - zero;
     }
     std::vector<int8_t> part(left.size());
+    std::vector<Laid> parts;  // the state's only once all are made
     for (bool first = true; first || std::any_of(left.begin(), left.end(), [](int32_t v) { return v != 0; }); first = false) {
       for (size_t i = 0; i < left.size(); ++i) {
         part[i] = static_cast<int8_t>(std::clamp(left[i], -128, 127));
@@ -212,10 +212,10 @@ struct Int8ConvIntegerPlan final : OpPlan {
       if (!buffer) throw std::bad_alloc();
       onednn::reorder(to_weight, dnnl::memory(weight_given, onednn::engine(), part.data()),
                       dnnl::memory(weight, onednn::engine(), buffer.get()));
-      state.parts.push_back(std::move(buffer));
+      parts.push_back(std::move(buffer));
     }
+    state.parts = std::move(parts);
     state.zero_point = dnnl::memory({{1}, DataType::s32, Tag::x}, onednn::engine(), &state.x_zero_point);
-    state.made = true;
   }
 
   bool x_zero_point;
@@ -243,7 +243,7 @@ void int8_conv_integer(const OpPlan& plan, Ins in, const Output& out) {
   onednn::OneThread one;
   std::optional<Int8ConvIntegerPlan::State> own;  // called without a run state (a test): made for this run alone
   auto& state = out.state ? static_cast<Int8ConvIntegerPlan::State&>(*out.state) : own.emplace();
-  if (!state.made) p.lay_out(in, state);
+  if (state.parts.empty()) p.lay_out(in, state);
   using Slot = Int8ConvIntegerPlan::State::Slot;
   uint8_t* scratch = out.scratch;
   const dnnl::memory& src = state.at(Slot::kSrc, p.src, scratch);
