@@ -37,6 +37,7 @@ onnx::NodeProto epcontext_node(const CompiledGraph& graph, bool main, const EpCo
   node.set_domain(kMsDomain);
   node.set_name(graph.name);
   for (const auto& in : graph.inputs) node.add_input(in.name);
+  for (const auto& fixed : graph.fixed_inputs) node.add_input(fixed.io.name);
   for (const auto& out : graph.outputs) node.add_output(out.name);
   set_int(node, "main_context", main ? 1 : 0);
   if (main) set_string(node, "ep_cache_context", s.cache_context);
@@ -116,6 +117,19 @@ const Weight& referenced(const onnx::TensorProto& t, const Model& model) {
   return model.weights[static_cast<size_t>(ref)];
 }
 
+// The inputs --fix-value took out of the graph go back where the original declares them, as it
+// declares them: a compiled model is a drop-in replacement.
+void restore_fixed_inputs(onnx::GraphProto& g, const Model& model) {
+  std::vector<const Model::FixedValue*> fixed;
+  for (const auto& [name, value] : model.fixed_values) fixed.push_back(&value);
+  std::sort(fixed.begin(), fixed.end(), [](const auto* a, const auto* b) { return a->position < b->position; });
+  for (const auto* value : fixed) {
+    *g.add_input() = value->declared;
+    // Every input before it in the original is already in place.
+    for (int i = g.input_size() - 1; i > static_cast<int>(value->position) && i > 0; --i) g.mutable_input()->SwapElements(i, i - 1);
+  }
+}
+
 }  // namespace
 
 onnx::ModelProto build_epcontext_model(const Model& model, const PartitionPlan& plan,
@@ -152,6 +166,7 @@ onnx::ModelProto build_epcontext_model(const Model& model, const PartitionPlan& 
   g.set_name(src.name());
   g.set_doc_string(src.doc_string());
   *g.mutable_input() = src.input();
+  restore_fixed_inputs(g, model);
   *g.mutable_output() = src.output();
 
   std::vector<onnx::NodeProto> items;
@@ -169,8 +184,12 @@ onnx::ModelProto build_epcontext_model(const Model& model, const PartitionPlan& 
   // Keep an initializer only if something left in the graph reads it (or it is a graph output or
   // an overridable input); weights only compiled partitions read live in the context binary.
   auto needed = names_in_use(g);
-  for (const auto& t : src.initializer())
-    if (needed.count(t.name())) *g.add_initializer() = t;
+  for (const auto& t : src.initializer()) {
+    // A fixed input's value is read from the input (the run is refused unless it is fed that value)
+    // and is its default only where the original gave it one.
+    const auto fixed = model.fixed_values.find(t.name());
+    if (needed.count(t.name()) && (fixed == model.fixed_values.end() || fixed->second.had_default)) *g.add_initializer() = t;
+  }
   for (const auto& t : src.sparse_initializer())
     if (needed.count(t.values().name())) *g.add_sparse_initializer() = t;
 

@@ -215,16 +215,35 @@ class Parser {
     in.expect_end();
   }
 
+  static IoSignature parse_io(Cursor& in, const std::string& field) {
+    IoSignature io;
+    io.name = in.str(field + " name");
+    io.elem_type = static_cast<int32_t>(in.u32(field + " element type"));
+    io.dims.resize(in.count(field + " rank", format::kDimSize));
+    for (int64_t& dim : io.dims) dim = static_cast<int64_t>(in.u64(field + " dim"));
+    return io;
+  }
+
   static std::vector<IoSignature> parse_ios(Cursor& in, const char* kind) {
     std::vector<IoSignature> ios(in.count(std::string(kind) + " count", format::kIoRecordFixedSize));
-    for (size_t i = 0; i < ios.size(); ++i) {
-      const std::string field = std::string(kind) + " " + num(i);
-      ios[i].name = in.str(field + " name");
-      ios[i].elem_type = static_cast<int32_t>(in.u32(field + " element type"));
-      ios[i].dims.resize(in.count(field + " rank", format::kDimSize));
-      for (int64_t& dim : ios[i].dims) dim = static_cast<int64_t>(in.u64(field + " dim"));
-    }
+    for (size_t i = 0; i < ios.size(); ++i) ios[i] = parse_io(in, std::string(kind) + " " + num(i));
     return ios;
+  }
+
+  std::vector<FixedInput> parse_fixed_inputs(Cursor& in) const {
+    std::vector<FixedInput> fixed(in.count("fixed input count", format::kIoRecordFixedSize + format::kStringPrefixSize));
+    for (size_t i = 0; i < fixed.size(); ++i) {
+      const std::string field = "fixed input " + num(i);
+      fixed[i].io = parse_io(in, field);
+      const std::string value = in.str(field + " value");
+      fixed[i].value.assign(value.begin(), value.end());
+      if (!format::holds_its_elements(fixed[i]))
+        fail_(in.prefix() + field + " '" + fixed[i].io.name + "' value is " + num(value.size()) +
+              " bytes, not the elements of element type " + std::to_string(fixed[i].io.elem_type) +
+              " and its dims (float, double, int32, int64 or bool; at most " + num(format::kMaxFixedValueBytes) +
+              " bytes)");
+    }
+    return fixed;
   }
 
   void parse_graphs(uint32_t count, const Section& s) {
@@ -243,6 +262,7 @@ class Parser {
       in.set_where("graph " + num(i) + " ('" + graph.name + "')");
       graph.inputs = parse_ios(in, "input");
       graph.outputs = parse_ios(in, "output");
+      graph.fixed_inputs = parse_fixed_inputs(in);
       const uint64_t offset = in.u64("program offset");
       graph.program_size = in.u64("program size");
       program_checksums_[i] = in.u64("program checksum");
@@ -429,6 +449,12 @@ void check_content_id(const ContextBinary& binary, const std::string& recorded, 
                                           ": they come from different compilations; use the .bin written with the "
                                           "model, or compile again");
   }
+}
+
+std::vector<IoSignature> node_inputs(const GraphRecord& graph) {
+  std::vector<IoSignature> inputs = graph.inputs;
+  for (const auto& fixed : graph.fixed_inputs) inputs.push_back(fixed.io);
+  return inputs;
 }
 
 }  // namespace ctxgen

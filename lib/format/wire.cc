@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "ctxgen/error.h"
+#include "ctxgen/limits.h"
 
 namespace ctxgen::format {
 
@@ -17,7 +18,16 @@ uint64_t graph_record_size(const CompiledGraph& graph) {
   uint64_t size = kGraphRecordFixedSize + graph.name.size() + kWeightIdSize * graph.weight_ids.size();
   for (const auto& io : graph.inputs) size += io_record_size(io);
   for (const auto& io : graph.outputs) size += io_record_size(io);
+  for (const auto& fixed : graph.fixed_inputs) size += io_record_size(fixed.io) + kStringPrefixSize + fixed.value.size();
   return size;
+}
+
+
+bool holds_its_elements(const FixedInput& fixed) {
+  const size_t size = fixed_element_size(fixed.io.elem_type);
+  const std::optional<int64_t> count = bounded_element_count(fixed.io.dims);
+  return size > 0 && count && static_cast<uint64_t>(*count) <= kMaxFixedValueBytes / size &&
+         fixed.value.size() == static_cast<uint64_t>(*count) * size;
 }
 
 uint64_t metadata_checksum(const uint8_t* data, uint64_t metadata_size) {

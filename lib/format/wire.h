@@ -35,11 +35,13 @@ inline constexpr size_t kWeightCount = 84;
 // before it allocates anything.
 inline constexpr uint64_t kStringPrefixSize = 4;  // u32 length
 inline constexpr uint64_t kIdentityFixedSize = 3 * kStringPrefixSize;
-inline constexpr uint64_t kGraphRecordFixedSize = 4 + 4 + 4 + 8 + 8 + 8 + 4;  // = 40
-inline constexpr uint64_t kIoRecordFixedSize = 4 + 4 + 4;                     // = 12
-inline constexpr uint64_t kWeightEntrySize = 16 + 8 + 8;                      // = 32
+inline constexpr uint64_t kGraphRecordFixedSize = 4 + 4 + 4 + 4 + 8 + 8 + 8 + 4;  // = 44
+inline constexpr uint64_t kIoRecordFixedSize = 4 + 4 + 4;                         // = 12
+inline constexpr uint64_t kWeightEntrySize = 16 + 8 + 8;                          // = 32
 inline constexpr uint64_t kDimSize = 8;
 inline constexpr uint64_t kWeightIdSize = 4;
+// A fixed input's value holds at most this many bytes (values given on a command line).
+inline constexpr uint64_t kMaxFixedValueBytes = uint64_t{1} << 20;
 
 // The writer never hands the sink more than this in one call, so a sink may stage each write.
 inline constexpr uint64_t kMaxWriteChunk = uint64_t{64} << 20;
@@ -61,6 +63,8 @@ inline uint64_t align_payload(uint64_t value, uint64_t alignment) {
 
 uint64_t io_record_size(const IoSignature& io);
 uint64_t graph_record_size(const CompiledGraph& graph);
+// Whether a fixed input's value is exactly the elements of its type and dims, within kMaxFixedValueBytes.
+bool holds_its_elements(const FixedInput& fixed);
 
 // XXH3-64 of bytes [0, metadata_size) with the checksum field itself read as zero.
 uint64_t metadata_checksum(const uint8_t* data, uint64_t metadata_size);

@@ -51,6 +51,14 @@ void validate_inputs(const BinaryIdentity& identity, const std::vector<CompiledG
         check_u32(io.dims.size(), where + " value '" + io.name + "' rank");
       }
     }
+    check_u32(graph.fixed_inputs.size(), where + " fixed input count");
+    for (const auto& fixed : graph.fixed_inputs) {
+      const std::string value = where + " fixed input '" + fixed.io.name + "'";
+      check_u32(fixed.io.name.size(), value + " name length");
+      check_u32(fixed.io.dims.size(), value + " rank");
+      if (!format::holds_its_elements(fixed))
+        internal(value + " holds " + std::to_string(fixed.value.size()) + " bytes, not the elements its type and dims hold");
+    }
     for (uint32_t id : graph.weight_ids) {
       if (id >= weights.size())
         internal(where + " uses weight id " + std::to_string(id) + ", but there are only " +
@@ -168,6 +176,11 @@ std::vector<uint8_t> encode_metadata(const BinaryIdentity& identity, const std::
     for (const auto& io : graph.inputs) enc.io(io);
     enc.u32(graph.outputs.size());
     for (const auto& io : graph.outputs) enc.io(io);
+    enc.u32(graph.fixed_inputs.size());
+    for (const auto& fixed : graph.fixed_inputs) {
+      enc.io(fixed.io);
+      enc.str(std::string(fixed.value.begin(), fixed.value.end()));
+    }
     enc.u64(layout.program_offsets[i]);
     enc.u64(graph.program.size());
     enc.u64(format::program_checksum(graph.program.data(), graph.program.size()));

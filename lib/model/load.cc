@@ -601,6 +601,8 @@ namespace {
 // --fix-value: the input leaves the graph's inputs and becomes an initializer holding the values,
 // typed as the input is; a static input shape must hold exactly that many values.
 void apply_values(const fs::path& path, onnx::GraphProto& graph, const LoadOptions& options, Model& model) {
+  std::map<std::string, size_t> positions;
+  for (int i = 0; i < graph.input_size(); ++i) positions.emplace(graph.input(i).name(), static_cast<size_t>(i));
   for (const auto& [name, texts] : options.fix_values) {
     std::string what = path.string() + ": --fix-value " + name;
     auto* inputs = graph.mutable_input();
@@ -627,12 +629,13 @@ void apply_values(const fs::path& path, onnx::GraphProto& graph, const LoadOptio
     }
     onnx::TensorProto t = tensor_of_values(type.elem_type(), dims, texts, what);
     t.set_name(name);
-    inputs->erase(it);
-    model.fixed_values[name] = {std::vector<int64_t>(t.dims().begin(), t.dims().end()), texts};
     // An initializer of the same name was the input's default value: the fixed value replaces it.
     auto* inits = graph.mutable_initializer();
-    inits->erase(std::remove_if(inits->begin(), inits->end(), [&name = name](const onnx::TensorProto& i) { return i.name() == name; }),
-                 inits->end());
+    const auto defaults = std::remove_if(inits->begin(), inits->end(), [&name = name](const onnx::TensorProto& i) { return i.name() == name; });
+    model.fixed_values[name] = {std::vector<int64_t>(t.dims().begin(), t.dims().end()), texts, tensor_bytes(t), *it,
+                                positions.at(name), defaults != inits->end()};
+    inits->erase(defaults, inits->end());
+    inputs->erase(it);
     *graph.add_initializer() = std::move(t);
   }
 }

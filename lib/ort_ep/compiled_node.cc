@@ -1,5 +1,6 @@
 #include "compiled_node.h"
 
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <mutex>
@@ -120,6 +121,7 @@ void CompiledNode::run(OrtKernelContext* context, RunBuffers& buffers) const {
     }
     check(api().ort->GetTensorData(value, &inputs[i]), "GetTensorData");
   }
+  check_fixed_inputs(context, buffers.dims);
 
   std::vector<void*>& outputs = buffers.outputs;
   for (size_t i = 0, unread = 0; i < outputs.size(); ++i) {
@@ -155,6 +157,34 @@ void CompiledNode::run(OrtKernelContext* context, RunBuffers& buffers) const {
     if (shared.error) std::rethrow_exception(shared.error);
   };
   executable_->run(inputs, outputs, parallel);
+}
+
+// The graph was compiled for one value of these inputs (--fix-value): any other must not run.
+void CompiledNode::check_fixed_inputs(OrtKernelContext* context, std::vector<int64_t>& dims) const {
+  const GraphRecord& graph = executable_->graph();
+  for (size_t f = 0; f < graph.fixed_inputs.size(); ++f) {
+    const FixedInput& fixed = graph.fixed_inputs[f];
+    const OrtValue* value = nullptr;
+    check(api().ort->KernelContext_GetInput(context, input_slots_[graph.inputs.size() + f], &value), "KernelContext_GetInput");
+    const int32_t elem_type = actual_tensor(value, dims);
+    const void* data = nullptr;
+    check(api().ort->GetTensorData(value, &data), "GetTensorData");
+    const size_t count = fixed.value.size() / fixed_element_size(fixed.io.elem_type);
+    const bool same = elem_type == fixed.io.elem_type && dims == fixed.io.dims &&
+                      (fixed.value.empty() || std::memcmp(data, fixed.value.data(), fixed.value.size()) == 0);
+    if (same) continue;
+    const std::string compiled = fixed_values_text(fixed.io.elem_type, fixed.value.data(), count);
+    const std::string given = elem_type == fixed.io.elem_type && dims == fixed.io.dims
+                                  ? fixed_values_text(elem_type, static_cast<const uint8_t*>(data), count)
+                                  : elem_type_name(elem_type) + " " + dims_string(dims);
+    const std::string wanted = elem_type == fixed.io.elem_type && dims == fixed.io.dims
+                                   ? compiled
+                                   : elem_type_name(fixed.io.elem_type) + " " + dims_string(fixed.io.dims) + " " + compiled;
+    throw OrtCodeError(ORT_INVALID_ARGUMENT, "EPContext node '" + node_name_ + "': input '" + fixed.io.name + "' is " + given +
+                                                 ", but the model was compiled for " + wanted +
+                                                 " (ctxgen --fix-value); feed " + compiled +
+                                                 ", or compile the original again for the value you need");
+  }
 }
 
 OrtStatus* ORT_API_CALL CompiledNode::CreateStateImpl(OrtNodeComputeInfo* self, OrtNodeComputeContext*,

@@ -18,7 +18,8 @@ class CompiledNode : public OrtNodeComputeInfo {
  public:
   // The fused node ORT made for the EPContext node may order or drop values differently (it
   // dedups repeated inputs and omits outputs nobody reads), so values are matched by name:
-  // `input_slots[i]` is the kernel input feeding graph input i, `output_slots[i]` the kernel
+  // `input_slots[i]` is the kernel input feeding graph input i (then one per fixed input, whose
+  // value a run must feed exactly as compiled), `output_slots[i]` the kernel
   // output for graph output i, or nullopt when ORT does not want it.
   // cannot_run: why a run must fail instead (a virtual device, a compile-only session); the
   // executable may then be null. Empty for a node that runs.
@@ -31,6 +32,7 @@ class CompiledNode : public OrtNodeComputeInfo {
   struct RunBuffers;
   void compute(OrtKernelContext* context) const;
   void run(OrtKernelContext* context, RunBuffers& buffers) const;
+  void check_fixed_inputs(OrtKernelContext* context, std::vector<int64_t>& dims) const;
 
   static OrtStatus* ORT_API_CALL CreateStateImpl(OrtNodeComputeInfo* self, OrtNodeComputeContext* context,
                                                  void** state) noexcept;

@@ -115,7 +115,7 @@ void check_signature(const EpContextNode& node, const GraphRecord& graph, const 
                      const std::vector<const OrtValueInfo*>& inputs,
                      const std::vector<const OrtValueInfo*>& outputs) {
   const std::string graph_label = "graph '" + graph.name + "' in " + label;
-  check_values(node, graph_label, "input", inputs, graph.inputs);
+  check_values(node, graph_label, "input", inputs, ctxgen::node_inputs(graph));
   check_values(node, graph_label, "output", outputs, graph.outputs);
 }
 

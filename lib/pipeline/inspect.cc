@@ -26,9 +26,14 @@ nlohmann::json inspect_binary(const fs::path& path) {
   uint64_t weight_bytes = 0;
   for (const auto& w : binary->weights()) weight_bytes += w.size;
   nlohmann::json graphs = nlohmann::json::array();
-  for (const auto& g : binary->graphs())
+  for (const auto& g : binary->graphs()) {
+    nlohmann::json fixed = nlohmann::json::array();
+    for (const auto& f : g.fixed_inputs)
+      fixed.push_back({{"name", f.io.name}, {"type", dtype_name(f.io.elem_type)}, {"dims", f.io.dims},
+                       {"value", fixed_values_text(f.io.elem_type, f.value.data(), f.value.size() / fixed_element_size(f.io.elem_type))}});
     graphs.push_back({{"name", g.name}, {"inputs", signature_json(g.inputs)}, {"outputs", signature_json(g.outputs)},
-                      {"program_bytes", g.program_size}, {"weights", g.weight_ids.size()}});
+                      {"fixed_inputs", fixed}, {"program_bytes", g.program_size}, {"weights", g.weight_ids.size()}});
+  }
   const auto& id = binary->identity();
   return {{"kind", "context_binary"},
           {"path", path.string()},
@@ -156,10 +161,14 @@ std::string inspect_text(const nlohmann::json& j) {
         << j["hardware_architecture"].get<std::string>() << ")\n";
     out << "  content id: " << j["content_id"].get<std::string>() << "\n";
     out << "  weights: " << j["weights"]["count"] << ", " << human_bytes(j["weights"]["bytes"]) << "\n";
-    for (const auto& g : j["graphs"])
+    for (const auto& g : j["graphs"]) {
       out << "  graph " << g["name"].get<std::string>() << ": " << g["inputs"].size() << " input(s), "
           << g["outputs"].size() << " output(s), " << g["weights"] << " weight(s), program "
           << human_bytes(g["program_bytes"]) << "\n";
+      for (const auto& f : g["fixed_inputs"])
+        out << "    fixed input " << f["name"].get<std::string>() << " = " << f["value"].get<std::string>()
+            << " (compiled for this value: a run must feed it)\n";
+    }
     return out.str();
   }
   out << "  producer: " << j["producer"].get<std::string>() << "\n";

@@ -257,6 +257,10 @@ void phase_compile(Job& job, const Backend& backend, const std::string& stem, We
       throw e.within(job.model.path.string() + ": partition '" + name + "'");
     }
   }
+  // The first partition checks the inputs --fix-value compiled in: the model keeps them as inputs.
+  for (const auto& [name, value] : job.model.fixed_values)
+    job.graphs.front().fixed_inputs.push_back(
+        {IoSignature{name, value.declared.type().tensor_type().elem_type(), value.dims}, value.bytes});
 }
 
 // The model as it stands after an earlier phase (--stop-after): after partition, each node's
@@ -477,6 +481,11 @@ void run_pipeline(const std::vector<fs::path>& inputs, const CompileOptions& opt
                            : "no node is supported by backend '" + backend.name() + "' (" + describe_fallbacks(job) + ")") +
                       "; " + hint + (hint.empty() ? "" : ", or ") + "pass --allow-empty to write the model anyway");
     }
+    if (job.plan.partitions.empty() && !job.model.fixed_values.empty())
+      throw Error(ErrorCode::kNothingCompiled,
+                  inputs[m].string() + ": nothing to compile, so no compiled partition checks the value of input '" +
+                      job.model.fixed_values.begin()->first +
+                      "' (--fix-value keeps it an input that must be fed the value given); --allow-empty cannot be combined with --fix-value here");
     // Some nodes compiled and others stayed on CPU for want of static shapes: the fix, said once.
     const bool dynamic = std::any_of(job.plan.cpu_nodes.begin(), job.plan.cpu_nodes.end(), [](const CpuNode& c) {
       return c.reason.find("dynamic shape") != std::string::npos || c.reason.find("unknown shape") != std::string::npos;

@@ -225,7 +225,7 @@ void check_integrity(const fs::path& model, const onnx::ModelProto& proto, OrtHo
     for (const auto& binary : binaries)
       if ((record = binary->find_graph(graph)) != nullptr) break;
     if (record == nullptr) throw mismatch(model, "EPContext node '" + node->name() + "': no graph '" + graph + "' in its context binaries");
-    check_signature(model, *node, "input", node->input(), record->inputs, declared);
+    check_signature(model, *node, "input", node->input(), node_inputs(*record), declared);
     check_signature(model, *node, "output", node->output(), record->outputs, declared);
   }
   if (nodes.empty() && !options.allow_empty)
@@ -286,7 +286,8 @@ std::map<std::string, Model::FixedValue> fixed_values(const fs::path& model, con
       for (const auto& d : ok ? entry["dims"] : nlohmann::json::array()) ok = ok && d.is_number_unsigned();
       for (const auto& v : ok ? entry["values"] : nlohmann::json::array()) ok = ok && v.is_string();
       if (!ok) throw mismatch(model, "metadata " + kv.key() + " '" + name + "' is not {\"dims\": [...], \"values\": [\"...\"]}");
-      values[name] = {entry["dims"].get<std::vector<int64_t>>(), entry["values"].get<std::vector<std::string>>()};
+      values[name].dims = entry["dims"].get<std::vector<int64_t>>();
+      values[name].values = entry["values"].get<std::vector<std::string>>();
     }
   }
   return values;
@@ -384,22 +385,26 @@ std::vector<OutputCheck> compare_outputs(const fs::path& model, const onnx::Mode
     inputs.push_back(it != fixed.end() ? fixed_input(original.GetInputTypeInfo(i), name, it->second)
                                        : random_input(original.GetInputTypeInfo(i), compiled_dims[name], name, options, rng));
   }
+  // A fixed input the original gives a default is one ONNX Runtime lists apart, as an overridable
+  // initializer: it is fed the fixed value too, or the original would run with its default.
+  for (size_t i = 0; i < original.GetOverridableInitializerCount(); ++i) {
+    std::string name = original.GetOverridableInitializerNameAllocated(i, allocator).get();
+    auto it = fixed.find(name);
+    if (it == fixed.end()) continue;
+    inputs.push_back(fixed_input(original.GetOverridableInitializerTypeInfo(i), name, it->second));
+    input_names.push_back(std::move(name));
+  }
   for (size_t i = 0; i < original.GetOutputCount(); ++i)
     output_names.emplace_back(original.GetOutputNameAllocated(i, allocator).get());
   std::vector<const char*> in_ptrs, out_ptrs;
   for (const auto& n : input_names) in_ptrs.push_back(n.c_str());
   for (const auto& n : output_names) out_ptrs.push_back(n.c_str());
-  // The compiled model has no input for a fixed value: it is fed the others only.
-  auto run = [&](Ort::Session& session, const std::string& which, const std::vector<Tensor>& feeds, bool skip_fixed) {
-    std::vector<const char*> names;
+  // Both are fed every input; a fixed one the value it was compiled for.
+  auto run = [&](Ort::Session& session, const std::string& which, const std::vector<Tensor>& feeds) {
     std::vector<Ort::Value> values;
-    for (size_t i = 0; i < in_ptrs.size(); ++i) {
-      if (skip_fixed && fixed.count(input_names[i])) continue;
-      names.push_back(in_ptrs[i]);
-      values.push_back(feeds[i].view());
-    }
+    for (const auto& feed : feeds) values.push_back(feed.view());
     try {
-      return session.Run(Ort::RunOptions{nullptr}, names.data(), values.data(), values.size(), out_ptrs.data(), out_ptrs.size());
+      return session.Run(Ort::RunOptions{nullptr}, in_ptrs.data(), values.data(), values.size(), out_ptrs.data(), out_ptrs.size());
     } catch (const Ort::Exception& e) {
       throw Error(ErrorCode::kRuntime, which + ": run failed: " + e.what());
     }
@@ -410,9 +415,9 @@ std::vector<OutputCheck> compare_outputs(const fs::path& model, const onnx::Mode
     for (const auto& v : values) tensors.push_back(Tensor::from(v));
     return tensors;
   };
-  const auto expected = copies(run(original, reference.string(), inputs, false));
+  const auto expected = copies(run(original, reference.string(), inputs));
   step(options, "running " + model.string() + " with " + host.identity().backend);
-  const auto got = copies(run(compiled, model.string(), inputs, true));
+  const auto got = copies(run(compiled, model.string(), inputs));
   const auto steps = quantization_steps(parse(reference));
   std::vector<Tolerance> tolerances(output_names.size(), options.tolerance);
   for (size_t i = 0; i < output_names.size(); ++i)
@@ -443,7 +448,7 @@ std::vector<OutputCheck> compare_outputs(const fs::path& model, const onnx::Mode
       for (const auto& input : inputs) wide_inputs.push_back(widened(input));
       step(options, "running " + reference.string() + " in float64 on ONNX Runtime's CPU EP");
       try {
-        exact = run(wide->session, reference.string() + " in float64", wide_inputs, false);
+        exact = run(wide->session, reference.string() + " in float64", wide_inputs);
       } catch (const Error& e) {  // a float64 kernel refusing these inputs: no reference, not a finding
         why = e.what();
         wide.reset();

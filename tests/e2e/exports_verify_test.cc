@@ -3,6 +3,7 @@
 // Each must compile nearly whole into one partition and match ONNX Runtime's CPU run of the
 // original (`ctxgen verify`).
 
+#include <cstring>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -121,8 +122,9 @@ TEST(Modern, NewerIrAndOpsetsCompileWholeAndMatchOrt) {
 namespace ctxgen::testing {
 namespace {
 
-// --fix-value: an input becomes a constant, the If on it takes one branch, and the branch's nodes
-// compile like any other. verify feeds the original the same value (recorded in the model).
+// --fix-value: an input is a constant to the compiler, the If on it takes one branch, and the
+// branch's nodes compile like any other; the compiled model keeps the input (whose value the plugin
+// EP checks, tests/ort). verify feeds both models the same value (recorded in the model).
 TEST(FixValue, InlinesTheBranchTakenAndMatchesOrt) {
   fs::path vad = generated_models() / "vad.onnx";
   {
@@ -141,9 +143,43 @@ TEST(FixValue, InlinesTheBranchTakenAndMatchesOrt) {
     EXPECT_EQ(m["nodes_on_cpu"], 0) << m.dump(2);
     EXPECT_EQ(m["partitions"].size(), 1u);
     onnx::ModelProto ctx = load_proto(dir / "vad_ctx.onnx");
-    ASSERT_EQ(ctx.graph().input_size(), 1) << "sr is no longer an input";
+    ASSERT_EQ(ctx.graph().input_size(), 2) << "sr stays an input, as the original declares it";
+    EXPECT_EQ(ctx.graph().input(1).DebugString(), load_proto(vad).graph().input(1).DebugString());
+    EXPECT_EQ(ctx.graph().initializer_size(), 0) << "sr has no default value in the original";
     expect_verified(quote(dir / "vad_ctx.onnx") + " --reference " + quote(vad));
   }
+}
+
+// Several fixed inputs go back where the original declares them; one the original gave a default
+// (an initializer) keeps a default, now the value compiled for; inspect shows what was compiled in.
+TEST(FixValue, FixedInputsKeepTheirPlaceAndDefaults) {
+  TempDir dir;
+  const std::string script =
+      "import onnx, sys\n"
+      "from onnx import helper as h, TensorProto as T\n"
+      "g = h.make_graph([h.make_node('Cast', ['k'], ['kf'], to=T.FLOAT), h.make_node('Mul', ['x', 'kf'], ['xk']),\n"
+      "                  h.make_node('ReduceSum', ['a'], ['s'], keepdims=0), h.make_node('Add', ['xk', 's'], ['y'])],\n"
+      "    'g', [h.make_tensor_value_info('a', T.FLOAT, [2]), h.make_tensor_value_info('k', T.INT64, []),\n"
+      "          h.make_tensor_value_info('x', T.FLOAT, [1, 4])], [h.make_tensor_value_info('y', T.FLOAT, [1, 4])],\n"
+      "    [h.make_tensor('k', T.INT64, [], [3])])\n"
+      "onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 11)]), sys.argv[1])\n";
+  write_file(dir / "make.py", script);
+  ASSERT_EQ(run_command(std::string(CTXGEN_PYTHON) + " " + quote(dir / "make.py") + " " + quote(dir / "m.onnx")).exit_code, 0);
+  auto r = ctxgen("compile " + quote(dir / "m.onnx") + " --fix-value k=5 --fix-value a=1,2 --output-dir " + quote(dir / "out"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const onnx::ModelProto original = load_proto(dir / "m.onnx"), ctx = load_proto(dir / "out" / "m_ctx.onnx");
+  ASSERT_EQ(ctx.graph().input_size(), 3);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(ctx.graph().input(i).DebugString(), original.graph().input(i).DebugString()) << i;
+  ASSERT_EQ(ctx.graph().initializer_size(), 1);
+  EXPECT_EQ(ctx.graph().initializer(0).name(), "k");
+  const onnx::TensorProto& k = ctx.graph().initializer(0);
+  int64_t value = k.int64_data_size() == 1 ? k.int64_data(0) : -1;
+  if (k.raw_data().size() == sizeof value) std::memcpy(&value, k.raw_data().data(), sizeof value);
+  EXPECT_EQ(value, 5) << k.DebugString();
+  r = ctxgen("inspect " + quote(dir / "out" / "m_ref.bin"));
+  EXPECT_NE(r.output.find("fixed input a = [1, 2] (compiled for this value: a run must feed it)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("fixed input k = 5"), std::string::npos) << r.output;
+  expect_verified(quote(dir / "out" / "m_ctx.onnx") + " --reference " + quote(dir / "m.onnx"));
 }
 
 TEST(FixValue, BadValuesAreUsageErrors) {

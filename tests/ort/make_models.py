@@ -13,6 +13,7 @@ usage: make_models.py FOLDER --ep-name NAME --sdk-version V --hardware H --compa
 
 import argparse
 import os
+import re
 
 import numpy as np
 import onnx
@@ -98,7 +99,7 @@ class Writer:
         # What ORT's compile API records for a compiled model: ep_compatibility_info.<EP>.
         key = "ep_compatibility_info." + self.ep_name
         self.single("compat_ctx.onnx", metadata={key: self.compatibility_info})
-        self.single("stale_compat_ctx.onnx", metadata={key: self.compatibility_info.replace("=1;", "=0;", 1)})
+        self.single("stale_compat_ctx.onnx", metadata={key: re.sub(r"^ctxgen-context-binary=\d+;", "ctxgen-context-binary=0;", self.compatibility_info)})
         # X feeds both graph inputs and output R is never read: ORT's fused node has one input
         # and may drop R, so the EP must match values by name, not position.
         self.save("pair_ctx.onnx",

@@ -46,7 +46,7 @@ IoSignature io(std::string name, std::vector<int64_t> dims) { return {std::move(
 CompiledGraph graph(std::string name, const ref::Program& program, std::vector<IoSignature> inputs,
                     std::vector<IoSignature> outputs, std::vector<uint32_t> weight_ids) {
   return {std::move(name),         std::move(inputs),     std::move(outputs),
-          ref::serialize(program), std::move(weight_ids), program.ops.size()};
+          ref::serialize(program), std::move(weight_ids), program.ops.size(), {}};
 }
 
 // y = x + W; W is weight 0.
@@ -122,7 +122,7 @@ void make_artifacts(const fs::path& folder) {
   write_file(folder / "other_cpu.bin", binary_bytes({ref::kEpName, ref::kSdkVersion, kOtherCpu}));
   // The format version is the u32 at byte 8 (docs/context-binary-format.md).
   std::string future = good;
-  future.at(8) = 2;
+  future.at(8) = static_cast<char>(kContextBinaryVersion + 1);
   write_file(folder / "future_version.bin", future);
   write_file(folder / "empty.bin", "");
   write_file(folder / "W.raw", as_string(float_bytes(weight_w())));

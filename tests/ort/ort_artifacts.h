@@ -13,7 +13,7 @@ namespace ctxgen::ort_test {
 //                       g_pair (s = a + b, r = Relu(a))
 //   other_sdk.bin       the same, but claiming another SDK version
 //   other_cpu.bin       the same, but packed for another CPU level (kOtherCpu)
-//   future_version.bin  the same, with the header's format version raised to 2
+//   future_version.bin  the same, with the header's format version one above this build's
 //   empty.bin           0 bytes
 //   sub/, sub_link/link.bin -> ../model_ref.bin   for the path-escape cases
 //   W.raw, W2.raw       the weights, for the plain ONNX twins

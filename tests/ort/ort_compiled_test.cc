@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <cmath>
+#include <functional>
 #include <memory>
 
 #include "ctxgen/format.h"
@@ -127,6 +128,66 @@ TEST_F(CompiledModelTest, AFifoAsTheContextBinaryIsRefusedWithoutWaiting) {
   } catch (const Ort::Exception& e) {
     EXPECT_NE(std::string(e.what()).find("not a regular file"), std::string::npos) << e.what();
   }
+}
+
+// --fix-value keeps the original's interface: sr stays an input, where and as the original
+// declares it. Fed the value it was compiled for, the model gives the original's outputs; fed any
+// other value, type or shape, the run fails naming the input, what was fed and what was compiled.
+TEST_F(CompiledModelTest, AFixedInputStaysAnInputThatRefusesOtherValues) {
+  const fs::path original = copy_model("vad.onnx", dir_.path());
+  ASSERT_NO_FATAL_FAILURE(ctxgen("compile " + quote(original) + " --fix-value sr=16000 --output-dir " + quote(dir_ / "out")));
+  Ort::Session compiled = open_session(dir_ / "out" / "vad_ctx.onnx", plugin_options());
+  Ort::Session reference(Plugin::env(), original.c_str(), Ort::SessionOptions{});
+  Ort::AllocatorWithDefaultOptions allocator;
+  auto interface = [&](Ort::Session& session) {
+    std::vector<std::string> io;
+    for (size_t i = 0; i < session.GetInputCount(); ++i)
+      io.push_back(std::string("in ") + session.GetInputNameAllocated(i, allocator).get() + " " +
+                   std::to_string(session.GetInputTypeInfo(i).GetTensorTypeAndShapeInfo().GetElementType()));
+    for (size_t i = 0; i < session.GetOutputCount(); ++i)
+      io.push_back(std::string("out ") + session.GetOutputNameAllocated(i, allocator).get() + " " +
+                   std::to_string(session.GetOutputTypeInfo(i).GetTensorTypeAndShapeInfo().GetElementType()));
+    return io;
+  };
+  EXPECT_EQ(interface(compiled), interface(reference));
+  EXPECT_EQ(interface(compiled), (std::vector<std::string>{"in x 1", "in sr 7", "out prob 1"}));
+
+  const auto memory = Ort::MemoryInfo::CreateCpu(OrtArenaAllocator, OrtMemTypeDefault);
+  std::vector<float> x(512);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.1f * static_cast<float>(i));
+  const std::vector<int64_t> x_dims = {1, 512};
+  auto run = [&](Ort::Session& session, Ort::Value sr) {
+    std::vector<Ort::Value> feeds;
+    feeds.push_back(Ort::Value::CreateTensor<float>(memory, x.data(), x.size(), x_dims.data(), x_dims.size()));
+    feeds.push_back(std::move(sr));
+    const char* in[] = {"x", "sr"};
+    const char* out[] = {"prob"};
+    auto outputs = session.Run(Ort::RunOptions{nullptr}, in, feeds.data(), feeds.size(), out, 1);
+    return *outputs[0].GetTensorData<float>();
+  };
+  int64_t rate = 16000, other = 8000;
+  int32_t narrow = 16000;
+  const std::vector<int64_t> one = {1};
+  auto scalar = [&](int64_t& value) { return Ort::Value::CreateTensor<int64_t>(memory, &value, 1, nullptr, 0); };
+  EXPECT_NEAR(run(compiled, scalar(rate)), run(reference, scalar(rate)), 1e-6);
+  const std::vector<std::pair<std::string, std::function<Ort::Value()>>> refused = {
+      {"input 'sr' is 8000, but the model was compiled for 16000 (ctxgen --fix-value); feed 16000", [&] { return scalar(other); }},
+      // The type ORT checks itself against the declared input, which is the original's.
+      {"Unexpected input data type. Actual: (tensor(int32)) , expected: (tensor(int64))", [&] {
+         return Ort::Value::CreateTensor<int32_t>(memory, &narrow, 1, nullptr, 0);
+       }},
+      {"input 'sr' is int64 [1], but the model was compiled for int64 [] 16000", [&] {
+         return Ort::Value::CreateTensor<int64_t>(memory, &rate, 1, one.data(), one.size());
+       }}};
+  for (const auto& [message, value] : refused) {
+    try {
+      run(compiled, value());
+      ADD_FAILURE() << "a run fed sr other than as compiled succeeded: " << message;
+    } catch (const Ort::Exception& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_NEAR(run(compiled, scalar(rate)), run(reference, scalar(rate)), 1e-6) << "a refused run leaves the session usable";
 }
 
 }  // namespace

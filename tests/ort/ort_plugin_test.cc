@@ -221,7 +221,8 @@ INSTANTIATE_TEST_SUITE_P(
                       "'" + runtime::hardware_architecture() + "'"}},
         RefusedModel{"OtherFormatVersion",
                      "version_ctx.onnx",
-                     {"add_node", "future_version.bin", "format version 2", "version 1"}},
+                     {"add_node", "future_version.bin", "format version " + std::to_string(kContextBinaryVersion + 1),
+                      "version " + std::to_string(kContextBinaryVersion)}},
         RefusedModel{"NodeFromOtherSdk",
                      "node_version_ctx.onnx",
                      {"add_node", "ep_sdk_version", "'ctxgen-ref 0.1'", std::string("'") + ref::kSdkVersion + "'"}},
@@ -239,7 +240,9 @@ TEST_F(OrtPluginTest, JudgesCompatibilityInfoOfThisBuildOptimalAndOtherVersionsU
   EXPECT_EQ(Ort::GetModelCompatibilityForEpDevices({Plugin::device()}, ours.c_str()),
             OrtCompiledModelCompatibility_EP_SUPPORTED_OPTIMAL);
   std::string older = ours;
-  older.replace(older.find("=1;"), 3, "=0;");
+  const std::string version = "ctxgen-context-binary=" + std::to_string(kContextBinaryVersion) + ";";
+  ASSERT_EQ(older.rfind(version, 0), 0u) << older;
+  older.replace(0, version.size(), "ctxgen-context-binary=0;");
   EXPECT_EQ(Ort::GetModelCompatibilityForEpDevices({Plugin::device()}, older.c_str()),
             OrtCompiledModelCompatibility_EP_UNSUPPORTED);
 }

@@ -37,6 +37,7 @@ const Base& base() {
                    pattern(200, 4), {0, 1}),
         make_graph("decode", {io("features", 1, {1, 16})}, {io("label", 7, {1})}, pattern(100, 5), {1, 2}),
     };
+    graphs[0].fixed_inputs = {{io("sr", 7, {}), {0x80, 0x3e, 0, 0, 0, 0, 0, 0}}};
     Base result;
     result.bytes = write_to_memory({"ref", "1.0", "cpu"}, graphs, weights);
     result.graphs = locate_graphs(result.bytes);
@@ -82,17 +83,18 @@ const std::vector<Damage>& catalogue() {
       {"VersionPlusOne",
        [](Bytes& bytes, const Base&) -> std::vector<std::string> {
          put_le(bytes, spec::kVersion, kContextBinaryVersion + 1, 4);
-         return {"format version 2, this build reads version 1", "newer ctxgen"};
+         return {"format version " + num(kContextBinaryVersion + 1) + ", this build reads version " + num(kContextBinaryVersion),
+                 "newer ctxgen"};
        }},
       {"VersionZero",
        [](Bytes& bytes, const Base&) -> std::vector<std::string> {
          put_le(bytes, spec::kVersion, 0, 4);
-         return {"format version 0, this build reads version 1"};
+         return {"format version 0, this build reads version " + num(kContextBinaryVersion)};
        }},
       {"HeaderSize",
        [](Bytes& bytes, const Base&) -> std::vector<std::string> {
          put_le(bytes, spec::kHeaderSizeField, 96, 4);
-         return {"header size is 96 bytes, expected 88 for format version 1"};
+         return {"header size is 96 bytes, expected 88 for format version " + num(kContextBinaryVersion)};
        }},
       {"FileSizeFieldTooLarge",
        [](Bytes& bytes, const Base& b) -> std::vector<std::string> {
@@ -151,7 +153,7 @@ const std::vector<Damage>& catalogue() {
       {"GraphCountHuge",
        [](Bytes& bytes, const Base&) -> std::vector<std::string> {
          put_le(bytes, spec::kGraphCount, kU32Max, 4);
-         return {"graph count is 4294967295, but the graph table is only", "at least 40"};
+         return {"graph count is 4294967295, but the graph table is only", "at least 44"};
        }},
       // --- checksums: unsealed edits ---
       {"MetadataChecksumFlipped",
@@ -198,7 +200,7 @@ const std::vector<Damage>& catalogue() {
       {"GraphCountLong",
        [](Bytes& bytes, const Base& b) -> std::
                                            vector<std::string> {
-                                             EXPECT_GE(b.graphs[1].end - b.graph_table_offset(), 3u * 40)
+                                             EXPECT_GE(b.graphs[1].end - b.graph_table_offset(), 3u * 44)
                                                  << "the count must pass the size bound";
                                              put_le(bytes, spec::kGraphCount, 3, 4);
                                              reseal(bytes);
@@ -215,6 +217,14 @@ const std::vector<Damage>& catalogue() {
                            {"graph 0 ('encode'): input 0 rank is 100000, but only", "at least 8"})},
       {"OutputCount", sealed([](const Base& b) { return b.graphs[1].output_count; }, 4, 1000,
                              {"graph 1 ('decode'): output count is 1000, but only"})},
+      {"FixedInputCount", sealed([](const Base& b) { return b.graphs[0].fixed_count; }, 4, kU32Max,
+                                 {"graph 0 ('encode'): fixed input count is 4294967295, but only", "at least 16"})},
+      {"FixedInputValueShort", sealed([](const Base& b) { return b.graphs[0].fixed0_value_length; }, 4, 7,
+                                      {"graph 0 ('encode'): fixed input 0 'sr' value is 7 bytes, not the elements of "
+                                       "element type 7 and its dims"})},
+      {"FixedInputValueOfAnotherType",
+       sealed([](const Base& b) { return b.graphs[0].fixed0_value_length - 8; }, 4, 1,
+              {"fixed input 0 'sr' value is 8 bytes, not the elements of element type 1 and its dims"})},
       {"WeightIdCount", sealed([](const Base& b) { return b.graphs[1].weight_id_count; }, 4, kU32Max,
                                {"graph 1 ('decode'): weight id count is 4294967295, but only"})},
       {"WeightIdOutOfRange",

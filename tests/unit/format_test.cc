@@ -20,9 +20,10 @@ uint64_t expected_file_size(const BinaryIdentity& id, const std::vector<Compiled
                             const std::vector<WeightPayload>& weights) {
   uint64_t metadata = 88 + 12 + id.backend.size() + id.sdk_version.size() + id.hardware_architecture.size();
   for (const auto& g : graphs) {
-    metadata += 40 + g.name.size() + 4 * g.weight_ids.size();
+    metadata += 44 + g.name.size() + 4 * g.weight_ids.size();
     for (const auto* ios : {&g.inputs, &g.outputs})
       for (const auto& v : *ios) metadata += 12 + v.name.size() + 8 * v.dims.size();
+    for (const auto& f : g.fixed_inputs) metadata += 12 + f.io.name.size() + 8 * f.io.dims.size() + 4 + f.value.size();
   }
   metadata += 32 * weights.size();
   uint64_t cursor = metadata;
@@ -36,7 +37,7 @@ struct Sample {
   std::vector<WeightPayload> weights;
 };
 
-// Several inputs/outputs, a scalar, a zero dim, an empty program, and shared weights.
+// Several inputs/outputs, a scalar, a zero dim, an empty program, fixed inputs, and shared weights.
 Sample sample() {
   Sample s;
   s.weights = {make_weight(pattern(1, 1)), make_weight(pattern(100, 2)), make_weight(pattern(4096, 3)),
@@ -45,6 +46,7 @@ Sample sample() {
       make_graph("prefill", {io("input_ids", 7, {1, 128}), io("mask", 9, {1, 128}), io("scale", 1, {})},
                  {io("logits", 1, {1, 128, 32000}), io("k", 10, {1, 8, 0, 64}), io("v", 10, {1, 8, 0, 64})},
                  pattern(777, 9), {0, 2, 3}));
+  s.graphs.back().fixed_inputs = {{io("sr", 7, {}), {0x80, 0x3e, 0, 0, 0, 0, 0, 0}}, {io("flags", 9, {2}), {1, 0}}};
   s.graphs.push_back(make_graph("empty_program", {io("x", 1, {4})}, {io("y", 1, {4})}, {}, {}));
   s.graphs.push_back(
       make_graph("decode", {io("token", 7, {1, 1})}, {io("next", 1, {1, 32000})}, pattern(65, 4), {1, 2}));
@@ -61,6 +63,7 @@ void expect_same_content(const ContextBinary& bin, const BinaryIdentity& identit
     EXPECT_EQ(got.name, want.name);
     EXPECT_EQ(got.inputs, want.inputs);
     EXPECT_EQ(got.outputs, want.outputs);
+    EXPECT_EQ(got.fixed_inputs, want.fixed_inputs);
     EXPECT_EQ(got.weight_ids, want.weight_ids);
     ASSERT_EQ(got.program_size, want.program.size());
     EXPECT_TRUE(std::equal(want.program.begin(), want.program.end(), got.program)) << got.name;
@@ -185,13 +188,15 @@ TEST(FormatLayout, FileSizeMatchesTheSpecFormula) {
 // kContextBinaryVersion and update the spec.
 TEST(FormatLayout, WorkedExampleFromTheSpec) {
   const std::string hex =
-      "43545847454e434201000000580000004801000000000000e420a44e95cf6ef6"
-      "580000000000000015000000000000006d000000000000005700000000000000"
-      "c400000000000000200000000000000001000000010000000300000072656603"
+      "43545847454e434202000000580000008801000000000000d4b592b1ed0e5248"
+      "580000000000000015000000000000006d000000000000007400000000000000"
+      "e100000000000000200000000000000001000000010000000300000072656603"
       "000000312e300300000063707501000000670100000001000000780100000001"
       "0000000200000000000000010000000100000079010000000100000002000000"
-      "00000000000100000000000004000000000000003fda4c5a612d925a01000000"
-      "0000000002fb6872c575863eb8a009dbfd63b42a400100000000000008000000"
+      "00000000010000000100000073070000000000000008000000803e0000000000"
+      "00400100000000000004000000000000003fda4c5a612d925a01000000000000"
+      "0002fb6872c575863eb8a009dbfd63b42a800100000000000008000000000000"
+      "0000000000000000000000000000000000000000000000000000000000000000"
       "0000000000000000000000000000000000000000000000000000000000000000"
       "50524f4700000000000000000000000000000000000000000000000000000000"
       "0000000000000000000000000000000000000000000000000000000000000000"
@@ -202,7 +207,15 @@ TEST(FormatLayout, WorkedExampleFromTheSpec) {
   std::vector<WeightPayload> weights = {make_weight({1, 2, 3, 4, 5, 6, 7, 8})};
   std::vector<CompiledGraph> graphs = {
       make_graph("g", {io("x", 1, {2})}, {io("y", 1, {2})}, {'P', 'R', 'O', 'G'}, {0})};
-  EXPECT_EQ(write_to_memory({"ref", "1.0", "cpu"}, graphs, weights), expected);
+  graphs[0].fixed_inputs = {{io("s", 7, {}), {0x80, 0x3e, 0, 0, 0, 0, 0, 0}}};
+  const std::vector<uint8_t> written = write_to_memory({"ref", "1.0", "cpu"}, graphs, weights);
+  std::string written_hex;
+  for (uint8_t b : written) {
+    char two[3];
+    std::snprintf(two, sizeof two, "%02x", b);
+    written_hex += two;
+  }
+  EXPECT_EQ(written_hex, hex) << "the spec's bytes, as the writer writes them now";
 }
 
 TEST(FormatWriter, FileSinkMatchesMemorySink) {

@@ -53,7 +53,7 @@ inline void reseal(std::vector<uint8_t>& bytes) {
 // Offsets of the fields of one graph record, found by walking the record as the spec lays it out.
 struct GraphFields {
   size_t name_length = 0, name = 0, input_count = 0, input0_name_length = 0, input0_elem_type = 0, input0_rank = 0,
-         output_count = 0, program_offset = 0, program_size = 0, program_checksum = 0, weight_id_count = 0,
+         output_count = 0, fixed_count = 0, fixed0_value_length = 0, program_offset = 0, program_size = 0, program_checksum = 0, weight_id_count = 0,
          weight_id0 = 0, end = 0;
 };
 
@@ -81,6 +81,14 @@ inline std::vector<GraphFields> locate_graphs(const std::vector<uint8_t>& bytes)
     skip_ios(&f);
     f.output_count = at;
     skip_ios(nullptr);
+    f.fixed_count = at;
+    at += 4;
+    for (uint64_t i = 0; i < get_le(bytes, f.fixed_count, 4); ++i) {
+      at += 4 + get_le(bytes, at, 4) + 4;  // name, element type
+      at += 4 + 8 * get_le(bytes, at, 4);  // rank, dims
+      if (i == 0) f.fixed0_value_length = at;
+      at += 4 + get_le(bytes, at, 4);  // value
+    }
     f.program_offset = at;
     f.program_size = at + 8;
     f.program_checksum = at + 16;

@@ -17,7 +17,7 @@
 
 namespace ctxgen {
 
-inline constexpr uint32_t kContextBinaryVersion = 1;
+inline constexpr uint32_t kContextBinaryVersion = 2;
 inline constexpr uint64_t kPayloadAlignment = 64;
 
 // Who made the binary, in one value: a backend's compiler writes it (Backend::identity), its
@@ -78,7 +78,11 @@ struct GraphRecord {
   const uint8_t* program = nullptr;
   uint64_t program_size = 0;
   std::vector<uint32_t> weight_ids;
+  std::vector<FixedInput> fixed_inputs;
 };
+
+// What the EPContext node of a graph reads, in order: the program's inputs, then its fixed inputs.
+std::vector<IoSignature> node_inputs(const GraphRecord& graph);
 
 struct WeightRecord {
   Hash128 hash;

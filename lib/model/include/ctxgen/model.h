@@ -89,10 +89,16 @@ struct Model {
   std::unordered_map<std::string, size_t> constants;
   // Types of main-graph values (inputs, outputs, intermediates) after shape inference.
   std::unordered_map<std::string, ValueType> value_types;
-  // Inputs --fix-value turned into constants: their dims, and the values as given (as text).
+  // Inputs --fix-value turned into constants: their dims, and the values as given (as text). A
+  // compiled model keeps such an input where the original had it, as the original declared it,
+  // and checks at run time that it is fed `bytes`.
   struct FixedValue {
     std::vector<int64_t> dims;
     std::vector<std::string> values;
+    std::vector<uint8_t> bytes;         // the values as the input's type holds them
+    onnx::ValueInfoProto declared;      // the input as the original declares it
+    size_t position = 0;                // among the original's inputs
+    bool had_default = false;           // the original gave it a default value (an initializer)
   };
   std::map<std::string, FixedValue> fixed_values;
 
