@@ -81,7 +81,7 @@ std::shared_ptr<const ContextBinary> load_context(const fs::path& model, const o
 }
 
 std::string describe(int32_t elem_type, const std::vector<int64_t>& dims) {
-  std::string text = "type " + std::to_string(elem_type) + " [";
+  std::string text = dtype_name(elem_type) + " [";
   for (size_t i = 0; i < dims.size(); ++i) text += (i ? "," : "") + (dims[i] < 0 ? std::string("?") : std::to_string(dims[i]));
   return text + "]";
 }
@@ -360,6 +360,34 @@ std::map<std::string, double> quantization_steps(const onnx::ModelProto& referen
   return steps;
 }
 
+// A compiled model replaces the original as is: the same inputs and outputs, in the same order,
+// of the same element types (dims may be those it was specialised for).
+void check_interface(const fs::path& model, Ort::Session& original, Ort::Session& compiled) {
+  Ort::AllocatorWithDefaultOptions allocator;
+  auto values = [&](Ort::Session& session) {
+    std::vector<std::string> list;
+    auto add = [&](const char* kind, const std::string& name, const Ort::TypeInfo& type) {
+      const bool tensor = type.GetONNXType() == ONNX_TYPE_TENSOR;
+      list.push_back(std::string(kind) + " '" + name + "' of type " +
+                     (tensor ? dtype_name(type.GetTensorTypeAndShapeInfo().GetElementType()) : "(not a tensor)"));
+    };
+    for (size_t i = 0; i < session.GetInputCount(); ++i)
+      add("input", session.GetInputNameAllocated(i, allocator).get(), session.GetInputTypeInfo(i));
+    for (size_t i = 0; i < session.GetOverridableInitializerCount(); ++i)
+      add("input with a default", session.GetOverridableInitializerNameAllocated(i, allocator).get(),
+          session.GetOverridableInitializerTypeInfo(i));
+    for (size_t i = 0; i < session.GetOutputCount(); ++i)
+      add("output", session.GetOutputNameAllocated(i, allocator).get(), session.GetOutputTypeInfo(i));
+    return list;
+  };
+  const auto want = values(original), got = values(compiled);
+  for (size_t i = 0; i < std::max(want.size(), got.size()); ++i)
+    if (i >= want.size() || i >= got.size() || want[i] != got[i])
+      throw mismatch(model, "not a drop-in replacement of the original: its " +
+                                (i < got.size() ? got[i] : std::string("interface ends")) + " where the original has " +
+                                (i < want.size() ? want[i] : std::string("nothing more")));
+}
+
 std::vector<OutputCheck> compare_outputs(const fs::path& model, const onnx::ModelProto& proto, const fs::path& reference,
                                          OrtHost& host,
                                          const Options& options) {
@@ -367,6 +395,7 @@ std::vector<OutputCheck> compare_outputs(const fs::path& model, const onnx::Mode
   Ort::Session original = host.cpu_session(reference);
   step(options, "running " + model.string() + " in ONNX Runtime with " + host.identity().backend);
   Ort::Session compiled = host.plugin_session(model);
+  check_interface(model, original, compiled);
   Ort::AllocatorWithDefaultOptions allocator;
   std::mt19937_64 rng(options.seed);
   std::vector<std::string> input_names, output_names;

@@ -180,6 +180,13 @@ TEST(FixValue, FixedInputsKeepTheirPlaceAndDefaults) {
   EXPECT_NE(r.output.find("fixed input a = [1, 2] (compiled for this value: a run must feed it)"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("fixed input k = 5"), std::string::npos) << r.output;
   expect_verified(quote(dir / "out" / "m_ctx.onnx") + " --reference " + quote(dir / "m.onnx"));
+  // Against a model of another interface, verify says the compiled model does not replace it.
+  r = ctxgen("verify " + quote(dir / "out" / "m_ctx.onnx") + " --reference " + quote(generated_models() / "vad.onnx"));
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("not a drop-in replacement of the original: its input 'a' of type float32 where the original "
+                          "has input 'x' of type float32"),
+            std::string::npos)
+      << r.output;
 }
 
 TEST(FixValue, BadValuesAreUsageErrors) {
