@@ -95,6 +95,8 @@ Parsed parse(int argc, const char* const* argv, bool with_verify, const std::str
   auto add_compile_options = [&](CLI::App* cmd) {
     cmd->add_option("-e,--backend", given.backend, "Target backend (see --list-backends)")->capture_default_str();
     cmd->add_option("--output-dir", given.output_dir, "Folder for all outputs (default: the first model's folder)");
+    cmd->add_option("--target-cpu", given.target,
+                    "Compile for this CPU level (oneDNN's names: avx2, avx512_core, ...; default: this machine's)");
     cmd->add_option("--node-name-prefix", given.node_name_prefix, "Prefix for EPContext node, partition and graph names");
     cmd->add_option("--external-initializers-file", given.external_initializers_file,
                     "Write the weights CPU nodes need to this file beside the outputs instead of embedding them");
@@ -221,7 +223,7 @@ Parsed parse(int argc, const char* const* argv, bool with_verify, const std::str
                  : *inspect              ? Command::kInspect
                  : verify && *verify     ? Command::kVerify
                                          : Command::kNone;
-  for (const char* key : {"backend", "output-dir", "node-name-prefix", "external-initializers-file"}) {
+  for (const char* key : {"backend", "target-cpu", "output-dir", "node-name-prefix", "external-initializers-file"}) {
     if (cmd->count(std::string("--") + key) > 0) line.given_keys.emplace_back(key);
   }
   if (*inspect && inspect->count("--backend") > 0) line.given_keys.emplace_back("backend");
@@ -278,6 +280,7 @@ std::vector<fs::path> compile_options(const CommandLine& line, const Manifest* m
     return std::find(line.given_keys.begin(), line.given_keys.end(), key) != line.given_keys.end();
   };
   if (given("backend") || manifest == nullptr) options.backend = line.given.backend;
+  if (given("target-cpu")) options.target = line.given.target;
   if (given("output-dir")) options.output_dir = line.given.output_dir;
   if (given("node-name-prefix")) options.node_name_prefix = line.given.node_name_prefix;
   if (given("external-initializers-file")) options.external_initializers_file = line.given.external_initializers_file;

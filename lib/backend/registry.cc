@@ -3,6 +3,10 @@
 
 namespace ctxgen {
 
+void Backend::target(const std::string& target) const {
+  throw Error(ErrorCode::kUsage, "--target-cpu " + target + ": backend '" + name() + "' compiles for one target only");
+}
+
 void BackendRegistry::add(std::unique_ptr<Backend> backend) {
   if (!backend) throw Error(ErrorCode::kInternal, "backend registry: null backend");
   if (find(backend->name()))

@@ -441,6 +441,24 @@ std::string compatibility_info(const BinaryIdentity& identity) {
          ";sdk=" + identity.sdk_version + ";hardware=" + identity.hardware_architecture;
 }
 
+std::optional<BinaryIdentity> parse_compatibility_info(const std::string& info) {
+  // The hardware field comes last and may hold anything but its prefix, ';' included.
+  static constexpr std::string_view kKeys[] = {"ctxgen-context-binary=", ";backend=", ";sdk=", ";hardware="};
+  std::string values[4];
+  size_t at = 0;
+  for (size_t k = 0; k < 4; ++k) {
+    if (info.compare(at, kKeys[k].size(), kKeys[k]) != 0) return std::nullopt;
+    at += kKeys[k].size();
+    const size_t end = k == 3 ? info.size() : info.find(kKeys[k + 1], at);
+    if (end == std::string::npos) return std::nullopt;
+    values[k] = info.substr(at, end - at);
+    at = end;
+  }
+  const std::string& version = values[0];
+  if (version.empty() || version.size() > 9 || version.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  return BinaryIdentity{values[1], values[2], values[3], static_cast<uint32_t>(std::stoul(version))};
+}
+
 void check_content_id(const ContextBinary& binary, const std::string& recorded, const std::string& model) {
   const std::string found = binary.content_id().hex();
   if (recorded != found) {

@@ -169,7 +169,8 @@ void CtxgenEp::claim_ordinary(const OrtGraph* graph, OrtEpGraphSupportInfo* supp
 }
 
 const CtxgenEp::LoadedBinary& CtxgenEp::keep(LoadedBinary loaded) {
-  check_binary_identity(*loaded.binary, loaded.label);
+  const Judgement judged = check_binary_identity(*loaded.binary, loaded.label);
+  if (judged.fit == Fit::kRuns) log(ORT_LOGGING_LEVEL_WARNING, "context binary " + loaded.label + ": " + judged.why);
   log(ORT_LOGGING_LEVEL_INFO, "loaded context binary " + loaded.label + " (" +
                                   std::to_string(loaded.binary->graphs().size()) + " graphs)");
   return loaded_.emplace_back(std::move(loaded));

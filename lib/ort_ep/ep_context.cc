@@ -27,14 +27,6 @@ void check_one_version(const std::string& node, const char* attribute, const std
   }
 }
 
-void check_field(const std::string& label, const char* field, const std::string& found,
-                 const std::string& expected) {
-  if (found != expected) {
-    throw Error(ErrorCode::kMismatch, "context binary " + label + ": " + field + " is '" + found +
-                                          "' but this EP expects '" + expected + "'");
-  }
-}
-
 void check_values(const EpContextNode& node, const std::string& graph_label, const char* direction,
                   const std::vector<const OrtValueInfo*>& values, const std::vector<IoSignature>& signature) {
   const std::string where = "EPContext node '" + node.name + "'";
@@ -99,16 +91,19 @@ EpContextNode EpContextNode::read(const OrtNode* ort_node) {
 
 void EpContextNode::check_versions() const {
   check_one_version(name, "ep_sdk_version", ep_sdk_version, backend_identity().sdk_version);
-  check_one_version(name, "hardware_architecture", hardware_architecture, backend_identity().hardware_architecture);
+  if (!hardware_architecture) return;
+  BinaryIdentity recorded = backend_identity();
+  recorded.hardware_architecture = *hardware_architecture;
+  const Judgement judged = backend_runtime().judge(recorded);
+  if (judged.fit == Fit::kUnsupported)
+    throw Error(ErrorCode::kMismatch, "EPContext node '" + name + "': attribute " + judged.why);
 }
 
-void check_binary_identity(const ContextBinary& binary, const std::string& label) {
+Judgement check_binary_identity(const ContextBinary& binary, const std::string& label) {
   // The reader already refused any format version but its own, naming both.
-  const BinaryIdentity& expected = backend_identity();
-  const BinaryIdentity& found = binary.identity();
-  check_field(label, "backend", found.backend, expected.backend);
-  check_field(label, "sdk_version", found.sdk_version, expected.sdk_version);
-  check_field(label, "hardware_architecture", found.hardware_architecture, expected.hardware_architecture);
+  Judgement judged = backend_runtime().judge(binary.identity());
+  if (judged.fit == Fit::kUnsupported) throw Error(ErrorCode::kMismatch, "context binary " + label + ": " + judged.why);
+  return judged;
 }
 
 void check_signature(const EpContextNode& node, const GraphRecord& graph, const std::string& label,

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "ctxgen/backend_runtime.h"
 #include "ctxgen/compiled.h"
 #include "ctxgen/format.h"
 
@@ -36,7 +37,9 @@ struct EpContextNode {
 
 // Throws Error(kMismatch) naming `label` and both values when `binary` was written for another
 // backend, SDK version or hardware architecture.
-void check_binary_identity(const ContextBinary& binary, const std::string& label);
+// Throws Error(kMismatch) naming the field, its value and this EP's when the binary cannot run
+// here; else says how it runs (packed for a lower CPU level: slower than it could).
+Judgement check_binary_identity(const ContextBinary& binary, const std::string& label);
 
 // Throws Error(kMismatch) saying which value differs when the node's inputs or outputs do not match
 // the graph's signature in count, element type or (known) dims.

@@ -20,29 +20,34 @@ constexpr const char* kVendor = "ctxgen";
 constexpr uint32_t kVendorId = 0;
 constexpr const char* kVersion = "0.1.0";
 
-bool candidate_supported(const OrtKeyValuePairs* candidate) {
+// How a candidate (a set of compiled models) runs here: as its least fitting model does.
+OrtCompiledModelCompatibility candidate_fit(const OrtKeyValuePairs* candidate) {
   const char* count_text = api().ort->GetKeyValue(candidate, "num_models");
-  if (count_text == nullptr) return false;
-  const long count = std::strtol(count_text, nullptr, 10);
-  if (count < 1) return false;
+  const long count = count_text == nullptr ? 0 : std::strtol(count_text, nullptr, 10);
+  if (count < 1) return OrtCompiledModelCompatibility_EP_UNSUPPORTED;
+  OrtCompiledModelCompatibility fit = OrtCompiledModelCompatibility_EP_SUPPORTED_OPTIMAL;
   for (long i = 0; i < count; ++i) {
     const std::string key = std::to_string(i) + ".ep_compatibility_info";
-    if (judge_compatibility(api().ort->GetKeyValue(candidate, key.c_str())) !=
-        OrtCompiledModelCompatibility_EP_SUPPORTED_OPTIMAL) {
-      return false;
-    }
+    const OrtCompiledModelCompatibility model = judge_compatibility(api().ort->GetKeyValue(candidate, key.c_str()));
+    if (model == OrtCompiledModelCompatibility_EP_SUPPORTED_PREFER_RECOMPILATION) fit = model;
+    else if (model != OrtCompiledModelCompatibility_EP_SUPPORTED_OPTIMAL) return OrtCompiledModelCompatibility_EP_UNSUPPORTED;
   }
-  return true;
+  return fit;
 }
 
 }  // namespace
 
 OrtCompiledModelCompatibility judge_compatibility(const char* info) {
   if (info == nullptr || *info == '\0') return OrtCompiledModelCompatibility_EP_NOT_APPLICABLE;
-  // Any other format version or identity is refused on load, so it is unsupported, not merely
-  // worth recompiling.
-  return compatibility_info() == info ? OrtCompiledModelCompatibility_EP_SUPPORTED_OPTIMAL
-                                      : OrtCompiledModelCompatibility_EP_UNSUPPORTED;
+  // Another format version, backend or SDK is refused on load: unsupported. Weights packed for a
+  // lower CPU level run, slower than they would packed for this one: worth recompiling.
+  const std::optional<BinaryIdentity> recorded = parse_compatibility_info(info);
+  switch (recorded ? backend_runtime().judge(*recorded).fit : Fit::kUnsupported) {
+    case Fit::kOptimal: return OrtCompiledModelCompatibility_EP_SUPPORTED_OPTIMAL;
+    case Fit::kRuns: return OrtCompiledModelCompatibility_EP_SUPPORTED_PREFER_RECOMPILATION;
+    case Fit::kUnsupported: break;
+  }
+  return OrtCompiledModelCompatibility_EP_UNSUPPORTED;
 }
 
 bool virtual_devices_allowed() {
@@ -200,12 +205,16 @@ OrtStatus* ORT_API_CALL CtxgenEpFactory::SelectBestModelCandidateImpl(OrtEpFacto
                                                                       size_t num_candidates,
                                                                       const OrtSessionOptions*,
                                                                       size_t* selected_index) noexcept {
+  // The first that runs as well as it can here, else the first that runs at all.
   *selected_index = SIZE_MAX;
   for (size_t i = 0; i < num_candidates; ++i) {
-    if (candidate_supported(candidates[i])) {
+    const OrtCompiledModelCompatibility fit = candidate_fit(candidates[i]);
+    if (fit == OrtCompiledModelCompatibility_EP_SUPPORTED_OPTIMAL) {
       *selected_index = i;
       break;
     }
+    if (fit == OrtCompiledModelCompatibility_EP_SUPPORTED_PREFER_RECOMPILATION && *selected_index == SIZE_MAX)
+      *selected_index = i;
   }
   return nullptr;
 }

@@ -203,8 +203,8 @@ Manifest parse_manifest(const std::string& text, const fs::path& folder, const s
   } catch (const nlohmann::json::exception& e) {
     throw usage(where + ": not valid JSON: " + e.what());
   }
-  expect_keys(j, {"models", "output_dir", "backend", "fix_dim", "input_shape", "fix_value", "node_name_prefix",
-                  "external_initializers_file", "embed"}, where);
+  expect_keys(j, {"models", "output_dir", "backend", "target_cpu", "fix_dim", "input_shape", "fix_value",
+                  "node_name_prefix", "external_initializers_file", "embed"}, where);
   if (!j.contains("models") || !j["models"].is_array() || j["models"].empty())
     throw usage(where + ": 'models' must be a non-empty list");
   Manifest m;
@@ -223,6 +223,7 @@ Manifest parse_manifest(const std::string& text, const fs::path& folder, const s
     m.options.output_dir = out.is_absolute() ? out : folder / out;
   }
   if (j.contains("backend")) m.options.backend = text_of(j["backend"], where + ": backend");
+  if (j.contains("target_cpu")) m.options.target = text_of(j["target_cpu"], where + ": target_cpu");
   if (j.contains("node_name_prefix")) m.options.node_name_prefix = text_of(j["node_name_prefix"], where + ": node_name_prefix");
   if (j.contains("external_initializers_file"))
     m.options.external_initializers_file = text_of(j["external_initializers_file"], where + ": external_initializers_file");

@@ -437,6 +437,7 @@ void run_pipeline(const std::vector<fs::path>& inputs, const CompileOptions& opt
   for (const auto& in : inputs) check_model_file(in);
   check_options(inputs, options);
   const Backend& backend = find_backend(backends, options.backend);
+  if (!options.target.empty()) backend.target(options.target);
   summary.backend = backend.name();
   Plan plan = plan_outputs(inputs, options, backend);
   OutputSet outputs(planned_paths(plan), options.force, read_files(inputs, options));

@@ -280,6 +280,7 @@ std::vector<std::string> supported_ops() {
 }
 
 std::string hardware_architecture() { return onednn::architecture(); }
+void target_cpu(const std::string& level) { onednn::target_level(level); }
 
 BinaryIdentity ref_identity() { return {ref::kEpName, ref::kSdkVersion, hardware_architecture(), kContextBinaryVersion}; }
 
@@ -287,6 +288,12 @@ namespace {
 class RefRuntime final : public BackendRuntime {
  public:
   BinaryIdentity identity() const override { return ref_identity(); }
+  // Weights packed for a lower CPU level run here through the kernels of that level (oneDNN keeps
+  // them all), so such a binary runs, slower than one packed for this CPU.
+  Judgement judge(const BinaryIdentity& binary) const override {
+    Judgement fields = judge_fields(binary, identity(), false);
+    return fields.fit == Fit::kUnsupported ? fields : onednn::judge_architecture(binary.hardware_architecture);
+  }
   std::unique_ptr<GraphRunner> load(std::shared_ptr<const ContextBinary> binary, const std::string& graph_name) const override {
     return std::make_unique<Executable>(std::move(binary), graph_name);
   }

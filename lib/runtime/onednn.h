@@ -6,6 +6,8 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "ctxgen/backend_runtime.h"
+
 namespace ctxgen::runtime::onednn {
 
 const dnnl::engine& engine();
@@ -39,5 +41,14 @@ bool exact_int8_convolution();
 // The CPU feature level oneDNN chooses its kernels and weight layouts by, with its version:
 // "x86_64 avx2, oneDNN 2.6.3". Weights packed on one level are laid out for it alone.
 std::string architecture();
+// Makes oneDNN choose kernels and layouts for `level` (one of oneDNN's names, e.g. "avx2"), as on
+// a CPU of that level: before anything else asks oneDNN about the CPU. Throws Error(kUsage) for an
+// unknown level or one this CPU lacks.
+void target_level(const std::string& level);
+// The levels this CPU runs ("sse41, avx, avx2, ..."), for messages.
+std::string levels_below();
+// Whether this CPU runs weights packed for the `recorded` architecture: its own level is optimal,
+// one whose instructions it has runs, any other (or another oneDNN version) does not.
+Judgement judge_architecture(const std::string& recorded);
 
 }  // namespace ctxgen::runtime::onednn

@@ -140,13 +140,11 @@ void check_signature(const fs::path& model, const onnx::NodeProto& node, const c
 // which may be gigabytes, so it is read once.
 using Hashed = std::map<fs::path, std::string>;
 
-void check_binary(const fs::path& model, const ContextBinary& binary, const BinaryIdentity& ours,
+void check_binary(const fs::path& model, const ContextBinary& binary, const BackendRuntime& runtime,
                   std::vector<std::string>& checks) {
-  if (!(binary.identity() == ours))
-    throw mismatch(model, binary.label() + " was made for " + binary.identity().backend + " / " +
-                              binary.identity().sdk_version + " / " + binary.identity().hardware_architecture +
-                              ", this ctxgen runs " + ours.backend + " / " + ours.sdk_version + " / " +
-                              ours.hardware_architecture);
+  const Judgement judged = runtime.judge(binary.identity());
+  if (judged.fit == Fit::kUnsupported) throw mismatch(model, binary.label() + ": " + judged.why);
+  if (judged.fit == Fit::kRuns) checks.push_back(binary.label() + ": runs here, though " + judged.why);
   try {
     binary.verify_payloads();
   } catch (const Error& e) {
@@ -215,7 +213,7 @@ void check_integrity(const fs::path& model, const onnx::ModelProto& proto, OrtHo
     log().warn("{}: records no context binary id (an older ctxgen or another tool wrote it); its pairing with the "
                "binary is not checked", model.string());
   }
-  for (const auto& binary : binaries) check_binary(model, *binary, host.identity(), checks);
+  for (const auto& binary : binaries) check_binary(model, *binary, *options.runtime, checks);
   check_external_weights(model, proto, hashed, checks);
   auto declared = declared_values(proto.graph());
   for (const auto* node : nodes) {

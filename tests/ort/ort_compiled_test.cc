@@ -61,7 +61,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Compiled{"ExternalData", "external.onnx", ""},
                       Compiled{"FixedDim", "dynamic.onnx", "--fix-dim batch=3"},
                       Compiled{"DotsInNames", "dir.v1/model.v2.onnx", "--node-name-prefix p_"},
-                      Compiled{"TiedEmbedding", "tied.onnx", ""}),
+                      Compiled{"TiedEmbedding", "tied.onnx", ""},
+                      // Packed for a CPU level below this one's (kernels of that level run it).
+                      Compiled{"LowerCpuLevel", "cnn.onnx", "--target-cpu sse41"},
+                      Compiled{"LowerCpuLevelAvx2", "cnn.onnx", "--target-cpu avx2"}),
     [](const auto& info) { return info.param.test_name; });
 
 TEST_F(CompiledModelTest, SharedModelsRunOnOneMappingOfTheirBinary) {

@@ -247,6 +247,29 @@ TEST_F(OrtPluginTest, JudgesCompatibilityInfoOfThisBuildOptimalAndOtherVersionsU
             OrtCompiledModelCompatibility_EP_UNSUPPORTED);
 }
 
+// A binary packed for a CPU level this CPU's includes runs, slower than one packed for this level:
+// worth recompiling. One packed for a level it does not include, or by another oneDNN, does not run.
+TEST_F(OrtPluginTest, JudgesLowerCpuLevelsWorthRecompilingAndOthersUnsupported) {
+  const std::string ours = compatibility_info();
+  const std::string host = runtime::hardware_architecture();  // "x86_64 LEVEL, oneDNN X.Y.Z"
+  const size_t level_at = host.find(' ') + 1, level_end = host.find(',');
+  ASSERT_NE(host.substr(level_at, level_end - level_at), "sse41") << "this test needs a CPU above sse41";
+  auto with_level = [&](const std::string& level) {
+    std::string info = ours;
+    info.replace(info.size() - host.size() + level_at, level_end - level_at, level);
+    return info;
+  };
+  EXPECT_EQ(Ort::GetModelCompatibilityForEpDevices({Plugin::device()}, with_level("sse41").c_str()),
+            OrtCompiledModelCompatibility_EP_SUPPORTED_PREFER_RECOMPILATION)
+      << with_level("sse41");
+  EXPECT_EQ(Ort::GetModelCompatibilityForEpDevices({Plugin::device()}, with_level("avx3").c_str()),
+            OrtCompiledModelCompatibility_EP_UNSUPPORTED);
+  std::string other_library = ours;
+  other_library.replace(other_library.rfind("oneDNN "), std::string::npos, "oneDNN 9.9.9");
+  EXPECT_EQ(Ort::GetModelCompatibilityForEpDevices({Plugin::device()}, other_library.c_str()),
+            OrtCompiledModelCompatibility_EP_UNSUPPORTED);
+}
+
 TEST_F(OrtPluginTest, ModelRecordingThisBuildsCompatibilityInfoRuns) {
   Ort::AllocatorWithDefaultOptions allocator;
   const auto recorded = Ort::GetCompatibilityInfoFromModelAllocated(model("compat_ctx.onnx").c_str(), ref::kEpName,

@@ -21,6 +21,8 @@ class RefBackend final : public Backend {
            "static memory plan (docs/ops.md)";
   }
 
+  void target(const std::string& level) const override { runtime::target_cpu(level); }
+
   NodeSupport supports(const Model& model, const onnx::NodeProto& node) const override {
     try {
       refc::normalise_all(model, node);

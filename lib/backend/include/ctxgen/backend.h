@@ -27,6 +27,10 @@ class Backend {
   // the backend's runtime (ctxgen/backend_runtime.h) runs only binaries carrying the same.
   virtual BinaryIdentity identity() const = 0;
   virtual std::string description() const = 0;
+  // Compiles for `target` instead of this machine (for `ref`, a oneDNN CPU level such as "avx2"),
+  // writing what a compile on such a machine writes; from then on identity() names it. Called
+  // before anything else of the backend. Throws Error(kUsage) for a target it cannot compile for.
+  virtual void target(const std::string& target) const;
 
   // May this node run on the backend? Called for main-graph nodes only, after shape inference.
   virtual NodeSupport supports(const Model& model, const onnx::NodeProto& node) const = 0;

@@ -30,12 +30,26 @@ class GraphRunner {
                    const ParallelFor& parallel) const = 0;
 };
 
+// How a runtime runs a binary: as well as one compiled on this machine; correctly but slower than
+// one compiled for it would (packed for an older CPU level, say); or not at all.
+enum class Fit { kOptimal, kRuns, kUnsupported };
+struct Judgement {
+  Fit fit = Fit::kUnsupported;
+  std::string why;  // for kRuns and kUnsupported: which field, its value and this runtime's
+};
+
+// The identity fields of `binary` against `ours`, the first that differs named with both values
+// (hardware_architecture only when `hardware`: a runtime that judges CPU levels does that itself).
+Judgement judge_fields(const BinaryIdentity& binary, const BinaryIdentity& ours, bool hardware);
+
 class BackendRuntime {
  public:
   virtual ~BackendRuntime() = default;
-  // The identity a binary must carry for this runtime to run it; the same value the backend's
-  // compiler writes (Backend::identity).
+  // The identity of the binaries this runtime runs best; the same value the backend's compiler
+  // writes on this machine (Backend::identity).
   virtual BinaryIdentity identity() const = 0;
+  // Whether this runtime runs binaries of `binary`'s identity. By default only identity()'s run.
+  virtual Judgement judge(const BinaryIdentity& binary) const;
   // Throws Error(kInvalidBinary) when the graph is missing or cannot run here.
   virtual std::unique_ptr<GraphRunner> load(std::shared_ptr<const ContextBinary> binary,
                                             const std::string& graph_name) const = 0;

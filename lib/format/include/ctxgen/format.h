@@ -49,6 +49,8 @@ using BytePatcher = std::function<void(uint64_t offset, const uint8_t* data, siz
 // identity a loader needs, e.g.
 // "ctxgen-context-binary=1;backend=CtxgenRef;sdk=ctxgen-ref 3.0;hardware=x86_64 avx2, oneDNN 2.6.3".
 std::string compatibility_info(const BinaryIdentity& identity);
+// The identity such a string records, or nullopt when it is not one of ours.
+std::optional<BinaryIdentity> parse_compatibility_info(const std::string& info);
 inline const std::string kCompatibilityMetadataPrefix = "ep_compatibility_info.";
 
 // Model metadata key of a compiled model: the content_id().hex() of the context binary it was

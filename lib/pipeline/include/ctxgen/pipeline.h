@@ -40,6 +40,7 @@ inline constexpr const char* kStdoutReport = "-";
 
 struct CompileOptions {
   std::string backend = "ref";
+  std::string target;  // --target-cpu: what the backend compiles for; empty: this machine
   std::vector<LoadOptions> per_model;  // one per input model (resolve_shapes), or empty: no shape options
   std::filesystem::path output_file;  // -o: the EPContext model path (one input model only)
   std::filesystem::path output_dir;   // default: the first model's folder

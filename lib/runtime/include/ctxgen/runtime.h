@@ -89,6 +89,10 @@ class Executable final : public GraphRunner {
 // oneDNN 2.6.3"). The `ref` backend's binaries carry it as their hardware architecture: weights
 // packed for one level are refused on another.
 std::string hardware_architecture();
+// Makes this process compile and run as on a CPU of `level` (oneDNN's names: avx2, avx512_core,
+// ...), before anything else asks about the CPU. Throws Error(kUsage) for an unknown level or one
+// above this CPU's.
+void target_cpu(const std::string& level);
 // Whether this CPU runs QLinearConv (kernels_qconv.cc): its int8 convolutions must sum exactly.
 bool runs_qlinear_conv();
 

@@ -1,0 +1,79 @@
+// --target-cpu: a compile for a CPU level writes what a compile on a CPU of that level writes, and
+// the runtime runs a binary of any level its own includes (slower than one of its own level) and
+// refuses one of a level it does not include, naming both.
+
+#include <regex>
+
+#include "e2e.h"
+
+namespace ctxgen::testing {
+namespace {
+
+// The level a binary is packed for, as inspect shows it: "avx2" of "x86_64 avx2, oneDNN 2.6.3".
+std::string level_of(const fs::path& binary) {
+  const auto r = ctxgen("inspect " + quote(binary));
+  std::smatch found;
+  if (!std::regex_search(r.output, found, std::regex(", [a-z0-9_]+ ([a-z0-9_]+), oneDNN"))) return "";
+  return found[1];
+}
+
+TEST(TargetCpu, CompilesWhatACompileOnACpuOfThatLevelWrites) {
+  TempDir dir;
+  const fs::path cnn = copy_model("cnn.onnx", dir.path());
+  auto r = ctxgen("compile " + quote(cnn) + " --target-cpu avx2 --output-dir " + quote(dir / "option"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // oneDNN's own environment variable makes it choose as a CPU of that level does.
+  r = run_command("ONEDNN_MAX_CPU_ISA=AVX2 " + std::string(CTXGEN_BINARY) + " compile " + quote(cnn) + " --output-dir " +
+                  quote(dir / "environment"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(level_of(dir / "option" / "cnn_ref.bin"), "avx2");
+  EXPECT_EQ(read_file(dir / "option" / "cnn_ref.bin"), read_file(dir / "environment" / "cnn_ref.bin"));
+  EXPECT_EQ(read_file(dir / "option" / "cnn_ctx.onnx"), read_file(dir / "environment" / "cnn_ctx.onnx"));
+
+  // A manifest names the level too; the command line's wins.
+  write_file(dir / "group.json", R"({"models": [{"path": "cnn.onnx"}], "target_cpu": "sse41", "output_dir": "manifest"})");
+  r = ctxgen("share --manifest " + quote(dir / "group.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(level_of(dir / "manifest" / "cnn_ref.bin"), "sse41");
+  r = ctxgen("share --manifest " + quote(dir / "group.json") + " --target-cpu avx --force");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(level_of(dir / "manifest" / "cnn_ref.bin"), "avx");
+}
+
+TEST(TargetCpu, AnUnknownLevelIsAUsageError) {
+  TempDir dir;
+  const fs::path cnn = copy_model("cnn.onnx", dir.path());
+  const auto r = ctxgen("compile " + quote(cnn) + " --target-cpu avx3 --output-dir " + quote(dir / "out"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--target-cpu avx3: no such CPU level (oneDNN's: sse41, avx, avx2, avx2_vnni, avx512_core"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(dir / "out"));
+}
+
+// This machine's level includes sse41 (every x86-64 CPU oneDNN runs on does); ONEDNN_MAX_CPU_ISA
+// makes it a CPU of that level alone, which includes no higher one.
+TEST(TargetCpu, ALowerLevelRunsAndAHigherOneIsRefusedNamingBoth) {
+  TempDir dir;
+  const fs::path cnn = copy_model("cnn.onnx", dir.path());
+  ASSERT_EQ(ctxgen("compile " + quote(cnn) + " --target-cpu sse41 --output-dir " + quote(dir / "low")).exit_code, 0);
+  ASSERT_EQ(ctxgen("compile " + quote(cnn) + " --output-dir " + quote(dir / "host")).exit_code, 0);
+  const std::string host = level_of(dir / "host" / "cnn_ref.bin");
+  ASSERT_NE(host, "sse41") << "this test needs a CPU above sse41";
+
+  auto r = ctxgen("verify " + quote(dir / "low" / "cnn_ctx.onnx") + " --reference " + quote(cnn));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("runs here, though hardware_architecture is 'x86_64 sse41, oneDNN"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("compiled for this CPU's level it would run faster"), std::string::npos) << r.output;
+
+  r = run_command("ONEDNN_MAX_CPU_ISA=SSE41 " + std::string(CTXGEN_BINARY) + " verify " +
+                  quote(dir / "host" / "cnn_ctx.onnx") + " --reference " + quote(cnn));
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("packed for " + host + ", a level this CPU's (x86_64 sse41, oneDNN"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("(ctxgen --target-cpu sse41)"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace ctxgen::testing
