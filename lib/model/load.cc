@@ -923,6 +923,17 @@ const ValueType* Model::type_of(const std::string& name) const {
   return it == value_types.end() ? nullptr : &it->second;
 }
 
+std::string ValueType::dims_text() const {
+  if (!dims) return "unknown";
+  std::string text = "[";
+  for (size_t i = 0; i < dims->size(); ++i) {
+    const int64_t d = (*dims)[i];
+    const std::string name = i < dim_names.size() ? dim_names[i] : "";
+    text += (i ? "," : "") + (d >= 0 ? std::to_string(d) : name.empty() ? "?" : name);
+  }
+  return text + "]";
+}
+
 bool ValueType::is_static() const {
   return elem_type != 0 && dims && std::all_of(dims->begin(), dims->end(), [](int64_t d) { return d >= 0; });
 }
@@ -940,7 +951,10 @@ ValueType value_type_of(const onnx::TypeProto& type) {
   vt.elem_type = type.tensor_type().elem_type();
   if (type.tensor_type().has_shape()) {
     std::vector<int64_t> dims;
-    for (const auto& d : type.tensor_type().shape().dim()) dims.push_back(d.has_dim_value() ? d.dim_value() : -1);
+    for (const auto& d : type.tensor_type().shape().dim()) {
+      dims.push_back(d.has_dim_value() ? d.dim_value() : -1);
+      vt.dim_names.push_back(d.has_dim_param() ? d.dim_param() : "");
+    }
     vt.dims = std::move(dims);
   }
   return vt;

@@ -104,6 +104,27 @@ nlohmann::json context_binaries(const fs::path& path, const onnx::ModelProto& pr
   return list;
 }
 
+// A graph's inputs or outputs: name, element type, dims (an open one by its name, as --fix-dim
+// takes it, or "?").
+nlohmann::json values_json(const google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>& values) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& v : values) {
+    const ValueType type = value_type_of(v.type());
+    nlohmann::json dims = nullptr;
+    if (type.dims) {
+      dims = nlohmann::json::array();
+      for (size_t i = 0; i < type.dims->size(); ++i) {
+        const int64_t d = (*type.dims)[i];
+        const std::string name = i < type.dim_names.size() ? type.dim_names[i] : "";
+        dims.push_back(d >= 0 ? nlohmann::json(d) : nlohmann::json(name.empty() ? "?" : name));
+      }
+    }
+    list.push_back({{"name", v.name()}, {"type", type.elem_type ? dtype_name(type.elem_type) : "unknown"},
+                    {"dims", dims}, {"dims_text", type.dims_text()}});
+  }
+  return list;
+}
+
 nlohmann::json inspect_model(const fs::path& path) {
   const ParsedModel parsed = parse_model(path);
   const onnx::ModelProto& proto = *parsed.proto;
@@ -135,6 +156,8 @@ nlohmann::json inspect_model(const fs::path& path) {
           {"path", path.string()},
           {"producer", proto.producer_name() + " " + proto.producer_version()},
           {"graph", graph.name()},
+          {"inputs", values_json(graph.input())},
+          {"outputs", values_json(graph.output())},
           {"content_id", recorded_id ? nlohmann::json(*recorded_id) : nlohmann::json(nullptr)},
           {"context_binaries", context_binaries(path, proto)},
           {"epcontext_nodes", contexts},
@@ -172,6 +195,10 @@ std::string inspect_text(const nlohmann::json& j) {
     return out.str();
   }
   out << "  producer: " << j["producer"].get<std::string>() << "\n";
+  for (const char* kind : {"input", "output"})
+    for (const auto& v : j[std::string(kind) + "s"])
+      out << "  " << kind << " " << v["name"].get<std::string>() << ": " << v["type"].get<std::string>() << " "
+          << v["dims_text"].get<std::string>() << "\n";
   if (j["epcontext_nodes"].empty()) out << "  no EPContext node: this model is not compiled (ctxgen compile makes one)\n";
   for (const auto& b : j["context_binaries"])
     out << "  context binary " << b["path"].get<std::string>() << ": "

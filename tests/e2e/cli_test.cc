@@ -7,6 +7,8 @@
 
 #include <onnx/common/version.h>
 
+#include <nlohmann/json.hpp>
+
 #include "e2e.h"
 
 namespace ctxgen::testing {
@@ -95,6 +97,11 @@ TEST(Cli, InspectSaysWhenAModelIsNotCompiled) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("no EPContext node: this model is not compiled"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("  nodes: 10"), std::string::npos) << r.output;
+  // Its inputs and outputs, an open dim by the name --fix-dim takes.
+  r = ctxgen("inspect " + quote(generated_models() / "dynamic.onnx"));
+  EXPECT_NE(r.output.find("  input x: float32 [batch,8]\n  output y: float32 [batch,4]\n"), std::string::npos) << r.output;
+  r = ctxgen("inspect --json " + quote(generated_models() / "dynamic.onnx"));
+  EXPECT_EQ(nlohmann::json::parse(r.output)["inputs"][0]["dims"], nlohmann::json::parse(R"(["batch", 8])")) << r.output;
 }
 
 TEST(Cli, NoEmptyExternalWeightsFile) {

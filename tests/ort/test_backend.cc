@@ -78,7 +78,7 @@ std::string describe_model(const Model& model) {
   const std::map<std::string, size_t> constants(model.constants.begin(), model.constants.end());
   for (const auto& [name, index] : constants) {
     const TensorData& data = model.weights[index].data;
-    ValueType type{data.dtype, data.dims};
+    ValueType type{data.dtype, data.dims, {}};
     text += "constant " + name + ": " + type_text(&type) + " bytes " + xxh3_128(data.data, data.size).hex() + "\n";
   }
   const std::map<std::string, ValueType> types(model.value_types.begin(), model.value_types.end());

@@ -169,7 +169,7 @@ std::vector<int64_t> static_dims(const Model& model, const std::string& name, co
   if (const auto* type = model.type_of(name)) {
     if (type->elem_type == 0 || !type->dims) refuse("unknown shape on " + label);
     dims = *type->dims;
-    if (!type->is_static()) refuse("dynamic shape on " + label + " (dims " + dims_text(dims) + ")");
+    if (!type->is_static()) refuse("dynamic shape on " + label + " (dims " + type->dims_text() + ")");
   } else if (const auto* w = model.constant(name)) {
     dims = w->data.dims;
   } else {

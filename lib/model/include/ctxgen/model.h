@@ -57,7 +57,10 @@ struct Weight {
 struct ValueType {
   int32_t elem_type = 0;                     // 0 = unknown
   std::optional<std::vector<int64_t>> dims;  // nullopt = unknown rank; -1 = unknown dim
+  std::vector<std::string> dim_names;        // an unknown dim's symbolic name, by position ("" or absent: none)
   bool is_static() const;
+  // The dims for messages, an unknown one by its name: "[batch,3,32,32]", "[?,8]" when unnamed.
+  std::string dims_text() const;
 };
 
 struct LoadOptions {
