@@ -11,6 +11,7 @@
 
 #include "command_line.h"
 #include "progress.h"
+#include "targets.h"
 #include "ctxgen/backend.h"
 #include "ctxgen/error.h"
 #include "ctxgen/log.h"
@@ -252,6 +253,14 @@ int main(int argc, char** argv) {
         const auto models = ctxgen::cli::compile_options(line, manifest ? &*manifest : nullptr, options);
         ctxgen::cli::ProgressDisplay display(!line.quiet);
         options.progress = [&](const ctxgen::Progress& p) { display.show(p); };
+        if (const auto levels = ctxgen::cli::target_levels(options.target); levels.size() > 1) {
+          if (!line.ep_lib.empty())
+            throw Error(ErrorCode::kUsage, "--target-cpu cannot be used with --ep-lib: the library's EP compiles for the "
+                                           "targets it knows, set by its --ep-option");
+          const int code = ctxgen::cli::compile_levels(models, options, levels, backends, line.quiet);
+          display.clear();
+          return code;
+        }
         ctxgen::RunSummary summary;
         if (line.ep_lib.empty()) {
           summary = ctxgen::compile_models(models, options, backends);

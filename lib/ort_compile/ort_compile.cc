@@ -32,6 +32,7 @@ void check_options(const std::vector<fs::path>& inputs, const CompileOptions& op
     if (given) throw Error(ErrorCode::kUsage, what + " cannot be used with --ep-lib: " + why);
   };
   refuse(options.stop_after.has_value(), "--stop-after", "ONNX Runtime compiles the model in one step");
+  refuse(!options.target.empty(), "--target-cpu", "the library's EP compiles for the targets it knows, set by its --ep-option");
   refuse(!options.external_initializers_file.empty(), "--external-initializers-file",
          "ONNX Runtime decides where the initializers of the models it writes go");
   for (size_t m = 0; m < options.per_model.size(); ++m) {

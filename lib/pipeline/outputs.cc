@@ -188,8 +188,10 @@ void OutputSet::lock(const fs::path& folder) {
   locks_.emplace_back(folder, fd);
   for (const auto& e : fs::directory_iterator(folder, ec))
     if (is_temporary(e.path().filename().string())) {
-      // A staging folder of --ep-lib (ctxgen/ort_compile.h) goes whole; anything else only if a file.
-      if (e.path().filename().string().rfind(".ep-compile.ctxgen-", 0) == 0) fs::remove_all(e.path(), ec);
+      // A staging folder of --ep-lib (ctxgen/ort_compile.h) or of one --target-cpu level of several
+      // (apps/ctxgen/targets.cc) goes whole; anything else only if a file.
+      const std::string name = e.path().filename().string();
+      if (name.rfind(".ep-compile.ctxgen-", 0) == 0 || name.rfind(".targets.ctxgen-", 0) == 0) fs::remove_all(e.path(), ec);
       else fs::remove(e.path(), ec);
     }
 }

@@ -3,6 +3,7 @@
 // refuses one of a level it does not include, naming both.
 
 #include <regex>
+#include <set>
 
 #include "e2e.h"
 
@@ -38,6 +39,49 @@ TEST(TargetCpu, CompilesWhatACompileOnACpuOfThatLevelWrites) {
   r = ctxgen("share --manifest " + quote(dir / "group.json") + " --target-cpu avx --force");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(level_of(dir / "manifest" / "cnn_ref.bin"), "avx");
+}
+
+// Several levels: one compile each (a process of its own, as oneDNN takes one level a process),
+// level L's outputs in OUT/L/, all published together or none.
+TEST(TargetCpu, SeveralLevelsGoInAFolderEachAllOrNothing) {
+  TempDir dir;
+  const fs::path cnn = copy_model("cnn.onnx", dir.path());
+  ASSERT_EQ(ctxgen("compile " + quote(cnn) + " --target-cpu avx2 --output-dir " + quote(dir / "one")).exit_code, 0);
+  fs::create_directories(dir / "out" / "avx2" / ".targets.ctxgen-999999.tmp");
+  write_file(dir / "out" / "avx2" / ".targets.ctxgen-999999.tmp" / "cnn_ref.bin", "a killed run's leftover");
+  auto r = ctxgen("compile " + quote(cnn) + " --target-cpu avx2,sse41 --output-dir " + quote(dir / "out") + " --report r.json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(files_in(dir / "out" / "avx2"), (std::set<std::string>{"cnn_ctx.onnx", "cnn_ref.bin", "r.json"}));
+  EXPECT_EQ(files_in(dir / "out" / "sse41"), (std::set<std::string>{"cnn_ctx.onnx", "cnn_ref.bin", "r.json"}));
+  EXPECT_EQ(read_file(dir / "out" / "avx2" / "cnn_ref.bin"), read_file(dir / "one" / "cnn_ref.bin"));
+  EXPECT_EQ(level_of(dir / "out" / "sse41" / "cnn_ref.bin"), "sse41");
+  EXPECT_NE(r.output.find("[--target-cpu sse41]"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("wrote " + (dir / "out" / "sse41" / "cnn_ref.bin").string()), std::string::npos) << r.output;
+  const std::string report = read_file(dir / "out" / "sse41" / "r.json");
+  EXPECT_NE(report.find((dir / "out" / "sse41" / "cnn_ctx.onnx").string()), std::string::npos) << report;
+  EXPECT_EQ(report.find(".targets.ctxgen-"), std::string::npos) << "the report names the files where they are";
+
+  // An existing output stops the run before any level compiles; --force replaces them all.
+  r = ctxgen("compile " + quote(cnn) + " --target-cpu sse41,avx2 --output-dir " + quote(dir / "out"));
+  EXPECT_EQ(r.exit_code, 5) << r.output;
+  EXPECT_EQ(r.output.find("[--target-cpu"), std::string::npos) << r.output;
+  EXPECT_EQ(ctxgen("compile " + quote(cnn) + " --target-cpu sse41,avx2 --output-dir " + quote(dir / "out") + " --force").exit_code, 0);
+
+  // A level that fails leaves nothing of the others.
+  r = ctxgen("compile " + quote(cnn) + " --target-cpu avx2,avx3 --output-dir " + quote(dir / "failed"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--target-cpu avx3: no such CPU level"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "failed" / "avx2" / "cnn_ref.bin"));
+  EXPECT_TRUE(!fs::exists(dir / "failed") || files_in(dir / "failed").empty());
+
+  for (const auto& [options, message] :
+       std::vector<std::pair<std::string, std::string>>{{"--target-cpu avx2,avx2", "avx2 is given twice"},
+                                                        {"--target-cpu avx2,", "an empty level in the list"},
+                                                        {"--target-cpu avx2,sse41 -o m.onnx", "give --output-dir, not -o"}}) {
+    r = ctxgen("compile " + quote(cnn) + " " + options);
+    EXPECT_EQ(r.exit_code, 2) << options << "\n" << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << r.output;
+  }
 }
 
 TEST(TargetCpu, AnUnknownLevelIsAUsageError) {

@@ -1,0 +1,176 @@
+#include "targets.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <fstream>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <set>
+#include <sstream>
+
+#include "ctxgen/error.h"
+#include "ctxgen/log.h"
+#include "ctxgen/outputs.h"
+#include "ctxgen/report.h"
+
+namespace fs = std::filesystem;
+
+namespace ctxgen::cli {
+namespace {
+
+// A level's outputs as its child writes them, in a folder beside their final place that the
+// output folder's lock claims as a killed run's leftover (OutputSet), removed with what is left.
+class Staging {
+ public:
+  explicit Staging(const fs::path& folder) : path_(folder / (".targets.ctxgen-" + std::to_string(::getpid()) + ".tmp")) {}
+  ~Staging() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+// `text` with the staging folder's path replaced by the level's final folder.
+std::string placed(std::string text, const std::string& staging, const std::string& final) {
+  for (size_t at = text.find(staging); at != std::string::npos; at = text.find(staging, at + final.size()))
+    text.replace(at, staging.size(), final);
+  return text;
+}
+
+void place_paths(nlohmann::json& j, const std::string& staging, const std::string& final) {
+  if (j.is_string()) j = placed(j.get<std::string>(), staging, final);
+  if (j.is_structured())
+    for (auto& item : j) place_paths(item, staging, final);
+}
+
+// The child's whole life: one level's compile; its summary, naming the files where they will be,
+// goes to the parent through `summary_fd`, to be printed once every level's outputs are in place.
+[[noreturn]] void compile_level(const std::vector<fs::path>& models, CompileOptions options, const std::string& level,
+                                const fs::path& staging, const fs::path& final, const BackendRegistry& backends,
+                                int summary_fd) {
+  int code = 0;
+  try {
+    options.target = level;
+    options.output_dir = staging;
+    options.force = false;
+    if (!options.report_file.empty()) options.report_file = staging / options.report_file.filename();
+    const std::string text = placed(report_text(compile_models(models, options, backends)), staging.string(), final.string());
+    for (size_t at = 0; at < text.size();) {
+      const ssize_t n = ::write(summary_fd, text.data() + at, text.size() - at);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      at += static_cast<size_t>(n);
+    }
+  } catch (const Error& e) {
+    log().error("{}", e.what());
+    code = exit_code(e.code());
+  } catch (const std::exception& e) {
+    log().error("internal error: {}", e.what());
+    code = exit_code(ErrorCode::kInternal);
+  }
+  std::fflush(nullptr);
+  ::_exit(code);
+}
+
+std::string read_all(int fd) {
+  std::string text;
+  char buffer[4096];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return text;
+    text.append(buffer, static_cast<size_t>(n));
+  }
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  if (!out.flush()) throw Error(ErrorCode::kIo, path.string() + ": cannot write");
+}
+
+}  // namespace
+
+std::vector<std::string> target_levels(const std::string& target) {
+  std::vector<std::string> levels;
+  std::stringstream list(target);
+  for (std::string level; std::getline(list, level, ',');) levels.push_back(level);
+  if (!target.empty() && target.back() == ',') levels.emplace_back();
+  std::set<std::string> seen;
+  for (const auto& level : levels) {
+    if (level.empty()) throw Error(ErrorCode::kUsage, "--target-cpu " + target + ": an empty level in the list");
+    if (!seen.insert(level).second) throw Error(ErrorCode::kUsage, "--target-cpu " + target + ": " + level + " is given twice");
+  }
+  return levels;
+}
+
+int compile_levels(const std::vector<fs::path>& models, const CompileOptions& options,
+                   const std::vector<std::string>& levels, const BackendRegistry& backends, bool quiet) {
+  const std::string what = "--target-cpu with several levels";
+  if (!options.output_file.empty()) throw Error(ErrorCode::kUsage, what + " writes each level's outputs in a folder of its own: give --output-dir, not -o");
+  if (options.stop_after) throw Error(ErrorCode::kUsage, what + " compiles; --stop-after writes no level's outputs");
+  if (options.report_file == kStdoutReport)
+    throw Error(ErrorCode::kUsage, what + ": each level's report goes into its folder; give --report FILE, not -");
+  const fs::path folder = !options.output_dir.empty() ? options.output_dir : models.front().parent_path();
+  // The models are planned now, so an existing output (without --force) or a model among the
+  // outputs is refused before any level compiles; the rest of a level's files are adopted at the end.
+  std::vector<fs::path> planned;
+  for (const auto& level : levels) {
+    for (const auto& model : models) planned.push_back(folder / level / (file_stem(model) + "_ctx.onnx"));
+    if (!options.report_file.empty()) planned.push_back(folder / level / options.report_file.filename());
+  }
+  OutputSet outputs(planned, options.force, read_files(models, options));
+  std::vector<std::unique_ptr<Staging>> staged;
+  std::string summaries;
+  for (const auto& level : levels) {
+    const fs::path final = folder / level;
+    staged.push_back(std::make_unique<Staging>(final));
+    int pipe_fds[2];
+    if (::pipe(pipe_fds) != 0) throw Error(ErrorCode::kIo, std::string("cannot start the compile for ") + level + ": " + std::strerror(errno));
+    std::cout.flush();
+    std::fflush(nullptr);
+    const pid_t child = ::fork();
+    if (child < 0) throw Error(ErrorCode::kIo, "cannot start the compile for " + level + ": " + std::strerror(errno));
+    if (child == 0) {
+      ::close(pipe_fds[0]);
+      compile_level(models, options, level, staged.back()->path(), final, backends, pipe_fds[1]);
+    }
+    ::close(pipe_fds[1]);
+    summaries += "[--target-cpu " + level + "]\n" + read_all(pipe_fds[0]);
+    ::close(pipe_fds[0]);
+    int status = 0;
+    while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (!WIFEXITED(status)) {
+      log().error("the compile for {} ended by signal {}", level, WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+      return exit_code(ErrorCode::kInternal);
+    }
+    if (WEXITSTATUS(status) != 0) return WEXITSTATUS(status);
+    if (!options.report_file.empty()) {
+      // The report names the files where they will be.
+      const fs::path report = staged.back()->path() / options.report_file.filename();
+      nlohmann::json j = nlohmann::json::parse(read_text(report));
+      place_paths(j, staged.back()->path().string(), final.string());
+      write_text(report, j.dump(2) + "\n");
+    }
+  }
+  for (size_t l = 0; l < levels.size(); ++l)
+    for (const auto& entry : fs::directory_iterator(staged[l]->path()))
+      outputs.adopt(entry.path(), folder / levels[l] / entry.path().filename());
+  outputs.commit();
+  if (!quiet) std::cout << summaries;
+  return 0;
+}
+
+}  // namespace ctxgen::cli

@@ -1,0 +1,25 @@
+#pragma once
+// `--target-cpu LEVEL,LEVEL,...`: one compile per CPU level, each in a process of its own (oneDNN
+// fixes the level it compiles for once per process), the outputs of level L in OUT/L/, all
+// published together or none.
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "ctxgen/backend.h"
+#include "ctxgen/pipeline.h"
+
+namespace ctxgen::cli {
+
+// The levels of a --target-cpu list ("avx2,avx512_core"); one entry when it names one level.
+std::vector<std::string> target_levels(const std::string& target);
+
+// Compiles `models` once per level in forked children (the calling process must be single-threaded
+// and must not have asked oneDNN about the CPU yet). Returns the exit code: a child's when it
+// failed, 0 when every level's outputs are in place. Each child prints its own progress and
+// summary.
+int compile_levels(const std::vector<std::filesystem::path>& models, const CompileOptions& options,
+                   const std::vector<std::string>& levels, const BackendRegistry& backends, bool quiet);
+
+}  // namespace ctxgen::cli
