@@ -21,21 +21,6 @@ namespace fs = std::filesystem;
 namespace ctxgen::cli {
 namespace {
 
-// A level's outputs as its child writes them, in a folder beside their final place that the
-// output folder's lock claims as a killed run's leftover (OutputSet), removed with what is left.
-class Staging {
- public:
-  explicit Staging(const fs::path& folder) : path_(folder / (".targets.ctxgen-" + std::to_string(::getpid()) + ".tmp")) {}
-  ~Staging() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
 // `text` with the staging folder's path replaced by the level's final folder.
 std::string placed(std::string text, const std::string& staging, const std::string& final) {
   for (size_t at = text.find(staging); at != std::string::npos; at = text.find(staging, at + final.size()))
@@ -131,11 +116,11 @@ int compile_levels(const std::vector<fs::path>& models, const CompileOptions& op
     if (!options.report_file.empty()) planned.push_back(folder / level / options.report_file.filename());
   }
   OutputSet outputs(planned, options.force, read_files(models, options));
-  std::vector<std::unique_ptr<Staging>> staged;
+  std::vector<std::unique_ptr<StagingFolder>> staged;
   std::string summaries;
   for (const auto& level : levels) {
     const fs::path final = folder / level;
-    staged.push_back(std::make_unique<Staging>(final));
+    staged.push_back(std::make_unique<StagingFolder>(final, "targets"));
     int pipe_fds[2];
     if (::pipe(pipe_fds) != 0) throw Error(ErrorCode::kIo, std::string("cannot start the compile for ") + level + ": " + std::strerror(errno));
     std::cout.flush();

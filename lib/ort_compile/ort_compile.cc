@@ -73,26 +73,6 @@ void check_options(const std::vector<fs::path>& inputs, const CompileOptions& op
     throw Error(ErrorCode::kUsage, "give -o or --output-dir, not both: -o already says where the outputs go");
 }
 
-// A folder beside the outputs that ORT writes into, removed with whatever is left in it. Its name is
-// one OutputSet takes for a killed run's leftover, and removes under its lock.
-class Staging {
- public:
-  explicit Staging(const fs::path& folder)
-      : path_(folder / (".ep-compile.ctxgen-" + std::to_string(::getpid()) + ".tmp")) {
-    std::error_code ec;
-    fs::create_directory(path_, ec);
-    if (ec) throw Error(ErrorCode::kIo, path_.string() + ": cannot create the staging folder: " + ec.message());
-  }
-  ~Staging() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
 // An ORT failure as ctxgen reports failures: what went wrong, with the exit code that says so.
 Error ort_error(const Ort::Exception& e, const fs::path& model, const EpTarget& target, bool allow_empty) {
   const std::string what = e.what();
@@ -178,7 +158,7 @@ void run(const std::vector<fs::path>& inputs, const CompileOptions& options, con
   if (!options.report_file.empty() && options.report_file != kStdoutReport) checked.push_back(options.report_file);
   OutputSet outputs(checked, options.force, read_files(inputs, options));
   outputs_checked = true;
-  const Staging staging(folder.empty() ? fs::path(".") : folder);
+  const StagingFolder staging(folder.empty() ? fs::path(".") : folder, "ep-compile");
 
   opt_out_of_ort_telemetry();
   Ort::Env env(ORT_LOGGING_LEVEL_WARNING, "ctxgen");

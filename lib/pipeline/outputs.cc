@@ -39,7 +39,23 @@ bool is_temporary(const std::string& name) {
   return !pid.empty() && pid.find_first_not_of("0123456789") == std::string::npos;
 }
 
+constexpr const char* kStagingKinds[] = {"ep-compile", "targets"};
+
 }  // namespace
+
+StagingFolder::StagingFolder(const fs::path& folder, const std::string& kind)
+    : path_(folder / ("." + kind + ".ctxgen-" + std::to_string(::getpid()) + ".tmp")) {
+  if (std::find(std::begin(kStagingKinds), std::end(kStagingKinds), kind) == std::end(kStagingKinds))
+    throw Error(ErrorCode::kInternal, "a staging folder of unknown kind '" + kind + "'");
+  std::error_code ec;
+  fs::create_directory(path_, ec);
+  if (ec) throw Error(ErrorCode::kIo, path_.string() + ": cannot create the staging folder: " + ec.message());
+}
+
+StagingFolder::~StagingFolder() {
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+}
 
 fs::path resolved_path(const fs::path& path, ErrorCode code) {
   std::error_code ec;
@@ -188,10 +204,12 @@ void OutputSet::lock(const fs::path& folder) {
   locks_.emplace_back(folder, fd);
   for (const auto& e : fs::directory_iterator(folder, ec))
     if (is_temporary(e.path().filename().string())) {
-      // A staging folder of --ep-lib (ctxgen/ort_compile.h) or of one --target-cpu level of several
-      // (apps/ctxgen/targets.cc) goes whole; anything else only if a file.
+      // A StagingFolder goes whole; anything else only if a file.
       const std::string name = e.path().filename().string();
-      if (name.rfind(".ep-compile.ctxgen-", 0) == 0 || name.rfind(".targets.ctxgen-", 0) == 0) fs::remove_all(e.path(), ec);
+      const bool staging = std::any_of(std::begin(kStagingKinds), std::end(kStagingKinds), [&](const char* kind) {
+        return name.rfind(std::string(".") + kind + ".ctxgen-", 0) == 0;
+      });
+      if (staging) fs::remove_all(e.path(), ec);
       else fs::remove(e.path(), ec);
     }
 }

@@ -88,6 +88,22 @@ class OutputSet {
   bool committed_ = false;
 };
 
+// A folder that another writer fills beside outputs (ONNX Runtime for --ep-lib, a child process
+// for one --target-cpu level of several), made now and removed with whatever is left in it. Its
+// name, ".<kind>.ctxgen-<pid>.tmp", is one OutputSet takes for a killed run's leftover and removes
+// whole under the folder's lock; `kind` is "ep-compile" or "targets".
+class StagingFolder {
+ public:
+  StagingFolder(const std::filesystem::path& folder, const std::string& kind);
+  ~StagingFolder();
+  StagingFolder(const StagingFolder&) = delete;
+  StagingFolder& operator=(const StagingFolder&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
 // The JSON report as one of `outputs`, written to its temporary now.
 void write_report(OutputSet& outputs, const std::filesystem::path& path, const nlohmann::json& report);
 
