@@ -11,6 +11,7 @@
 #include "kept.h"
 #include "onednn.h"
 #include "ops.h"
+#include "profile.h"
 
 namespace ctxgen::runtime {
 namespace {
@@ -213,7 +214,7 @@ std::unique_ptr<RunState> make_state(const ref::Program& program, const Plans& p
 }
 
 void run_ops(const ref::Program& program, const Plans& plans, RunState& state, const std::vector<const void*>& inputs,
-             const std::vector<void*>& outputs, const ParallelFor& parallel) {
+             const std::vector<void*>& outputs, const ParallelFor& parallel, const std::string& name) {
   expect_count(inputs.size(), program.inputs.size(), "input");
   expect_count(outputs.size(), program.outputs.size(), "output");
   for (size_t id : plans.caller_values) {
@@ -229,11 +230,14 @@ void run_ops(const ref::Program& program, const Plans& plans, RunState& state, c
     const int32_t id = plans.input_ids[i];
     state.tensors[i] = id < 0 ? Tensor{} : Tensor{&program.values[static_cast<size_t>(id)], state.buffers[static_cast<size_t>(id)]};
   }
+  const bool timed = profile::enabled();
   for (size_t k = 0; k < plans.steps.size(); ++k) {
     const Plans::Step& step = plans.steps[k];
     if (step.skip) continue;
+    const auto start = timed ? profile::Clock::now() : profile::Clock::time_point{};
     call(program, plans, k, state.tensors.data() + step.first_input, state.buffers[step.out], parallel, state.scratch,
          state.ops[k].get());
+    if (timed) profile::record(name, k, program.ops[k], program.values[step.out], start, profile::Clock::now());
   }
 }
 
@@ -242,10 +246,10 @@ void run_ops(const ref::Program& program, const Plans& plans, RunState& state, c
 PreparedProgram::PreparedProgram(ref::Program program, const WeightLookup& weights)
     : PreparedProgram(std::make_shared<const ref::Program>(std::move(program)), weights) {}
 
-PreparedProgram::PreparedProgram(std::shared_ptr<const ref::Program> program, const WeightLookup& weights)
-    : program_(std::move(program)), plans_(plan_ops(*program_, weights)) {}
+PreparedProgram::PreparedProgram(std::shared_ptr<const ref::Program> program, const WeightLookup& weights, std::string name)
+    : program_(std::move(program)), name_(std::move(name)), plans_(plan_ops(*program_, weights)) {}
 
-PreparedProgram::~PreparedProgram() = default;
+PreparedProgram::~PreparedProgram() { profile::save(); }
 
 void PreparedProgram::run(const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
                           const ParallelFor& parallel) const {
@@ -258,7 +262,7 @@ void PreparedProgram::run(const std::vector<const void*>& inputs, const std::vec
     }
   }
   if (!state) state = make_state(*program_, *plans_);
-  run_ops(*program_, *plans_, *state, inputs, outputs, parallel);
+  run_ops(*program_, *plans_, *state, inputs, outputs, parallel, name_);
   std::lock_guard<std::mutex> lock(states_mutex_);
   states_.push_back(std::move(state));
 }
@@ -332,7 +336,7 @@ Executable::Executable(std::shared_ptr<const ContextBinary> binary, const std::s
     }
     check_signature(graph_->inputs, program, program.inputs, "input");
     check_signature(graph_->outputs, program, program.outputs, "output");
-    prepared_ = std::make_unique<PreparedProgram>(read, [this](uint32_t id) { return binary_->weight_data(id); });
+    prepared_ = std::make_unique<PreparedProgram>(read, [this](uint32_t id) { return binary_->weight_data(id); }, graph_name);
   } catch (const Error& e) {
     throw e.within(where);
   }

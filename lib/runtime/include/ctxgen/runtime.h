@@ -39,8 +39,9 @@ class PreparedProgram {
  public:
   // Throws Error(kInvalidBinary) when an op cannot run on this CPU, Error(kRuntime) when `weights`
   // has no bytes for a weight the program reads.
+  // `name` labels its ops' times with CTXGEN_PROFILE (the graph's name in its context binary).
   PreparedProgram(ref::Program program, const WeightLookup& weights);
-  PreparedProgram(std::shared_ptr<const ref::Program> program, const WeightLookup& weights);
+  PreparedProgram(std::shared_ptr<const ref::Program> program, const WeightLookup& weights, std::string name = {});
   ~PreparedProgram();
 
   const ref::Program& program() const { return *program_; }
@@ -50,6 +51,7 @@ class PreparedProgram {
 
  private:
   std::shared_ptr<const ref::Program> program_;
+  std::string name_;
   std::unique_ptr<const Plans> plans_;
   mutable std::mutex states_mutex_;
   mutable std::vector<std::unique_ptr<RunState>> states_;  // one per run that was in flight at once
