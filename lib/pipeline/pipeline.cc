@@ -485,8 +485,8 @@ void run_pipeline(const std::vector<fs::path>& inputs, const CompileOptions& opt
     if (job.plan.partitions.empty() && !job.model.fixed_values.empty())
       throw Error(ErrorCode::kNothingCompiled,
                   inputs[m].string() + ": nothing to compile, so no compiled partition checks the value of input '" +
-                      job.model.fixed_values.begin()->first +
-                      "' (--fix-value keeps it an input that must be fed the value given); --allow-empty cannot be combined with --fix-value here");
+                      job.model.fixed_values.begin()->first + "' (--fix-value keeps it an input that must be fed " +
+                      "the value given); --allow-empty cannot be combined with --fix-value here");
     // Some nodes compiled and others stayed on CPU for want of static shapes: the fix, said once.
     const bool dynamic = std::any_of(job.plan.cpu_nodes.begin(), job.plan.cpu_nodes.end(), [](const CpuNode& c) {
       return c.reason.find("dynamic shape") != std::string::npos || c.reason.find("unknown shape") != std::string::npos;

@@ -180,6 +180,12 @@ TEST(FixValue, FixedInputsKeepTheirPlaceAndDefaults) {
   EXPECT_NE(r.output.find("fixed input a = [1, 2] (compiled for this value: a run must feed it)"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("fixed input k = 5"), std::string::npos) << r.output;
   expect_verified(quote(dir / "out" / "m_ctx.onnx") + " --reference " + quote(dir / "m.onnx"));
+  // With nothing compiled, no partition could check a fed value: refused, even with --allow-empty.
+  r = ctxgen("compile " + quote(dir / "m.onnx") + " --fix-value k=5 --fix-value a=1,2 --fix-value x=1,2,3,4 --allow-empty "
+             "--output-dir " + quote(dir / "empty"));
+  EXPECT_EQ(r.exit_code, 4) << r.output;
+  EXPECT_NE(r.output.find("no compiled partition checks the value of input"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "empty" / "m_ctx.onnx"));
   // Against a model of another interface, verify says the compiled model does not replace it.
   r = ctxgen("verify " + quote(dir / "out" / "m_ctx.onnx") + " --reference " + quote(generated_models() / "vad.onnx"));
   EXPECT_NE(r.exit_code, 0) << r.output;
