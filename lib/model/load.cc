@@ -58,6 +58,31 @@ void check_versions(const fs::path& path, const onnx::ModelProto& model) {
                             std::to_string(kMaxOpset));
 }
 
+// An If's two branches give the node's outputs, one for one: the same number, of the same element
+// types where both declare one. ONNX Runtime refuses an If whose branches disagree; a branch
+// inlined by --fix-value would otherwise hide that until the written model fails to load.
+void check_if_branches(const fs::path& path, const onnx::NodeProto& node, size_t index) {
+  const onnx::GraphProto *then_branch = nullptr, *else_branch = nullptr;
+  for (const auto& a : node.attribute()) {
+    if (a.name() == "then_branch" && a.has_g()) then_branch = &a.g();
+    if (a.name() == "else_branch" && a.has_g()) else_branch = &a.g();
+  }
+  if (then_branch == nullptr || else_branch == nullptr) return;  // the checker names a missing branch
+  const std::string where = "node " + describe_node(node, index) + ": ";
+  const int count = then_branch->output_size();
+  if (else_branch->output_size() != count || node.output_size() != count)
+    throw invalid(path, where + "then_branch has " + std::to_string(count) + " output(s), else_branch " +
+                            std::to_string(else_branch->output_size()) + ", the node " + std::to_string(node.output_size()) +
+                            " (ONNX Runtime refuses an If whose branches disagree)");
+  for (int o = 0; o < count; ++o) {
+    const int32_t a = then_branch->output(o).type().tensor_type().elem_type(),
+                  b = else_branch->output(o).type().tensor_type().elem_type();
+    if (a != 0 && b != 0 && a != b)
+      throw invalid(path, where + "output " + std::to_string(o) + " is " + dtype_name(a) + " in then_branch and " +
+                              dtype_name(b) + " in else_branch (ONNX Runtime refuses an If whose branches disagree)");
+  }
+}
+
 // What ctxgen checks itself before onnx 1.12 sees the model: attributes that later opsets turned
 // into inputs (onnx cannot tell for opsets it does not know, and otherwise does not say so; ONNX
 // Runtime refuses such models), and window attributes its shape inference would divide by.
@@ -74,6 +99,7 @@ void check_attributes(const fs::path& path, const onnx::GraphProto& graph, int64
     }
     if (!is_onnx_domain(node.domain())) continue;
     const std::string& op = node.op_type();
+    if (op == "If") check_if_branches(path, node, static_cast<size_t>(i));
     bool reduce = op.rfind("Reduce", 0) == 0;
     const char* moved = nullptr;
     if (opset >= 13 && (op == "Squeeze" || op == "Unsqueeze" || op == "ReduceSum")) moved = "axes";

@@ -153,6 +153,46 @@ TEST(Model, RefusesWhatOnnxRuntimeRefuses) {
               std::string::npos)
         << msg;
   }
+  // An If whose branches give different numbers or types of outputs.
+  auto branch = [](onnx::NodeProto* n, const std::string& name, std::vector<int32_t> types) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::GRAPH);
+    auto* g = a->mutable_g();
+    g->set_name(name);
+    for (size_t o = 0; o < types.size(); ++o) {
+      auto* c = g->add_node();
+      c->set_op_type("Constant");
+      c->add_output(name + std::to_string(o));
+      auto* value = c->add_attribute();
+      value->set_name("value");
+      value->set_type(onnx::AttributeProto::TENSOR);
+      value->mutable_t()->set_data_type(types[o]);
+      if (types[o] == onnx::TensorProto::FLOAT) value->mutable_t()->add_float_data(1);
+      else value->mutable_t()->add_int64_data(1);
+      auto* out = g->add_output();
+      out->set_name(name + std::to_string(o));
+      out->mutable_type()->mutable_tensor_type()->set_elem_type(types[o]);
+    }
+  };
+  const std::vector<std::pair<std::vector<int32_t>, std::string>> disagreeing = {
+      {{onnx::TensorProto::FLOAT, onnx::TensorProto::FLOAT}, "then_branch has 1 output(s), else_branch 2, the node 1"},
+      {{onnx::TensorProto::INT64}, "output 0 is float32 in then_branch and int64 in else_branch"}};
+  for (const auto& [else_types, message] : disagreeing) {
+    EXPECT_EQ(load_error(save("if.onnx", [&](onnx::GraphProto& g) {
+                auto* cond = g.add_input();
+                cond->set_name("c");
+                cond->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::BOOL);
+                cond->mutable_type()->mutable_tensor_type()->mutable_shape();
+                auto* n = node(g, "If", "choose", "c", "y");
+                branch(n, "then_branch", {onnx::TensorProto::FLOAT});
+                branch(n, "else_branch", else_types);
+              }), &msg),
+              ErrorCode::kInvalidModel);
+    EXPECT_NE(msg.find("node 'choose' (If): " + message + " (ONNX Runtime refuses an If whose branches disagree)"),
+              std::string::npos)
+        << msg;
+  }
   EXPECT_NO_THROW(load_model(save("fine.onnx", [&](onnx::GraphProto& g) {
     auto* n = node(g, "MaxPool", "pool", "x", "y");
     ints(n, "kernel_shape", {2, 2});
