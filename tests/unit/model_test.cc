@@ -178,7 +178,8 @@ TEST(Model, RefusesWhatOnnxRuntimeRefuses) {
   const std::vector<std::pair<std::vector<int32_t>, std::string>> disagreeing = {
       {{onnx::TensorProto::FLOAT, onnx::TensorProto::FLOAT}, "then_branch has 1 output(s), else_branch 2, the node 1"},
       {{onnx::TensorProto::INT64}, "output 0 is float32 in then_branch and int64 in else_branch"}};
-  for (const auto& [else_types, message] : disagreeing) {
+  for (const auto& [types, message] : disagreeing) {
+    const std::vector<int32_t>& else_types = types;  // clang before 16 cannot capture structured bindings
     EXPECT_EQ(load_error(save("if.onnx", [&](onnx::GraphProto& g) {
                 auto* cond = g.add_input();
                 cond->set_name("c");
