@@ -56,7 +56,7 @@ def programs_of(path):
         n, = struct.unpack_from("<I", data, at)
         at += 4 + n
 
-    def ios():
+    def ios(with_values=False):
         nonlocal at
         count, = struct.unpack_from("<I", data, at)
         at += 4
@@ -64,22 +64,14 @@ def programs_of(path):
             string()
             _, rank = struct.unpack_from("<iI", data, at)
             at += 8 + 8 * rank
-
-    def fixed_inputs():
-        nonlocal at
-        count, = struct.unpack_from("<I", data, at)
-        at += 4
-        for _ in range(count):
-            string()
-            _, rank = struct.unpack_from("<iI", data, at)
-            at += 8 + 8 * rank
-            string()  # the value
+            if with_values:
+                string()  # a fixed input's value
 
     for _ in range(graph_count):
         string()
         ios()
         ios()
-        fixed_inputs()
+        ios(with_values=True)
         offset, size, _ = struct.unpack_from("<QQQ", data, at)
         at += 24
         ids, = struct.unpack_from("<I", data, at)

@@ -22,7 +22,6 @@ uint64_t graph_record_size(const CompiledGraph& graph) {
   return size;
 }
 
-
 bool holds_its_elements(const FixedInput& fixed) {
   const size_t size = fixed_element_size(fixed.io.elem_type);
   const std::optional<int64_t> count = bounded_element_count(fixed.io.dims);

@@ -170,16 +170,14 @@ void CompiledNode::check_fixed_inputs(OrtKernelContext* context, std::vector<int
     const void* data = nullptr;
     check(api().ort->GetTensorData(value, &data), "GetTensorData");
     const size_t count = fixed.value.size() / fixed_element_size(fixed.io.elem_type);
-    const bool same = elem_type == fixed.io.elem_type && dims == fixed.io.dims &&
-                      (fixed.value.empty() || std::memcmp(data, fixed.value.data(), fixed.value.size()) == 0);
-    if (same) continue;
+    const bool shaped = elem_type == fixed.io.elem_type && dims == fixed.io.dims;
+    if (shaped && (fixed.value.empty() || std::memcmp(data, fixed.value.data(), fixed.value.size()) == 0)) continue;
     const std::string compiled = fixed_values_text(fixed.io.elem_type, fixed.value.data(), count);
-    const std::string given = elem_type == fixed.io.elem_type && dims == fixed.io.dims
-                                  ? fixed_values_text(elem_type, static_cast<const uint8_t*>(data), count)
-                                  : elem_type_name(elem_type) + " " + dims_string(dims);
-    const std::string wanted = elem_type == fixed.io.elem_type && dims == fixed.io.dims
-                                   ? compiled
-                                   : elem_type_name(fixed.io.elem_type) + " " + dims_string(fixed.io.dims) + " " + compiled;
+    // Fed another type or shape, the run is named by those; else by the values.
+    const std::string given = shaped ? fixed_values_text(elem_type, static_cast<const uint8_t*>(data), count)
+                                     : elem_type_name(elem_type) + " " + dims_string(dims);
+    const std::string wanted =
+        shaped ? compiled : elem_type_name(fixed.io.elem_type) + " " + dims_string(fixed.io.dims) + " " + compiled;
     throw OrtCodeError(ORT_INVALID_ARGUMENT, "EPContext node '" + node_name_ + "': input '" + fixed.io.name + "' is " + given +
                                                  ", but the model was compiled for " + wanted +
                                                  " (ctxgen --fix-value); feed " + compiled +

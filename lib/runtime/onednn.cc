@@ -93,8 +93,6 @@ std::string level_names() {
   return names;
 }
 
-std::string architecture_of(const char* level) { return std::string(machine()) + " " + level + ", " + library_version(); }
-
 }  // namespace
 
 bool exact_int8_convolution() {
@@ -103,7 +101,9 @@ bool exact_int8_convolution() {
          isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
 }
 
-std::string architecture() { return architecture_of(isa_name(dnnl::get_effective_cpu_isa())); }
+std::string architecture() {
+  return std::string(machine()) + " " + isa_name(dnnl::get_effective_cpu_isa()) + ", " + library_version();
+}
 
 void target_level(const std::string& level) {
   const std::optional<dnnl::cpu_isa> isa = isa_named(level);
