@@ -1,6 +1,8 @@
 #include "binary_registry.h"
 
 #include <atomic>
+#include <cstring>
+#include <new>
 
 namespace ctxgen::ort_ep {
 namespace {
@@ -25,6 +27,15 @@ std::shared_ptr<const ContextBinary> counted(std::shared_ptr<const ContextBinary
 }
 
 }  // namespace
+
+std::shared_ptr<const uint8_t> aligned_copy(const std::string& bytes) {
+  constexpr std::align_val_t alignment{kPayloadAlignment};
+  auto* data = static_cast<uint8_t*>(::operator new(bytes.size(), alignment));
+  std::memcpy(data, bytes.data(), bytes.size());
+  return std::shared_ptr<const uint8_t>(data, [](const uint8_t* p) {
+    ::operator delete(const_cast<uint8_t*>(p), std::align_val_t{kPayloadAlignment});
+  });
+}
 
 BinaryRegistry& BinaryRegistry::instance() {
   static BinaryRegistry registry;

@@ -27,6 +27,10 @@ struct SharedGraph {
   std::shared_ptr<const ContextBinary> binary;
 };
 
+// A copy of `bytes` aligned like a mapped file, so that a binary held in memory (embedded in its
+// EPContext node, or compiled in the session) has its weights used in place as from a .bin.
+std::shared_ptr<const uint8_t> aligned_copy(const std::string& bytes);
+
 class BinaryRegistry {
  public:
   static BinaryRegistry& instance();

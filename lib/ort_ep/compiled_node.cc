@@ -215,4 +215,18 @@ std::vector<std::optional<size_t>> match_by_name(const std::string& node, const 
   return slots;
 }
 
+std::vector<size_t> required_slots(const std::string& node, const std::vector<std::string>& wanted,
+                                   const std::vector<std::string>& available) {
+  std::vector<size_t> slots;
+  for (const auto& slot : match_by_name(node, "input", wanted, available, true)) slots.push_back(*slot);
+  return slots;
+}
+
+std::vector<std::string> value_names(const std::vector<const OrtValueInfo*>& values) {
+  std::vector<std::string> names;
+  names.reserve(values.size());
+  for (const OrtValueInfo* value : values) names.push_back(value == nullptr ? std::string() : value_name(value));
+  return names;
+}
+
 }  // namespace ctxgen::ort_ep

@@ -54,5 +54,10 @@ class CompiledNode : public OrtNodeComputeInfo {
 std::vector<std::optional<size_t>> match_by_name(const std::string& node, const char* direction,
                                                  const std::vector<std::string>& wanted,
                                                  const std::vector<std::string>& available, bool required);
+// The same for inputs, which must all come from somewhere: every slot is required.
+std::vector<size_t> required_slots(const std::string& node, const std::vector<std::string>& wanted,
+                                   const std::vector<std::string>& available);
+// The names of ORT's values, empty for a missing optional one.
+std::vector<std::string> value_names(const std::vector<const OrtValueInfo*>& values);
 
 }  // namespace ctxgen::ort_ep

@@ -2,16 +2,11 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstring>
-#include <new>
 
 #include "binary_registry.h"
 #include "compiled_node.h"
 #include "ctxgen/context_path.h"
 #include "ctxgen/error.h"
-#include "ctxgen/pipeline.h"
-#include "ctxgen/weights.h"
-#include "generate.h"
 #include "ort_api.h"
 #include "plugin_backend.h"
 
@@ -19,32 +14,6 @@ namespace fs = std::filesystem;
 
 namespace ctxgen::ort_ep {
 namespace {
-
-std::vector<std::string> value_names(const std::vector<const OrtValueInfo*>& values) {
-  std::vector<std::string> names;
-  names.reserve(values.size());
-  for (const OrtValueInfo* value : values) names.push_back(value == nullptr ? std::string() : value_name(value));
-  return names;
-}
-
-// Embedded payloads are copied to a buffer aligned like a mapped file, so weights can be used
-// in place exactly as they are from a .bin.
-std::shared_ptr<const uint8_t> aligned_copy(const std::string& bytes) {
-  constexpr std::align_val_t alignment{kPayloadAlignment};
-  auto* data = static_cast<uint8_t*>(::operator new(bytes.size(), alignment));
-  std::memcpy(data, bytes.data(), bytes.size());
-  return std::shared_ptr<const uint8_t>(data, [](const uint8_t* p) {
-    ::operator delete(const_cast<uint8_t*>(p), std::align_val_t{kPayloadAlignment});
-  });
-}
-
-// Every graph input must come from somewhere, so its slot is not optional.
-std::vector<size_t> required_slots(const std::string& node, const std::vector<std::string>& wanted,
-                                   const std::vector<std::string>& available) {
-  std::vector<size_t> slots;
-  for (const auto& slot : match_by_name(node, "input", wanted, available, true)) slots.push_back(*slot);
-  return slots;
-}
 
 std::string join_labels(const std::vector<std::string>& labels) {
   std::string text;
@@ -75,18 +44,23 @@ SessionConfig SessionConfig::read(const OrtSessionOptions* options) {
   return config;
 }
 
-std::string CtxgenEp::cannot_run() const {
-  if (config_.virtual_device)
+std::string SessionConfig::cannot_run() const {
+  if (virtual_device)
     return "this session uses " + backend_identity().backend +
            "'s virtual device (offered when the environment allows virtual devices, as a library registered under a "
            "name ending in '.virtual' does); it loads and checks models but cannot run them. Run on the EP's CPU "
            "device instead";
-  if (config_.compile_only) return "this session only compiles (session.compile_only=1, as ORT's Compile API sets it)";
+  if (compile_only) return "this session only compiles (session.compile_only=1, as ORT's Compile API sets it)";
   return {};
 }
 
 CtxgenEp::CtxgenEp(SessionConfig config, const OrtLogger* logger)
-    : OrtEp{}, config_(std::move(config)), logger_(logger) {
+    : OrtEp{}, config_(std::move(config)), logger_(logger), compiler_(make_session_compiler(config_, logger)) {
+  if (config_.context_enable && !compiler_)
+    throw Error(ErrorCode::kUsage, "this " + backend_identity().backend +
+                                       " library only runs compiled models and cannot generate EPContext models "
+                                       "(ep.context_enable=1, as ORT's Compile API sets it); compile with ctxgen, "
+                                       "or register the full library (libctxgen_ort_ep.so)");
   ort_version_supported = ORT_API_VERSION;
   GetName = GetNameImpl;
   GetCapability = GetCapabilityImpl;
@@ -95,10 +69,7 @@ CtxgenEp::CtxgenEp(SessionConfig config, const OrtLogger* logger)
   GetCompiledModelCompatibilityInfo = GetCompiledModelCompatibilityInfoImpl;
 }
 
-void CtxgenEp::log(OrtLoggingLevel level, const std::string& message) const {
-  OrtStatus* status = api().ort->Logger_LogMessage(logger_, level, message.c_str(), __FILE__, __LINE__, "CtxgenEp");
-  if (status != nullptr) api().ort->ReleaseStatus(status);
-}
+void CtxgenEp::log(OrtLoggingLevel level, const std::string& message) const { log_message(logger_, level, message); }
 
 void CtxgenEp::claim(const OrtGraph* graph, OrtEpGraphSupportInfo* support) {
   size_t claimed = 0;
@@ -113,59 +84,17 @@ void CtxgenEp::claim(const OrtGraph* graph, OrtEpGraphSupportInfo* support) {
     log(ORT_LOGGING_LEVEL_INFO, "claimed " + std::to_string(claimed) + " EPContext node(s)");
     return;
   }
-  claim_ordinary(graph, support);
-}
-
-void CtxgenEp::claim_ordinary(const OrtGraph* graph, OrtEpGraphSupportInfo* support) {
+  if (compiler_) {
+    compiler_->claim(graph, support);
+    return;
+  }
   const OrtNode* parent = nullptr;
   check(api().ort->Graph_GetParentNode(graph, &parent), "Graph_GetParentNode");
-  if (parent != nullptr) {
-    log(ORT_LOGGING_LEVEL_VERBOSE, "claims no nodes of the subgraphs of node '" + node_name(parent) + "' (" +
-                                       node_op_type(parent) + "): control flow stays with ONNX Runtime");
-    return;
-  }
-  // The last session of a shared compile group ends it even when it compiles nothing (ORT then
-  // never calls Compile): the group's binary is written for the models before it.
-  struct EndGroup {
-    CtxgenEp& ep;
-    bool claimed = false;
-    ~EndGroup() {
-      if (claimed || !ep.config_.context_enable || !ep.config_.share_contexts || !ep.config_.stop_share) return;
-      try {
-        HeldWorkspace held = shared_workspace();
-        ep.finish_group(held.workspace);
-      } catch (const std::exception& e) {
-        ep.log(ORT_LOGGING_LEVEL_ERROR, std::string("the shared context binary was not written: ") + e.what());
-      }
-    }
-  } end_group{*this};
-  std::unique_ptr<OrdinaryGraph> analysed;
-  try {
-    analysed = std::make_unique<OrdinaryGraph>(graph, backend());
-  } catch (const Error& e) {
-    // A graph ctxgen cannot read is still one ORT can run: without this EP.
-    log(ORT_LOGGING_LEVEL_WARNING, std::string("claims no nodes: ") + e.what());
-    return;
-  }
-  for (const std::string& reason : analysed->reasons()) log(ORT_LOGGING_LEVEL_VERBOSE, reason);
-  size_t claimed = 0;
-  for (const auto& group : analysed->groups()) {
-    check(api().ep->EpGraphSupportInfo_AddNodesToFuse(support, group.data(), group.size(), nullptr),
-          "EpGraphSupportInfo_AddNodesToFuse");
-    claimed += group.size();
-  }
-  std::string open;
-  for (const std::string& dim : analysed->open_dims()) open += (open.empty() ? "" : ", ") + dim;
-  log(ORT_LOGGING_LEVEL_INFO,
-      "claimed " + std::to_string(claimed) + " of " + std::to_string(analysed->node_count()) + " nodes in " +
-          std::to_string(analysed->groups().size()) + " partition(s) (" + std::to_string(analysed->folded_nodes()) +
-          " folded into constants); " + std::to_string(analysed->reasons().size()) + " stay on CPU" +
-          (open.empty() || analysed->reasons().empty()
-               ? std::string()
-               : "; the inputs leave dims open (" + open +
-                     "): fixing them with free dimension overrides lets shape-dependent nodes compile"));
-  end_group.claimed = claimed > 0;
-  ordinary_ = std::move(analysed);
+  if (parent == nullptr)
+    log(ORT_LOGGING_LEVEL_WARNING,
+        "claims no nodes: the model has no EPContext nodes of " + backend_identity().backend +
+            ", and this plugin library only runs compiled models. Compile the model with ctxgen, or register the "
+            "full library (libctxgen_ort_ep.so) to compile it in the session");
 }
 
 const CtxgenEp::LoadedBinary& CtxgenEp::keep(LoadedBinary loaded) {
@@ -284,132 +213,17 @@ void CtxgenEp::compile(const OrtGraph** graphs, const OrtNode** fused_nodes, siz
         node.name, std::move(executable),
         required_slots(node.name, value_names(inputs), value_names(node_inputs(fused_nodes[p.index]))),
         match_by_name(node.name, "output", value_names(outputs), value_names(node_outputs(fused_nodes[p.index])), false),
-        cannot_run());
+        config_.cannot_run());
   }
   if (!ordinary.empty()) {
     if (!pending.empty())
       throw Error(ErrorCode::kInternal, "Compile was given EPContext nodes and ordinary nodes together");
-    auto nodes = compile_ordinary(std::vector<const OrtGraph*>(graphs, graphs + count),
-                                  std::vector<const OrtNode*>(fused_nodes, fused_nodes + count), ep_context_nodes);
+    if (!compiler_) throw Error(ErrorCode::kInternal, "Compile was given nodes no GetCapability of this EP claimed");
+    auto nodes = compiler_->compile(std::vector<const OrtGraph*>(graphs, graphs + count),
+                                    std::vector<const OrtNode*>(fused_nodes, fused_nodes + count), ep_context_nodes);
     for (size_t i = 0; i < count; ++i) compiled[i] = std::move(nodes[i]);
   }
   for (size_t i = 0; i < count; ++i) infos[i] = compiled[i].release();
-}
-
-std::vector<std::unique_ptr<CompiledNode>> CtxgenEp::compile_ordinary(const std::vector<const OrtGraph*>& graphs,
-                                                                      const std::vector<const OrtNode*>& fused_nodes,
-                                                                      OrtNode** ep_context_nodes) {
-  if (!ordinary_) throw Error(ErrorCode::kInternal, "Compile was given nodes no GetCapability of this EP claimed");
-  // Its views of ORT's memory end with this call, whatever happens.
-  struct Done {
-    std::unique_ptr<OrdinaryGraph>& graph;
-    ~Done() { graph.reset(); }
-  } done{ordinary_};
-  const bool generate = config_.context_enable && ep_context_nodes != nullptr;
-  const bool shared = generate && config_.share_contexts;
-  if (shared && config_.embed_mode)
-    throw Error(ErrorCode::kUsage, "ep.context_embed_mode=1 cannot be combined with ep.share_ep_contexts=1: an "
-                                   "embedded context belongs to one model, so the models cannot share one binary");
-  const std::string input_model = graph_model_path(graphs.front());
-  const GenerationPaths paths = generation_paths(input_model, config_.context_file_path, backend().name());
-  // Named as the CLI names a model's partitions, so a binary ORT compiled reads like one ctxgen wrote.
-  std::vector<std::string> names;
-  for (size_t i = 0; i < graphs.size(); ++i)
-    names.push_back(generate ? config_.node_name_prefix + paths.stem + "_" + backend().name() + "_" +
-                                   std::to_string(ordinary_->partition_of(graphs[i]))
-                             : node_name(fused_nodes[i]));
-
-  // A shared group compiles into the process's workspace, holding its own copies of the weights
-  // (the binary is written by a later session); otherwise into this call's store.
-  CompileWorkspace local;
-  std::optional<HeldWorkspace> held;
-  if (shared) held.emplace(shared_workspace());
-  CompileWorkspace& workspace = held ? held->workspace : local;
-  if (shared) {
-    // Refusals leave the group as it was: a refused last session can be given again.
-    const fs::path& binary = paths.binary_or_throw();
-    if (!workspace.binary.empty() && workspace.binary.parent_path() != binary.parent_path())
-      throw Error(ErrorCode::kUsage, "the sessions of a shared group must write their models into one folder: this "
-                                     "one writes " + paths.model.string() + ", the group's context binary is " +
-                                     workspace.binary.string());
-    for (const CompiledGraph& earlier : workspace.graphs)
-      if (std::find(names.begin(), names.end(), earlier.name) != names.end())
-        throw Error(ErrorCode::kUsage, "graph '" + earlier.name + "' is already in the context binary this session " +
-                                           "group shares (two models with the same file name?); give each session "
-                                           "its own ep.context_node_name_prefix");
-    if (workspace.binary.empty()) workspace.binary = binary;
-  }
-  // A session of a shared group that fails from here takes the group's work with it: a binary
-  // missing its graphs is never written; the sessions after it start a new group.
-  struct Abandon {
-    CompileWorkspace* workspace;
-    ~Abandon() {
-      if (workspace != nullptr) *workspace = CompileWorkspace();
-    }
-  } abandon{shared ? &workspace : nullptr};
-  const size_t first = workspace.graphs.size();
-  for (size_t i = 0; i < graphs.size(); ++i)
-    workspace.graphs.push_back(ordinary_->compile(graphs[i], names[i], workspace.store, shared));
-  const std::vector<CompiledGraph> mine(workspace.graphs.begin() + static_cast<std::ptrdiff_t>(first),
-                                        workspace.graphs.end());
-
-  // Everything that can fail before any file is written: the node ORT will place, the slots.
-  const BinaryIdentity identity = backend().identity();
-  std::string payload;  // the binary in memory: to embed, or to run from when nothing is written
-  const bool written = generate && !config_.embed_mode;
-  if (!written || (shared && cannot_run().empty())) payload = context_binary_bytes(identity, workspace.graphs, workspace.store);
-  const std::string cache_context = !generate            ? std::string()
-                                    : config_.embed_mode ? payload
-                                    : shared             ? workspace.binary.filename().string()
-                                                         : paths.binary_or_throw().filename().string();
-  const EpContextSettings settings{identity, config_.embed_mode, cache_context, CTXGEN_VERSION, ""};
-  std::vector<std::vector<size_t>> input_slots;
-  std::vector<std::vector<std::optional<size_t>>> output_slots;
-  for (size_t i = 0; i < mine.size(); ++i) {
-    std::vector<std::string> inputs, outputs;
-    for (const auto& in : mine[i].inputs) inputs.push_back(in.name);
-    for (const auto& out : mine[i].outputs) outputs.push_back(out.name);
-    input_slots.push_back(required_slots(mine[i].name, inputs, value_names(node_inputs(fused_nodes[i]))));
-    output_slots.push_back(match_by_name(mine[i].name, "output", outputs, value_names(node_outputs(fused_nodes[i])), false));
-    if (generate)
-      ep_context_nodes[i] = create_ep_context_node(mine[i], node_name(fused_nodes[i]), i == 0, settings,
-                                                   fs::path(input_model).filename().string());
-  }
-
-  std::shared_ptr<const ContextBinary> binary;
-  if (written && !shared) {
-    write_context_binary_file(paths.binary, identity, workspace.graphs, workspace.store);
-    log(ORT_LOGGING_LEVEL_INFO, "wrote context binary " + paths.binary.string());
-    if (cannot_run().empty()) binary = BinaryRegistry::instance().open(paths.binary);
-  } else if (cannot_run().empty()) {
-    // Held in memory, aligned like a mapped file so weights are used in place.
-    auto data = aligned_copy(payload);
-    binary = ContextBinary::from_memory(data.get(), payload.size(), data,
-                                        "compiled in session from " + std::to_string(mine.size()) + " partition(s)");
-  }
-  if (shared && config_.stop_share) finish_group(workspace);
-  abandon.workspace = nullptr;
-  log(ORT_LOGGING_LEVEL_INFO, "compiled " + std::to_string(mine.size()) + " partition(s)" +
-                                  (generate ? " into EPContext nodes" : std::string()));
-
-  std::vector<std::unique_ptr<CompiledNode>> nodes;
-  for (size_t i = 0; i < mine.size(); ++i) {
-    std::shared_ptr<const GraphRunner> executable;
-    if (binary) executable = backend_runtime().load(binary, mine[i].name);
-    nodes.push_back(std::make_unique<CompiledNode>(mine[i].name, std::move(executable), std::move(input_slots[i]),
-                                                   std::move(output_slots[i]), cannot_run()));
-  }
-  return nodes;
-}
-
-void CtxgenEp::finish_group(CompileWorkspace& workspace) {
-  if (!workspace.graphs.empty()) {
-    write_context_binary_file(workspace.binary, backend().identity(), workspace.graphs, workspace.store);
-    log(ORT_LOGGING_LEVEL_INFO, "wrote the shared context binary " + workspace.binary.string() + " (" +
-                                    std::to_string(workspace.graphs.size()) + " graphs, " +
-                                    std::to_string(workspace.store.size()) + " distinct weights)");
-  }
-  workspace = CompileWorkspace();
 }
 
 const char* ORT_API_CALL CtxgenEp::GetNameImpl(const OrtEp*) noexcept { return backend_identity().backend.c_str(); }

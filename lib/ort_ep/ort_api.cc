@@ -75,6 +75,11 @@ std::vector<T> listed(const Owner* owner, OrtStatus*(ORT_API_CALL* count_of)(con
 
 }  // namespace
 
+void log_message(const OrtLogger* logger, OrtLoggingLevel level, const std::string& message) {
+  OrtStatus* status = api().ort->Logger_LogMessage(logger, level, message.c_str(), __FILE__, __LINE__, "CtxgenEp");
+  if (status != nullptr) api().ort->ReleaseStatus(status);
+}
+
 std::vector<const OrtNode*> graph_nodes(const OrtGraph* graph) {
   return listed(graph, api().ort->Graph_GetNumNodes, api().ort->Graph_GetNodes, "Graph_GetNodes");
 }

@@ -54,6 +54,9 @@ OrtStatus* guarded(OrtErrorCode fallback, Body&& body) noexcept {
   }
 }
 
+// Writes `message` to the session's log (a failure to log is dropped: there is nowhere to report it).
+void log_message(const OrtLogger* logger, OrtLoggingLevel level, const std::string& message);
+
 // Graph access: thin, throwing wrappers over the OrtApi graph functions.
 std::vector<const OrtNode*> graph_nodes(const OrtGraph* graph);
 std::vector<const OrtValueInfo*> graph_inputs(const OrtGraph* graph);

@@ -16,7 +16,6 @@ namespace {
 
 struct Served {
   std::unique_ptr<BackendRuntime> runtime;
-  std::unique_ptr<Backend> backend;
   BinaryIdentity identity;
   std::string compatibility_info;
 };
@@ -29,7 +28,7 @@ const Served& served() {
     auto runtime = make_backend_runtime();
     BinaryIdentity identity = runtime->identity();
     std::string info = ctxgen::compatibility_info(identity);
-    return new Served{std::move(runtime), make_backend(), std::move(identity), std::move(info)};
+    return new Served{std::move(runtime), std::move(identity), std::move(info)};
   }();
   return *made;
 }
@@ -37,7 +36,6 @@ const Served& served() {
 }  // namespace
 
 const BackendRuntime& backend_runtime() { return *served().runtime; }
-const Backend& backend() { return *served().backend; }
 const BinaryIdentity& backend_identity() { return served().identity; }
 const std::string& compatibility_info() { return served().compatibility_info; }
 

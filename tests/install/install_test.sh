@@ -17,24 +17,30 @@ step() { echo "--- $*"; }
 
 step "cmake --install into $prefix"
 cmake --install "$build" --prefix "$prefix" >/dev/null
-for f in bin/ctxgen lib/libctxgen_ort_ep.so lib/libonnxruntime.so.1 lib/libctxgen_pipeline.a include/ctxgen/pipeline.h \
+for f in bin/ctxgen lib/libctxgen_ort_ep.so lib/libctxgen_ort_ep_runtime.so lib/libonnxruntime.so.1 lib/libctxgen_pipeline.a include/ctxgen/pipeline.h \
          lib/cmake/ctxgen/ctxgenConfig.cmake lib/cmake/ctxgen/ctxgenConfigVersion.cmake lib/pkgconfig/ctxgen.pc \
          share/bash-completion/completions/ctxgen; do
   [ -e "$prefix/$f" ] || fail "the install has no $f"
 done
 
-step "the plugin EP's run-time dependencies"
-needed="$(readelf -d "$prefix/lib/libctxgen_ort_ep.so" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | sort | tr '\n' ' ')"
-echo "NEEDED: $needed"
-for lib in $needed; do
-  case "$lib" in
-    libc.so.*|libm.so.*|libstdc++.so.*|libgcc_s.so.*|ld-linux*) ;;
-    libmvec.so.1) ;;  # glibc's vector math (Erf, Tanh), part of libc6 on x86-64
-    libdnnl.so.2|libgomp.so.1) ;;  # oneDNN runs the GEMMs (Debian's libdnnl2, which brings libgomp1)
-    libonnx.so.1|libonnx_proto.so.1|libprotobuf.so.*) ;;  # the compiler, for ordinary models (libonnx1, libprotobuf32)
-    *) fail "the plugin EP needs $lib" ;;
-  esac
+step "the plugin EPs' run-time dependencies"
+# The runtime-only library links no onnx and no protobuf; the full one also has them for its compiler.
+for plugin in libctxgen_ort_ep_runtime.so libctxgen_ort_ep.so; do
+  needed="$(readelf -d "$prefix/lib/$plugin" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | sort | tr '\n' ' ')"
+  echo "$plugin NEEDED: $needed"
+  for lib in $needed; do
+    case "$lib" in
+      libc.so.*|libm.so.*|libstdc++.so.*|libgcc_s.so.*|ld-linux*) ;;
+      libmvec.so.1) ;;  # glibc's vector math (Erf, Tanh), part of libc6 on x86-64
+      libdnnl.so.2|libgomp.so.1) ;;  # oneDNN runs the GEMMs (Debian's libdnnl2, which brings libgomp1)
+      libonnx.so.1|libonnx_proto.so.1|libprotobuf.so.*)  # the compiler, for ordinary models (libonnx1, libprotobuf32)
+        [ "$plugin" = libctxgen_ort_ep.so ] || fail "$plugin needs $lib" ;;
+      *) fail "$plugin needs $lib" ;;
+    esac
+  done
 done
+! ldd "$prefix/lib/libctxgen_ort_ep_runtime.so" | grep -E 'libonnx|libprotobuf' ||
+  fail "libctxgen_ort_ep_runtime.so loads onnx or protobuf through a dependency"
 readelf -d "$prefix/bin/ctxgen" | grep -q 'RUNPATH.*\[\$ORIGIN/../lib\]' || fail "bin/ctxgen's RUNPATH is not \$ORIGIN/../lib"
 
 step "the installed CLI, from another folder"
@@ -83,7 +89,8 @@ cd "$work"
 
 step "cmake --install --component runtime"
 cmake --install "$build" --prefix "$work/runtime" --component runtime >/dev/null
-[ -x "$work/runtime/bin/ctxgen" ] && [ -f "$work/runtime/lib/libctxgen_ort_ep.so" ] || fail "the runtime component lacks the CLI or the plugin"
+[ -x "$work/runtime/bin/ctxgen" ] && [ -f "$work/runtime/lib/libctxgen_ort_ep.so" ] &&
+  [ -f "$work/runtime/lib/libctxgen_ort_ep_runtime.so" ] || fail "the runtime component lacks the CLI or a plugin"
 [ ! -e "$work/runtime/include" ] || fail "the runtime component installs headers"
 
 step "CTXGEN_BUILD_TESTS=OFF"

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <stdexcept>
@@ -25,7 +26,7 @@ using GetStatsFn = void (*)(uint64_t*, uint64_t*);
 // Our own handle on the plugin keeps it (and its counters) loaded across unregistering.
 GetStatsFn stats_function() {
   static GetStatsFn fn = [] {
-    void* handle = dlopen(CTXGEN_ORT_EP_PATH, RTLD_NOW | RTLD_LOCAL);
+    void* handle = dlopen(Plugin::library(), RTLD_NOW | RTLD_LOCAL);
     if (handle == nullptr) throw std::runtime_error(std::string("dlopen plugin: ") + dlerror());
     auto* symbol = reinterpret_cast<GetStatsFn>(dlsym(handle, "CtxgenOrtEp_GetStats"));
     if (symbol == nullptr) throw std::runtime_error("plugin does not export CtxgenOrtEp_GetStats");
@@ -57,7 +58,7 @@ Ort::Env& Plugin::env() {
 void Plugin::register_library() {
   if (g_registered) return;
   stats_function();
-  env().RegisterExecutionProviderLibrary(kRegistrationName, CTXGEN_ORT_EP_PATH);
+  env().RegisterExecutionProviderLibrary(kRegistrationName, library());
   g_registered = true;
 }
 
@@ -73,6 +74,11 @@ Ort::ConstEpDevice Plugin::device() {
     if (std::string(device.EpName()) == ref::kEpName) return device;
   }
   throw std::runtime_error(std::string("no OrtEpDevice for EP ") + ref::kEpName);
+}
+
+const char* Plugin::library() {
+  const char* runtime_only = std::getenv("CTXGEN_TEST_RUNTIME_ONLY");
+  return runtime_only != nullptr && std::string(runtime_only) == "1" ? CTXGEN_ORT_EP_RUNTIME_PATH : CTXGEN_ORT_EP_PATH;
 }
 
 PluginStats Plugin::stats() {
@@ -221,6 +227,32 @@ void expect_matches_original(Ort::Session& actual, const std::filesystem::path& 
       ASSERT_NEAR(a[i], b[i], 1e-4f * (1.0f + std::fabs(b[i]))) << "output '" << got.names[o] << "' element " << i;
     }
   }
+}
+
+Assigned assigned_to_ctxgen(const Ort::Session& session) {
+  const OrtApi& ort = Ort::GetApi();
+  const OrtEpAssignedSubgraph* const* subgraphs = nullptr;
+  size_t count = 0;
+  Ort::ThrowOnError(ort.Session_GetEpGraphAssignmentInfo(session, &subgraphs, &count));
+  Assigned assigned;
+  for (size_t s = 0; s < count; ++s) {
+    const char* ep = nullptr;
+    Ort::ThrowOnError(ort.EpAssignedSubgraph_GetEpName(subgraphs[s], &ep));
+    const OrtEpAssignedNode* const* nodes = nullptr;
+    size_t node_count = 0;
+    Ort::ThrowOnError(ort.EpAssignedSubgraph_GetNodes(subgraphs[s], &nodes, &node_count));
+    if (std::string(ep) == "CtxgenRef") {
+      ++assigned.subgraphs;
+      assigned.nodes += node_count;
+      continue;
+    }
+    for (size_t n = 0; n < node_count; ++n) {
+      const char* name = nullptr;
+      Ort::ThrowOnError(ort.EpAssignedNode_GetName(nodes[n], &name));
+      assigned.elsewhere.insert(name);
+    }
+  }
+  return assigned;
 }
 
 }  // namespace ctxgen::ort_test

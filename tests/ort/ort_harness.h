@@ -28,6 +28,9 @@ class Plugin {
   // The plugin's OrtEpDevice; registers the library first.
   static Ort::ConstEpDevice device();
   static PluginStats stats();
+  // The library under test: the full one, or with CTXGEN_TEST_RUNTIME_ONLY=1 in the environment
+  // the runtime-only one (the tests that only run compiled models pass with either).
+  static const char* library();
 };
 
 // A device whose hardware metadata says is_virtual=1 (offered when virtual devices are allowed).
@@ -71,6 +74,15 @@ std::set<std::string> files_in(const std::filesystem::path& folder);
 // Every output of `actual` equals, within 1e-4 relative, the same-named output ORT's CPU EP
 // computes on `original` from the same feeds (make_feeds); float outputs only.
 void expect_matches_original(Ort::Session& actual, const std::filesystem::path& original);
+
+// What ORT assigned to CtxgenRef (its fused subgraphs and the nodes in them), and the names of
+// the nodes it left to other EPs; the session must record it (session.record_ep_graph_assignment_info=1).
+struct Assigned {
+  size_t subgraphs = 0;
+  size_t nodes = 0;
+  std::set<std::string> elsewhere;
+};
+Assigned assigned_to_ctxgen(const Ort::Session& session);
 
 struct Failure {
   OrtErrorCode code = ORT_OK;

@@ -16,40 +16,6 @@ namespace fs = std::filesystem;
 namespace ctxgen::ort_test {
 namespace {
 
-// What ORT assigned to CtxgenRef (its fused subgraphs and the nodes in them), and the names of
-// the nodes it left to other EPs.
-struct Assigned {
-  size_t subgraphs = 0;
-  size_t nodes = 0;
-  std::set<std::string> elsewhere;
-};
-
-Assigned assigned_to_ctxgen(const Ort::Session& session) {
-  const OrtApi& ort = Ort::GetApi();
-  const OrtEpAssignedSubgraph* const* subgraphs = nullptr;
-  size_t count = 0;
-  Ort::ThrowOnError(ort.Session_GetEpGraphAssignmentInfo(session, &subgraphs, &count));
-  Assigned assigned;
-  for (size_t s = 0; s < count; ++s) {
-    const char* ep = nullptr;
-    Ort::ThrowOnError(ort.EpAssignedSubgraph_GetEpName(subgraphs[s], &ep));
-    const OrtEpAssignedNode* const* nodes = nullptr;
-    size_t node_count = 0;
-    Ort::ThrowOnError(ort.EpAssignedSubgraph_GetNodes(subgraphs[s], &nodes, &node_count));
-    if (std::string(ep) == "CtxgenRef") {
-      ++assigned.subgraphs;
-      assigned.nodes += node_count;
-      continue;
-    }
-    for (size_t n = 0; n < node_count; ++n) {
-      const char* name = nullptr;
-      Ort::ThrowOnError(ort.EpAssignedNode_GetName(nodes[n], &name));
-      assigned.elsewhere.insert(name);
-    }
-  }
-  return assigned;
-}
-
 using Dims = std::map<std::string, int64_t>;
 
 // ORT's free dimension overrides are what --fix-dim is to the CLI.

@@ -322,7 +322,7 @@ TEST_F(OrtPluginTest, OffersAVirtualDeviceOnlyWhenRegisteredAsVirtualAndItDoesNo
 
   Plugin::unregister_library();
   constexpr const char* kVirtualName = "ctxgen_ort_ep.virtual";
-  Plugin::env().RegisterExecutionProviderLibrary(kVirtualName, CTXGEN_ORT_EP_PATH);
+  Plugin::env().RegisterExecutionProviderLibrary(kVirtualName, Plugin::library());
   {
     std::vector<Ort::ConstEpDevice> virtual_devices, all;
     for (const Ort::ConstEpDevice& device : Plugin::env().GetEpDevices()) {
