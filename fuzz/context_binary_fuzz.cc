@@ -15,7 +15,7 @@
 namespace {
 
 // Header fields (docs/context-binary-format.md §3).
-constexpr size_t kHeaderSize = 88, kChecksumAt = 24, kWeightTableOffsetAt = 64, kWeightTableSizeAt = 72;
+constexpr size_t kHeaderSize = 108, kChecksumAt = 24, kMetadataLastSectionAt = 88;  // the weight file table
 
 uint64_t read_u64(const uint8_t* p) {
   uint64_t v;
@@ -25,8 +25,8 @@ uint64_t read_u64(const uint8_t* p) {
 
 void repair_metadata_checksum(std::vector<uint8_t>& bytes) {
   if (bytes.size() < kHeaderSize) return;
-  const uint64_t table = read_u64(bytes.data() + kWeightTableOffsetAt);
-  const uint64_t table_size = read_u64(bytes.data() + kWeightTableSizeAt);
+  const uint64_t table = read_u64(bytes.data() + kMetadataLastSectionAt);
+  const uint64_t table_size = read_u64(bytes.data() + kMetadataLastSectionAt + 8);
   if (table > bytes.size() || table_size > bytes.size() - table || table + table_size < kHeaderSize) return;
   std::memset(bytes.data() + kChecksumAt, 0, 8);
   const uint64_t checksum = XXH3_64bits(bytes.data(), table + table_size);

@@ -44,7 +44,7 @@ def compile_binaries(ctxgen, models, scratch):
 
 
 def programs_of(path):
-    """The program payloads of a context binary, read by the layout of format version 2."""
+    """The program payloads of a context binary, read by the layout of format version 3."""
     data = open(path, "rb").read()
     graph_table, = struct.unpack_from("<Q", data, 48)
     graph_count, = struct.unpack_from("<I", data, 80)

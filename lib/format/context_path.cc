@@ -19,9 +19,9 @@ namespace fs = std::filesystem;
 namespace ctxgen {
 namespace {
 
-[[noreturn]] void reject(const std::string& node, const std::string& relative, const std::string& why) {
-  throw Error(ErrorCode::kInvalidModel,
-              "EPContext node '" + node + "': ep_cache_context '" + relative + "' " + why);
+// `subject` names the path and who gives it: "EPContext node 'n': ep_cache_context 'x.bin'".
+[[noreturn]] void reject(const std::string& subject, const std::string& why) {
+  throw Error(ErrorCode::kInvalidModel, subject + " " + why);
 }
 
 fs::path folder_of(const std::string& file) {
@@ -41,25 +41,28 @@ constexpr const char* kNotAFile = "does not exist or is not a regular file";
 // O_NOCTTY: a terminal opened so is never made the process's.
 constexpr int kReadFlags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY;
 
-[[noreturn]] void reject_file(const std::string& node, const std::string& relative, const fs::path& file,
-                              const std::string& why) {
-  reject(node, relative, "names '" + file.string() + "', which " + why);
+[[noreturn]] void reject_file(const std::string& subject, const fs::path& file, const std::string& why) {
+  reject(subject, "names '" + file.string() + "', which " + why);
 }
 
-void check_relative(const fs::path& folder, const std::string& relative, const std::string& node) {
-  if (relative.empty()) {
-    reject(node, relative, "is empty; it must name the context binary relative to the model folder '" +
-                               folder.string() + "'");
-  }
-  if (relative.find('\0') != std::string::npos) reject(node, relative, "contains a NUL byte");
+void check_relative(const fs::path& folder, const std::string& relative, const std::string& subject,
+                    const std::string& folder_name) {
+  if (relative.empty())
+    reject(subject, "is empty; it must name a file relative to the " + folder_name + " '" + folder.string() + "'");
+  if (relative.find('\0') != std::string::npos) reject(subject, "contains a NUL byte");
   const fs::path rel(relative);
-  if (rel.is_absolute() || rel.has_root_path()) {
-    reject(node, relative, "is an absolute path; it must be relative to the model folder '" +
-                               folder.string() + "'");
-  }
-  if (has_parent_reference(rel)) {
-    reject(node, relative, "contains '..'; it must not point outside the model folder '" +
-                               folder.string() + "'");
+  if (rel.is_absolute() || rel.has_root_path())
+    reject(subject, "is an absolute path; it must be relative to the " + folder_name + " '" + folder.string() + "'");
+}
+
+// The model package `folder` is in: the nearest folder, `folder` or above, holding a manifest.json.
+std::optional<fs::path> package_root(const fs::path& folder) {
+  std::error_code ec;
+  fs::path at = fs::weakly_canonical(folder, ec);
+  if (ec) return std::nullopt;
+  for (;; at = at.parent_path()) {
+    if (fs::is_regular_file(at / kPackageManifest, ec)) return at;
+    if (at == at.parent_path()) return std::nullopt;
   }
 }
 
@@ -92,18 +95,17 @@ std::optional<ContextFile> open_beneath(const fs::path& folder, const std::strin
 // rules allow (an absolute symlink to a file in the folder), and to name what is wrong. The checked
 // path is then opened a component at a time from the folder, following no link: resolved, it has
 // none, so a link found on the way was put there since the check and is refused.
-ContextFile open_by_path(const fs::path& folder, const std::string& relative, const std::string& node) {
+ContextFile open_by_path(const fs::path& folder, const std::string& relative, const std::string& subject,
+                         const std::string& folder_kind) {
   std::error_code ec;
   const fs::path base = fs::weakly_canonical(folder, ec);
-  if (ec) reject(node, relative, "cannot be resolved: model folder '" + folder.string() + "': " + ec.message());
+  if (ec) reject(subject, "cannot be resolved: " + folder_kind + " '" + folder.string() + "': " + ec.message());
   const fs::path resolved = fs::weakly_canonical(base / relative, ec);
-  if (ec) reject(node, relative, "cannot be resolved in '" + base.string() + "': " + ec.message());
+  if (ec) reject(subject, "cannot be resolved in '" + base.string() + "': " + ec.message());
   // A symlink inside the folder may still lead out of it; judge where it really points.
   const fs::path inside = resolved.lexically_relative(base);
-  if (inside.empty() || has_parent_reference(inside)) {
-    reject(node, relative, "resolves to '" + resolved.string() + "', outside the model folder '" +
-                               base.string() + "'");
-  }
+  if (inside.empty() || has_parent_reference(inside))
+    reject(subject, "resolves to '" + resolved.string() + "', outside the " + folder_kind + " '" + base.string() + "'");
   FileDescriptor at(::open(base.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   std::vector<fs::path> parts;
   for (const fs::path& part : inside)
@@ -116,10 +118,47 @@ ContextFile open_by_path(const fs::path& folder, const std::string& relative, co
   if (at.get() < 0) {
     const int err = errno;
     // ELOOP: a link with nothing behind it (weakly_canonical keeps a dangling link's own name).
-    if (err == ENOENT || err == ENOTDIR || err == ELOOP) reject_file(node, relative, resolved, kNotAFile);
-    reject_file(node, relative, resolved, std::string("cannot be opened: ") + std::strerror(err));
+    if (err == ENOENT || err == ENOTDIR || err == ELOOP) reject_file(subject, resolved, kNotAFile);
+    reject_file(subject, resolved, std::string("cannot be opened: ") + std::strerror(err));
   }
   return ContextFile{resolved, std::move(at)};
+}
+
+// Opens `relative` inside `folder`, or, from a folder inside a model package, inside the package's
+// shared assets: the one place a path with ".." may lead, so that the variants of a package share
+// files without reaching anything else.
+ContextFile open_relative(const fs::path& folder, const std::string& relative, const std::string& subject,
+                          const std::string& folder_name) {
+  check_relative(folder, relative, subject, folder_name);
+  const fs::path rel(relative);
+  fs::path base = folder;
+  std::string inside = relative;
+  std::string folder_kind = folder_name;
+  if (has_parent_reference(rel)) {
+    const std::optional<fs::path> root = package_root(folder);
+    if (!root)
+      reject(subject, "contains '..'; it must not point outside the " + folder_name + " '" + folder.string() +
+                          "' (only a file inside a model package may reach the package's " + kPackageSharedAssets +
+                          "/)");
+    std::error_code ec;
+    const fs::path target = (fs::weakly_canonical(folder, ec) / rel).lexically_normal();
+    base = *root / kPackageSharedAssets;
+    inside = target.lexically_relative(base).string();
+    if (inside.empty() || inside == "." || has_parent_reference(inside))
+      reject(subject, "leads to '" + target.string() + "', outside the " + folder_name + " '" + folder.string() +
+                          "' and outside the shared assets '" + base.string() + "' of the model package it is in");
+    folder_kind = "shared assets folder";
+  }
+  std::optional<ContextFile> opened = open_beneath(base, inside);
+  ContextFile file = opened ? std::move(*opened) : open_by_path(base, inside, subject, folder_kind);
+  struct stat st {};
+  if (::fstat(file.fd.get(), &st) != 0) {
+    const int err = errno;
+    reject_file(subject, file.path, std::string("cannot be read: ") + std::strerror(err));
+  }
+  if (!S_ISREG(st.st_mode)) reject_file(subject, file.path, kNotAFile);
+  if (st.st_size == 0) reject_file(subject, file.path, "is empty");
+  return file;
 }
 
 }  // namespace
@@ -128,23 +167,18 @@ fs::path context_folder(const std::string& model_path, const std::optional<std::
                         const std::string& node, const std::string& cache_context) {
   if (!model_path.empty()) return folder_of(model_path);
   if (context_file_path && !context_file_path->empty()) return folder_of(*context_file_path);
-  reject(node, cache_context,
+  reject("EPContext node '" + node + "': ep_cache_context '" + cache_context + "'",
          "cannot be located: the model was loaded from memory, so set the session option "
          "ep.context_file_path to the model's path");
 }
 
 ContextFile open_context_file(const fs::path& folder, const std::string& relative, const std::string& node) {
-  check_relative(folder, relative, node);
-  std::optional<ContextFile> opened = open_beneath(folder, relative);
-  ContextFile file = opened ? std::move(*opened) : open_by_path(folder, relative, node);
-  struct stat st {};
-  if (::fstat(file.fd.get(), &st) != 0) {
-    const int err = errno;
-    reject_file(node, relative, file.path, std::string("cannot be read: ") + std::strerror(err));
-  }
-  if (!S_ISREG(st.st_mode)) reject_file(node, relative, file.path, kNotAFile);
-  if (st.st_size == 0) reject_file(node, relative, file.path, "is empty");
-  return file;
+  return open_relative(folder, relative, "EPContext node '" + node + "': ep_cache_context '" + relative + "'",
+                       "model folder");
+}
+
+ContextFile open_weight_file(const fs::path& folder, const std::string& relative, const std::string& binary) {
+  return open_relative(folder, relative, binary + ": weight file '" + relative + "'", "binary's folder");
 }
 
 }  // namespace ctxgen

@@ -6,6 +6,7 @@
 #include <map>
 #include <string_view>
 
+#include "ctxgen/context_path.h"
 #include "ctxgen/error.h"
 #include "ctxgen/format.h"
 #include "ctxgen/log.h"
@@ -120,6 +121,7 @@ class Parser {
   BinaryIdentity identity;
   std::vector<GraphRecord> graphs;
   std::vector<WeightRecord> weights;
+  std::vector<WeightFile> weight_files;
 
   uint64_t metadata_size() const { return metadata_size_; }
 
@@ -127,19 +129,27 @@ class Parser {
     check_header();
     const uint32_t graph_count = static_cast<uint32_t>(header(format::field::kGraphCount, 4));
     weight_count_ = static_cast<uint32_t>(header(format::field::kWeightCount, 4));
+    weight_file_count_ = static_cast<uint32_t>(header(format::field::kWeightFileCount, 4));
     const Section identity_section =
         section("identity section", format::field::kIdentityOffset, format::kHeaderSize, "header");
     const Section graph_table = section("graph table", format::field::kGraphTableOffset,
                                         identity_section.offset + identity_section.size, "identity section");
     const Section weight_table = section("weight table", format::field::kWeightTableOffset,
                                          graph_table.offset + graph_table.size, "graph table");
-    metadata_size_ = weight_table.offset + weight_table.size;
     check_table_sizes(graph_count, graph_table, weight_table);
+    const Section weight_file_table = section("weight file table", format::field::kWeightFileTableOffset,
+                                              weight_table.offset + weight_table.size, "weight table");
+    metadata_size_ = weight_file_table.offset + weight_file_table.size;
+    if (weight_file_count_ > weight_file_table.size / format::kWeightFileRecordFixedSize)
+      fail_("weight file count is " + num(weight_file_count_) + ", but the weight file table is only " +
+            num(weight_file_table.size) + " bytes and each weight file takes at least " +
+            num(format::kWeightFileRecordFixedSize));
     check_metadata_checksum();
     parse_identity(identity_section);
     identity.format_version = static_cast<uint32_t>(header(format::field::kVersion, 4));
     parse_graphs(graph_count, graph_table);
     parse_weights(weight_table);
+    parse_weight_files(weight_file_table);
     check_payloads();
   }
 
@@ -293,7 +303,29 @@ class Parser {
       weight.hash.high = in.u64("hash high");
       weight.offset = in.u64("offset");
       weight.size = in.u64("size");
-      payloads_.push_back({weight.offset, weight.size, "weight " + num(id)});
+      weight.file = in.u32("weight file");
+      if (weight.file > weight_file_count_)
+        fail_("weight table: weight " + num(id) + " is in weight file " + num(weight.file) + ", but the binary names " +
+              num(weight_file_count_) + " weight files");
+      // A weight in a weight file is checked against that file when it is opened.
+      if (weight.file == 0) payloads_.push_back({weight.offset, weight.size, "weight " + num(id)});
+    }
+    in.expect_end();
+  }
+
+  void parse_weight_files(const Section& s) {
+    Cursor in(data_, s.offset, s.size, "weight file table", fail_);
+    weight_files.resize(weight_file_count_);
+    for (uint32_t i = 0; i < weight_file_count_; ++i) {
+      in.set_where("weight file " + num(i + 1));
+      WeightFile& file = weight_files[i];
+      file.path = in.str("path");
+      if (file.path.empty()) fail_(in.prefix() + "path is empty");
+      for (uint32_t j = 0; j < i; ++j)
+        if (weight_files[j].path == file.path)
+          fail_(in.prefix() + "path '" + file.path + "' is also the path of weight file " + num(j + 1));
+      file.content_id.low = in.u64("content id low");
+      file.content_id.high = in.u64("content id high");
     }
     in.expect_end();
   }
@@ -342,6 +374,7 @@ class Parser {
   Failer fail_;
   uint64_t metadata_size_ = 0;
   uint32_t weight_count_ = 0;
+  uint32_t weight_file_count_ = 0;
   std::vector<uint64_t> program_checksums_;
   std::vector<uint64_t> program_offsets_;
   std::vector<PayloadRef> payloads_;
@@ -352,50 +385,106 @@ class Parser {
 namespace {
 
 template <class Map>
-std::shared_ptr<const ContextBinary> from_file(Map map, const std::filesystem::path& path) {
-  std::shared_ptr<const MappedFile> file;
+std::shared_ptr<const MappedFile> mapped(Map map) {
   try {
-    file = map();
+    return map();
   } catch (const Error& e) {
     // MappedFile names the path already; only the code changes, to the one for binaries.
     throw Error(ErrorCode::kInvalidBinary, std::string("cannot open context binary: ") + e.what());
   }
-  return ContextBinary::from_memory(file->data(), file->size(), file, path.string());
 }
 
 }  // namespace
 
 std::shared_ptr<const ContextBinary> ContextBinary::open(const std::filesystem::path& path) {
-  return from_file([&] { return MappedFile::open(path); }, path);
+  return from_file(mapped([&] { return MappedFile::open(path); }), path);
 }
 
 std::shared_ptr<const ContextBinary> ContextBinary::map(int fd, const std::filesystem::path& path) {
-  return from_file([&] { return MappedFile::map(fd, path); }, path);
+  return from_file(mapped([&] { return MappedFile::map(fd, path); }), path);
+}
+
+std::shared_ptr<const ContextBinary> ContextBinary::from_file(std::shared_ptr<const MappedFile> file,
+                                                              const std::filesystem::path& path) {
+  std::shared_ptr<ContextBinary> binary = parse(file->data(), file->size(), file, path.string());
+  binary->link(path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path());
+  return binary;
 }
 
 std::shared_ptr<const ContextBinary> ContextBinary::from_memory(const uint8_t* data, size_t size,
                                                                 std::shared_ptr<const void> owner,
                                                                 const std::string& label) {
+  std::shared_ptr<ContextBinary> binary = parse(data, size, std::move(owner), label);
+  if (!binary->weight_files_.empty())
+    throw Error(ErrorCode::kInvalidBinary, label + ": holds its weights in weight files ('" +
+                                               binary->weight_files_.front().path +
+                                               "', ...), which only a binary opened from a file can name");
+  return binary;
+}
+
+std::shared_ptr<ContextBinary> ContextBinary::parse(const uint8_t* data, size_t size, std::shared_ptr<const void> owner,
+                                                    const std::string& label) {
   std::shared_ptr<ContextBinary> binary(new ContextBinary());
   binary->owner_ = std::move(owner);
   binary->data_ = data;
   binary->size_ = size;
   binary->label_ = label;
-  binary->parse();
-  log().debug("{}: context binary version {} from '{}': {} graphs, {} weights, {} bytes", label, binary->version_,
-              binary->identity_.backend, binary->graphs_.size(), binary->weights_.size(), binary->size_);
+  Parser parser(data, size, label);
+  parser.parse();
+  binary->version_ = kContextBinaryVersion;
+  binary->identity_ = std::move(parser.identity);
+  binary->graphs_ = std::move(parser.graphs);
+  binary->weights_ = std::move(parser.weights);
+  binary->weight_files_ = std::move(parser.weight_files);
+  binary->metadata_size_ = parser.metadata_size();
+  binary->content_id_ = xxh3_128(data, binary->metadata_size_);
+  log().debug("{}: context binary version {} from '{}': {} graphs, {} weights, {} weight files, {} bytes", label,
+              binary->version_, binary->identity_.backend, binary->graphs_.size(), binary->weights_.size(),
+              binary->weight_files_.size(), binary->size_);
   return binary;
 }
 
-void ContextBinary::parse() {
-  Parser parser(data_, size_, label_);
-  parser.parse();
-  version_ = kContextBinaryVersion;
-  identity_ = std::move(parser.identity);
-  graphs_ = std::move(parser.graphs);
-  weights_ = std::move(parser.weights);
-  metadata_size_ = parser.metadata_size();
-  content_id_ = xxh3_128(data_, metadata_size_);
+void ContextBinary::link(const std::filesystem::path& folder) {
+  for (size_t k = 0; k < weight_files_.size(); ++k) {
+    const WeightFile& named = weight_files_[k];
+    const std::string what = label_ + ": weight file '" + named.path + "'";
+    // A path the binary may not name, or a missing file, is what is wrong with the binary.
+    const ContextFile file = [&] {
+      try {
+        return open_weight_file(folder, named.path, label_);
+      } catch (const Error& e) {
+        throw Error(ErrorCode::kInvalidBinary, e.what());
+      }
+    }();
+    std::shared_ptr<const ContextBinary> opened;
+    try {
+      opened = ContextBinary::map(file.fd.get(), file.path);
+    } catch (const Error& e) {
+      throw e.within(what);
+    }
+    const auto fail = [&](const std::string& why) { throw Error(ErrorCode::kInvalidBinary, what + " " + why); };
+    // A weights file holds weights only, so a binary's weights are never more than one file away.
+    if (!opened->graphs_.empty() || !opened->weight_files_.empty())
+      fail("(" + file.path.string() + ") is not a weights file: it has " + std::to_string(opened->graphs_.size()) +
+           " graphs and names " + std::to_string(opened->weight_files_.size()) + " weight files, expected none");
+    if (opened->content_id_ != named.content_id)
+      fail("(" + file.path.string() + ") has content id " + opened->content_id_.hex() + ", but the binary was written "
+           "with the one whose id is " + named.content_id.hex() + ": they come from different compilations");
+    if (opened->identity_.backend != identity_.backend || opened->identity_.sdk_version != identity_.sdk_version)
+      fail("was written by backend '" + opened->identity_.backend + "' " + opened->identity_.sdk_version +
+           ", the binary by '" + identity_.backend + "' " + identity_.sdk_version);
+    std::map<uint64_t, const WeightRecord*> by_offset;
+    for (const WeightRecord& held : opened->weights_) by_offset.emplace(held.offset, &held);
+    for (size_t id = 0; id < weights_.size(); ++id) {
+      const WeightRecord& w = weights_[id];
+      if (w.file != k + 1) continue;
+      const auto it = by_offset.find(w.offset);
+      if (it == by_offset.end() || it->second->size != w.size || it->second->hash != w.hash)
+        fail("holds no weight at offset " + std::to_string(w.offset) + " of size " + std::to_string(w.size) +
+             " and hash " + w.hash.hex() + ", which the binary's weight " + std::to_string(id) + " is");
+    }
+    linked_.push_back(std::move(opened));
+  }
 }
 
 const GraphRecord* ContextBinary::find_graph(const std::string& name) const {
@@ -408,12 +497,16 @@ const uint8_t* ContextBinary::weight_data(uint32_t id) const {
     throw Error(ErrorCode::kInvalidBinary, label_ + ": weight id " + std::to_string(id) +
                                                " is out of range, the binary has " + std::to_string(weights_.size()) +
                                                " weights");
-  return data_ + weights_[id].offset;
+  const WeightRecord& w = weights_[id];
+  return w.file == 0 ? data_ + w.offset : linked_[w.file - 1]->data_ + w.offset;
 }
 
 void ContextBinary::verify_payloads() const {
+  // The weights file checks its payloads, which are the ones used from it (checked when opened).
+  for (const auto& file : linked_) file->verify_payloads();
   for (size_t id = 0; id < weights_.size(); ++id) {
     const WeightRecord& w = weights_[id];
+    if (w.file != 0) continue;
     const Hash128 computed = xxh3_128(data_ + w.offset, w.size);
     if (computed != w.hash)
       throw Error(ErrorCode::kInvalidBinary, label_ + ": weight " + std::to_string(id) + " " + range(w.offset, w.size) +
@@ -424,7 +517,8 @@ void ContextBinary::verify_payloads() const {
   // byte changed there is damage too. Checked here, where every byte is read anyway, not on open.
   std::vector<std::pair<uint64_t, uint64_t>> payloads;  // [begin, end), the programs' and the weights'
   for (const auto& g : graphs_) payloads.emplace_back(static_cast<uint64_t>(g.program - data_), g.program - data_ + g.program_size);
-  for (const auto& w : weights_) payloads.emplace_back(w.offset, w.offset + w.size);
+  for (const auto& w : weights_)
+    if (w.file == 0) payloads.emplace_back(w.offset, w.offset + w.size);
   std::sort(payloads.begin(), payloads.end());
   uint64_t at = metadata_size_;
   for (const auto& [begin, end] : payloads) {

@@ -12,7 +12,7 @@
 namespace ctxgen::format {
 
 inline constexpr std::array<uint8_t, 8> kMagic = {'C', 'T', 'X', 'G', 'E', 'N', 'C', 'B'};
-inline constexpr uint32_t kHeaderSize = 88;
+inline constexpr uint32_t kHeaderSize = 108;
 
 // Byte offsets of the header fields (spec §3).
 namespace field {
@@ -29,6 +29,9 @@ inline constexpr size_t kWeightTableOffset = 64;
 inline constexpr size_t kWeightTableSize = 72;
 inline constexpr size_t kGraphCount = 80;
 inline constexpr size_t kWeightCount = 84;
+inline constexpr size_t kWeightFileTableOffset = 88;
+inline constexpr size_t kWeightFileTableSize = 96;
+inline constexpr size_t kWeightFileCount = 104;
 }  // namespace field
 
 // Fixed parts of the variable-length records; a reader bounds every count by these minimums
@@ -37,7 +40,8 @@ inline constexpr uint64_t kStringPrefixSize = 4;  // u32 length
 inline constexpr uint64_t kIdentityFixedSize = 3 * kStringPrefixSize;
 inline constexpr uint64_t kGraphRecordFixedSize = 4 + 4 + 4 + 4 + 8 + 8 + 8 + 4;  // = 44
 inline constexpr uint64_t kIoRecordFixedSize = 4 + 4 + 4;                         // = 12
-inline constexpr uint64_t kWeightEntrySize = 16 + 8 + 8;                          // = 32
+inline constexpr uint64_t kWeightEntrySize = 16 + 8 + 8 + 4;                      // = 36
+inline constexpr uint64_t kWeightFileRecordFixedSize = 4 + 16;                    // = 20
 inline constexpr uint64_t kDimSize = 8;
 inline constexpr uint64_t kWeightIdSize = 4;
 // A fixed input's value holds at most this many bytes (values given on a command line).

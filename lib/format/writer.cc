@@ -27,9 +27,16 @@ void check_u32(uint64_t value, const std::string& what) {
 
 // Everything the reader would reject is a caller bug here, caught before a byte is written.
 void validate_inputs(const BinaryIdentity& identity, const std::vector<CompiledGraph>& graphs,
-                     const std::vector<WeightPayload>& weights, bool can_patch) {
+                     const std::vector<WeightPayload>& weights, const std::vector<WeightFile>& files, bool can_patch) {
   check_u32(graphs.size(), "graph count");
   check_u32(weights.size(), "weight count");
+  check_u32(files.size(), "weight file count");
+  std::set<std::string_view> paths;
+  for (const WeightFile& file : files) {
+    if (file.path.empty()) internal("a weight file has an empty path");
+    if (!paths.insert(file.path).second) internal("weight file '" + file.path + "' appears twice");
+    check_u32(file.path.size(), "weight file path length");
+  }
   if (identity.format_version != kContextBinaryVersion)
     internal("the identity asks for format version " + std::to_string(identity.format_version) +
              ", this writer writes version " + std::to_string(kContextBinaryVersion));
@@ -66,6 +73,16 @@ void validate_inputs(const BinaryIdentity& identity, const std::vector<CompiledG
     }
   }
   for (size_t id = 0; id < weights.size(); ++id) {
+    if (weights[id].file > files.size())
+      internal("weight " + std::to_string(id) + " is in weight file " + std::to_string(weights[id].file) +
+               ", but there are only " + std::to_string(files.size()));
+    if (weights[id].file > 0) {
+      if (!weights[id].hash) internal("weight " + std::to_string(id) + " is in a weight file but has no hash");
+      if (weights[id].file_offset % kPayloadAlignment != 0)
+        internal("weight " + std::to_string(id) + " is at offset " + std::to_string(weights[id].file_offset) +
+                 " of its weight file, not a multiple of " + std::to_string(kPayloadAlignment));
+      continue;
+    }
     if (weights[id].blob.data == nullptr && !weights[id].blob.make && weights[id].blob.size > 0)
       internal("weight " + std::to_string(id) + " has " + std::to_string(weights[id].blob.size) + " bytes but no data");
     if (!weights[id].hash && !can_patch)
@@ -77,23 +94,26 @@ struct Layout {
   uint64_t identity_size = 0;
   uint64_t graph_table_size = 0;
   uint64_t weight_table_size = 0;
+  uint64_t weight_file_table_size = 0;
   uint64_t metadata_size = 0;
   std::vector<uint64_t> program_offsets;
   std::vector<uint64_t> weight_offsets;
   uint64_t file_size = 0;
 };
 
-// Payloads follow the metadata in table order (programs by graph, then weights by id), each at
-// the next multiple of kPayloadAlignment; the file ends with the last payload's last byte.
+// Payloads follow the metadata in table order (programs by graph, then the weights this binary
+// holds, by id), each at the next multiple of kPayloadAlignment; the file ends with the last
+// payload's last byte.
 Layout plan_layout(const BinaryIdentity& identity, const std::vector<CompiledGraph>& graphs,
-                   const std::vector<WeightPayload>& weights) {
+                   const std::vector<WeightPayload>& weights, const std::vector<WeightFile>& files) {
   Layout layout;
   layout.identity_size = format::kIdentityFixedSize + identity.backend.size() + identity.sdk_version.size() +
                          identity.hardware_architecture.size();
   for (const auto& graph : graphs) layout.graph_table_size += format::graph_record_size(graph);
   layout.weight_table_size = format::kWeightEntrySize * weights.size();
-  layout.metadata_size =
-      format::kHeaderSize + layout.identity_size + layout.graph_table_size + layout.weight_table_size;
+  for (const WeightFile& file : files) layout.weight_file_table_size += format::kWeightFileRecordFixedSize + file.path.size();
+  layout.metadata_size = format::kHeaderSize + layout.identity_size + layout.graph_table_size +
+                         layout.weight_table_size + layout.weight_file_table_size;
   uint64_t cursor = layout.metadata_size;
   auto place = [&](uint64_t size) {
     uint64_t offset = format::align_payload(cursor, kPayloadAlignment);
@@ -101,7 +121,8 @@ Layout plan_layout(const BinaryIdentity& identity, const std::vector<CompiledGra
     return offset;
   };
   for (const auto& graph : graphs) layout.program_offsets.push_back(place(graph.program.size()));
-  for (const auto& weight : weights) layout.weight_offsets.push_back(place(weight.blob.size));
+  for (const auto& weight : weights)
+    layout.weight_offsets.push_back(weight.file > 0 ? weight.file_offset : place(weight.blob.size));
   layout.file_size = cursor;
   return layout;
 }
@@ -142,7 +163,7 @@ void expect_size(uint64_t actual, uint64_t planned, const char* what) {
 // `hashes` are the weights' own, or those the writer made; a missing one is written as zeros, to be
 // patched.
 std::vector<uint8_t> encode_metadata(const BinaryIdentity& identity, const std::vector<CompiledGraph>& graphs,
-                                     const std::vector<WeightPayload>& weights,
+                                     const std::vector<WeightPayload>& weights, const std::vector<WeightFile>& files,
                                      const std::vector<std::optional<Hash128>>& hashes, const Layout& layout) {
   std::vector<uint8_t> out;
   out.reserve(layout.metadata_size);
@@ -152,6 +173,7 @@ std::vector<uint8_t> encode_metadata(const BinaryIdentity& identity, const std::
   const uint64_t identity_offset = format::kHeaderSize;
   const uint64_t graph_table_offset = identity_offset + layout.identity_size;
   const uint64_t weight_table_offset = graph_table_offset + layout.graph_table_size;
+  const uint64_t weight_file_table_offset = weight_table_offset + layout.weight_table_size;
   put_le(header + format::field::kVersion, kContextBinaryVersion, 4);
   put_le(header + format::field::kHeaderSize, format::kHeaderSize, 4);
   put_le(header + format::field::kFileSize, layout.file_size, 8);
@@ -163,6 +185,9 @@ std::vector<uint8_t> encode_metadata(const BinaryIdentity& identity, const std::
   put_le(header + format::field::kWeightTableSize, layout.weight_table_size, 8);
   put_le(header + format::field::kGraphCount, graphs.size(), 4);
   put_le(header + format::field::kWeightCount, weights.size(), 4);
+  put_le(header + format::field::kWeightFileTableOffset, weight_file_table_offset, 8);
+  put_le(header + format::field::kWeightFileTableSize, layout.weight_file_table_size, 8);
+  put_le(header + format::field::kWeightFileCount, files.size(), 4);
 
   Encoder enc(out);
   enc.str(identity.backend);
@@ -194,6 +219,12 @@ std::vector<uint8_t> encode_metadata(const BinaryIdentity& identity, const std::
     enc.u64(hash.high);
     enc.u64(layout.weight_offsets[id]);
     enc.u64(weights[id].blob.size);
+    enc.u32(weights[id].file);
+  }
+  for (const WeightFile& file : files) {
+    enc.str(file.path);
+    enc.u64(file.content_id.low);
+    enc.u64(file.content_id.high);
   }
   expect_size(enc.size(), layout.metadata_size, "metadata");
   put_le(out.data() + format::field::kMetadataChecksum, format::metadata_checksum(out.data(), out.size()), 8);
@@ -239,12 +270,12 @@ class SequentialWriter {
 
 WrittenBinary write_context_binary(const BinaryIdentity& identity, const std::vector<CompiledGraph>& graphs,
                                    const std::vector<WeightPayload>& weights, const ByteSink& sink,
-                                   const BytePatcher& patch) {
-  validate_inputs(identity, graphs, weights, static_cast<bool>(patch));
-  const Layout layout = plan_layout(identity, graphs, weights);
+                                   const BytePatcher& patch, const std::vector<WeightFile>& weight_files) {
+  validate_inputs(identity, graphs, weights, weight_files, static_cast<bool>(patch));
+  const Layout layout = plan_layout(identity, graphs, weights, weight_files);
   std::vector<std::optional<Hash128>> hashes;
   for (const auto& weight : weights) hashes.push_back(weight.hash);
-  std::vector<uint8_t> metadata = encode_metadata(identity, graphs, weights, hashes, layout);
+  std::vector<uint8_t> metadata = encode_metadata(identity, graphs, weights, weight_files, hashes, layout);
 
   SequentialWriter out(sink);
   out.write(metadata.data(), metadata.size());
@@ -253,6 +284,7 @@ WrittenBinary write_context_binary(const BinaryIdentity& identity, const std::ve
     out.write(graphs[i].program.data(), graphs[i].program.size());
   }
   for (size_t id = 0; id < weights.size(); ++id) {
+    if (weights[id].file > 0) continue;  // its bytes are in its weight file
     const Blob& blob = weights[id].blob;
     out.align_to(layout.weight_offsets[id], "weight " + std::to_string(id));
     const PinnedBytes bytes = blob.pin();
@@ -263,7 +295,7 @@ WrittenBinary write_context_binary(const BinaryIdentity& identity, const std::ve
   }
   out.expect_at(layout.file_size, "end of file");
   if (std::any_of(weights.begin(), weights.end(), [](const WeightPayload& w) { return !w.hash; })) {
-    metadata = encode_metadata(identity, graphs, weights, hashes, layout);
+    metadata = encode_metadata(identity, graphs, weights, weight_files, hashes, layout);
     patch(0, metadata.data(), metadata.size());
   }
   log().debug("wrote context binary: {} graphs, {} weights, {} bytes ({} of metadata)", graphs.size(), weights.size(),

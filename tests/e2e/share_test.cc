@@ -29,16 +29,19 @@ uint64_t align64(uint64_t n) { return (n + 63) / 64 * 64; }
 // The .bin size docs/context-binary-format.md §8 gives for what the binary holds.
 uint64_t documented_size(const ContextBinary& b) {
   const auto& id = b.identity();
-  uint64_t meta = 88 + 12 + id.backend.size() + id.sdk_version.size() + id.hardware_architecture.size();
+  uint64_t meta = 108 + 12 + id.backend.size() + id.sdk_version.size() + id.hardware_architecture.size();
   for (const auto& g : b.graphs()) {
-    meta += 40 + g.name.size() + 4 * g.weight_ids.size();
+    meta += 44 + g.name.size() + 4 * g.weight_ids.size();
     for (const auto* list : {&g.inputs, &g.outputs})
       for (const auto& io : *list) meta += 12 + io.name.size() + 8 * io.dims.size();
+    for (const auto& f : g.fixed_inputs) meta += 16 + f.io.name.size() + 8 * f.io.dims.size() + f.value.size();
   }
-  meta += 32 * b.weights().size();
+  meta += 36 * b.weights().size();
+  for (const auto& f : b.weight_files()) meta += 20 + f.path.size();
   uint64_t cursor = meta;
   for (const auto& g : b.graphs()) cursor = align64(cursor) + g.program_size;
-  for (const auto& w : b.weights()) cursor = align64(cursor) + w.size;
+  for (const auto& w : b.weights())
+    if (w.file == 0) cursor = align64(cursor) + w.size;
   return cursor;
 }
 

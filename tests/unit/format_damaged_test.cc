@@ -94,7 +94,7 @@ const std::vector<Damage>& catalogue() {
       {"HeaderSize",
        [](Bytes& bytes, const Base&) -> std::vector<std::string> {
          put_le(bytes, spec::kHeaderSizeField, 96, 4);
-         return {"header size is 96 bytes, expected 88 for format version " + num(kContextBinaryVersion)};
+         return {"header size is 96 bytes, expected 108 for format version " + num(kContextBinaryVersion)};
        }},
       {"FileSizeFieldTooLarge",
        [](Bytes& bytes, const Base& b) -> std::vector<std::string> {
@@ -114,12 +114,12 @@ const std::vector<Damage>& catalogue() {
       {"IdentityOffset",
        [](Bytes& bytes, const Base&) -> std::vector<std::string> {
          put_le(bytes, spec::kIdentityOffset, 0, 8);
-         return {"identity section offset is 0, expected 88 (right after the header)"};
+         return {"identity section offset is 0, expected 108 (right after the header)"};
        }},
       {"IdentitySizePastEnd",
        [](Bytes& bytes, const Base& b) -> std::vector<std::string> {
          put_le(bytes, spec::kIdentitySize, uint64_t{1} << 40, 8);
-         return {"identity section (offset 88, size 1099511627776) extends past the end of the file (" + num(b.size) +
+         return {"identity section (offset 108, size 1099511627776) extends past the end of the file (" + num(b.size) +
                  " bytes)"};
        }},
       {"GraphTableOffset",
@@ -143,12 +143,12 @@ const std::vector<Damage>& catalogue() {
       {"WeightTableSize",
        [](Bytes& bytes, const Base&) -> std::vector<std::string> {
          put_le(bytes, spec::kWeightTableSize, 97, 8);
-         return {"weight table size is 97 bytes, expected 96 (3 weights x 32 bytes)"};
+         return {"weight table size is 97 bytes, expected 108 (3 weights x 36 bytes)"};
        }},
       {"WeightCount",
        [](Bytes& bytes, const Base&) -> std::vector<std::string> {
          put_le(bytes, spec::kWeightCount, 4, 4);
-         return {"weight table size is 96 bytes, expected 128 (4 weights x 32 bytes)"};
+         return {"weight table size is 108 bytes, expected 144 (4 weights x 36 bytes)"};
        }},
       {"GraphCountHuge",
        [](Bytes& bytes, const Base&) -> std::vector<std::string> {
@@ -356,7 +356,9 @@ TEST(DamagedTruncated, AtManyPoints) {
                                 40,
                                 87,
                                 88,
-                                89,
+                                107,
+                                108,
+                                109,
                                 b.graph_table_offset(),
                                 b.metadata_end - 1,
                                 b.metadata_end,
@@ -370,7 +372,7 @@ TEST(DamagedTruncated, AtManyPoints) {
     Bytes bytes(b.bytes.begin(), b.bytes.begin() + static_cast<std::ptrdiff_t>(cut));
     std::string expected = cut == 0   ? "file is empty (0 bytes)"
                            : cut < 8  ? "file is " + num(cut) + " bytes, too small for a ctxgen context binary"
-                           : cut < 88 ? "truncated: file is " + num(cut) + " bytes, the header alone is 88 bytes"
+                           : cut < 108 ? "truncated: file is " + num(cut) + " bytes, the header alone is 108 bytes"
                                       : "truncated: file is " + num(cut) + " bytes, the header says " + num(b.size);
     auto path = dir.write("cut" + num(cut) + ".bin", bytes);
     expect_error([&] { ContextBinary::open(path); }, ErrorCode::kInvalidBinary, {path.string(), expected});

@@ -17,18 +17,20 @@ uint64_t align64(uint64_t v) { return (v + 63) / 64 * 64; }
 
 // The size formula of docs/context-binary-format.md §8, written out independently of the writer.
 uint64_t expected_file_size(const BinaryIdentity& id, const std::vector<CompiledGraph>& graphs,
-                            const std::vector<WeightPayload>& weights) {
-  uint64_t metadata = 88 + 12 + id.backend.size() + id.sdk_version.size() + id.hardware_architecture.size();
+                            const std::vector<WeightPayload>& weights, const std::vector<WeightFile>& files = {}) {
+  uint64_t metadata = 108 + 12 + id.backend.size() + id.sdk_version.size() + id.hardware_architecture.size();
   for (const auto& g : graphs) {
     metadata += 44 + g.name.size() + 4 * g.weight_ids.size();
     for (const auto* ios : {&g.inputs, &g.outputs})
       for (const auto& v : *ios) metadata += 12 + v.name.size() + 8 * v.dims.size();
     for (const auto& f : g.fixed_inputs) metadata += 12 + f.io.name.size() + 8 * f.io.dims.size() + 4 + f.value.size();
   }
-  metadata += 32 * weights.size();
+  metadata += 36 * weights.size();
+  for (const auto& f : files) metadata += 20 + f.path.size();
   uint64_t cursor = metadata;
   for (const auto& g : graphs) cursor = align64(cursor) + g.program.size();
-  for (const auto& w : weights) cursor = align64(cursor) + w.blob.size;
+  for (const auto& w : weights)
+    if (w.file == 0) cursor = align64(cursor) + w.blob.size;
   return cursor;
 }
 
@@ -93,7 +95,7 @@ TEST(FormatRoundTrip, SeveralGraphsAndWeights) {
 TEST(FormatRoundTrip, NoGraphsNoWeights) {
   BinaryIdentity empty_identity{"", "", ""};
   auto bytes = write_to_memory(empty_identity, {}, {});
-  EXPECT_EQ(bytes.size(), 88u + 12u);
+  EXPECT_EQ(bytes.size(), 108u + 12u);
   auto bin = read_from_memory(bytes);
   EXPECT_EQ(bin->identity(), empty_identity);
   EXPECT_TRUE(bin->graphs().empty());
@@ -188,15 +190,17 @@ TEST(FormatLayout, FileSizeMatchesTheSpecFormula) {
 // kContextBinaryVersion and update the spec.
 TEST(FormatLayout, WorkedExampleFromTheSpec) {
   const std::string hex =
-      "43545847454e434202000000580000008801000000000000d4b592b1ed0e5248"
-      "580000000000000015000000000000006d000000000000007400000000000000"
-      "e100000000000000200000000000000001000000010000000300000072656603"
-      "000000312e300300000063707501000000670100000001000000780100000001"
-      "0000000200000000000000010000000100000079010000000100000002000000"
-      "00000000010000000100000073070000000000000008000000803e0000000000"
-      "00400100000000000004000000000000003fda4c5a612d925a01000000000000"
-      "0002fb6872c575863eb8a009dbfd63b42a800100000000000008000000000000"
-      "0000000000000000000000000000000000000000000000000000000000000000"
+      "43545847454e4342030000006c000000c801000000000000452e78b73ad55cbc"
+      "6c00000000000000150000000000000081000000000000007800000000000000"
+      "f900000000000000480000000000000001000000020000004101000000000000"
+      "1900000000000000010000000300000072656603000000312e30030000006370"
+      "7501000000670100000001000000780100000001000000020000000000000001"
+      "0000000100000079010000000100000002000000000000000100000001000000"
+      "73070000000000000008000000803e0000000000008001000000000000040000"
+      "00000000003fda4c5a612d925a02000000000000000100000002fb6872c57586"
+      "3eb8a009dbfd63b42ac0010000000000000800000000000000000000001ce64d"
+      "44835004de9004e29d8513b92b80000000000000000400000000000000010000"
+      "0005000000772e62696e000102030405060708090a0b0c0d0e0f000000000000"
       "0000000000000000000000000000000000000000000000000000000000000000"
       "50524f4700000000000000000000000000000000000000000000000000000000"
       "0000000000000000000000000000000000000000000000000000000000000000"
@@ -204,11 +208,18 @@ TEST(FormatLayout, WorkedExampleFromTheSpec) {
   std::vector<uint8_t> expected;
   for (size_t i = 0; i < hex.size(); i += 2)
     expected.push_back(static_cast<uint8_t>(std::stoi(hex.substr(i, 2), nullptr, 16)));
-  std::vector<WeightPayload> weights = {make_weight({1, 2, 3, 4, 5, 6, 7, 8})};
+  std::vector<WeightPayload> weights = {make_weight({1, 2, 3, 4, 5, 6, 7, 8}), make_weight({9, 9, 9, 9})};
+  weights[1].file = 1;  // held in weights file "w.bin", at offset 128 there
+  weights[1].file_offset = 128;
+  const std::vector<WeightFile> files = {{"w.bin", Hash128{0x0706050403020100, 0x0f0e0d0c0b0a0908}}};
   std::vector<CompiledGraph> graphs = {
-      make_graph("g", {io("x", 1, {2})}, {io("y", 1, {2})}, {'P', 'R', 'O', 'G'}, {0})};
+      make_graph("g", {io("x", 1, {2})}, {io("y", 1, {2})}, {'P', 'R', 'O', 'G'}, {0, 1})};
   graphs[0].fixed_inputs = {{io("s", 7, {}), {0x80, 0x3e, 0, 0, 0, 0, 0, 0}}};
-  const std::vector<uint8_t> written = write_to_memory({"ref", "1.0", "cpu"}, graphs, weights);
+  std::vector<uint8_t> written;
+  write_context_binary(
+      {"ref", "1.0", "cpu"}, graphs, weights,
+      [&](const uint8_t* data, size_t size) { written.insert(written.end(), data, data + size); }, {}, files);
+  EXPECT_EQ(written.size(), expected_file_size({"ref", "1.0", "cpu"}, graphs, weights, files));
   std::string written_hex;
   for (uint8_t b : written) {
     char two[3];

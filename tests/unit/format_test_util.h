@@ -22,11 +22,12 @@ namespace ctxgen::testing {
 
 // docs/context-binary-format.md §3.
 namespace spec {
-inline constexpr size_t kHeaderSize = 88;
+inline constexpr size_t kHeaderSize = 108;
 inline constexpr size_t kVersion = 8, kHeaderSizeField = 12, kFileSize = 16, kChecksum = 24;
 inline constexpr size_t kIdentityOffset = 32, kIdentitySize = 40, kGraphTableOffset = 48, kGraphTableSize = 56;
 inline constexpr size_t kWeightTableOffset = 64, kWeightTableSize = 72, kGraphCount = 80, kWeightCount = 84;
-inline constexpr size_t kWeightEntrySize = 32;
+inline constexpr size_t kWeightFileTableOffset = 88, kWeightFileTableSize = 96, kWeightFileCount = 104;
+inline constexpr size_t kWeightEntrySize = 36;
 }  // namespace spec
 
 inline uint64_t get_le(const std::vector<uint8_t>& bytes, size_t at, size_t width) {
@@ -40,7 +41,7 @@ inline void put_le(std::vector<uint8_t>& bytes, size_t at, uint64_t value, size_
 }
 
 inline uint64_t metadata_end(const std::vector<uint8_t>& bytes) {
-  return get_le(bytes, spec::kWeightTableOffset, 8) + get_le(bytes, spec::kWeightTableSize, 8);
+  return get_le(bytes, spec::kWeightFileTableOffset, 8) + get_le(bytes, spec::kWeightFileTableSize, 8);
 }
 
 // Recomputes the metadata checksum after a deliberate edit, so the reader's field checks (not

@@ -1,7 +1,10 @@
 #pragma once
-// Where an EPContext node's context binary lives. The rules follow ONNX's checks for external
-// data: the path must be relative, stay inside the model folder (also after following symlinks),
-// and name a non-empty regular file.
+// Where an EPContext node's context binary, and a context binary's weight files, live. The rules
+// follow ONNX's checks for external data: the path must be relative, stay inside the model's (or
+// binary's) folder, also after following symlinks, and name a non-empty regular file. One
+// exception: from inside a model package (a folder, or one above it, holding manifest.json), a
+// path may lead into the package's shared assets (<package>/shared_assets/), where the variants of
+// the package share files; nowhere else.
 
 #include <filesystem>
 #include <optional>
@@ -23,11 +26,17 @@ struct ContextFile {
   FileDescriptor fd;
 };
 
-// Opens the file `relative` names inside `folder`. Throws Error(kInvalidModel) naming `node` and
-// the path when `relative` is empty, absolute, contains "..", resolves outside `folder`, or does
-// not name a non-empty regular file. The file judged is the file opened: no link followed during
-// the open can lead outside `folder`, whatever changes in it meanwhile.
+inline constexpr const char* kPackageManifest = "manifest.json";
+inline constexpr const char* kPackageSharedAssets = "shared_assets";
+
+// Opens the file `relative` names inside `folder` (or the package's shared assets). Throws
+// Error(kInvalidModel) naming `node` and the path when `relative` is empty, absolute, leads
+// outside those, or does not name a non-empty regular file. The file judged is the file opened: no
+// link followed during the open can lead outside them, whatever changes meanwhile.
 ContextFile open_context_file(const std::filesystem::path& folder, const std::string& relative,
                               const std::string& node);
+// The same for a weight file that the context binary labelled `binary` in `folder` names.
+ContextFile open_weight_file(const std::filesystem::path& folder, const std::string& relative,
+                             const std::string& binary);
 
 }  // namespace ctxgen

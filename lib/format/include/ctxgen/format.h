@@ -17,7 +17,7 @@
 
 namespace ctxgen {
 
-inline constexpr uint32_t kContextBinaryVersion = 2;
+inline constexpr uint32_t kContextBinaryVersion = 3;
 inline constexpr uint64_t kPayloadAlignment = 64;
 
 // Who made the binary, in one value: a backend's compiler writes it (Backend::identity), its
@@ -30,11 +30,24 @@ struct BinaryIdentity {
   bool operator==(const BinaryIdentity&) const = default;
 };
 
+// Another context binary whose weights a binary uses in place of holding them (a *weights file*:
+// no graphs, only weights): the weights several binaries share, written once (a model package's
+// shared asset). The path is relative to the binary's folder; the content id pins the file.
+struct WeightFile {
+  std::string path;
+  Hash128 content_id;
+  bool operator==(const WeightFile&) const = default;
+};
+
 struct WeightPayload {
   // XXH3-128 of the bytes. Absent for bytes made on demand that no one has hashed yet: the writer
   // hashes them as it writes them, so a packed weight is made once instead of twice.
   std::optional<Hash128> hash;
   Blob blob;
+  // For a weight held in weight file `file` (1-based; 0: in this binary): the payload's offset in
+  // that file. Such a weight needs its hash and the blob's size, not its bytes.
+  uint32_t file = 0;
+  uint64_t file_offset = 0;
 };
 
 // Receives the binary in order; the file sink writes to a descriptor, the memory sink to a
@@ -72,7 +85,7 @@ struct WrittenBinary {
 // sink fails.
 WrittenBinary write_context_binary(const BinaryIdentity& identity, const std::vector<CompiledGraph>& graphs,
                                    const std::vector<WeightPayload>& weights, const ByteSink& sink,
-                                   const BytePatcher& patch = {});
+                                   const BytePatcher& patch = {}, const std::vector<WeightFile>& weight_files = {});
 
 struct GraphRecord {
   std::string name;
@@ -88,18 +101,21 @@ std::vector<IoSignature> node_inputs(const GraphRecord& graph);
 
 struct WeightRecord {
   Hash128 hash;
-  uint64_t offset = 0;  // from the start of the file, a multiple of kPayloadAlignment
+  uint64_t offset = 0;  // from the start of its file, a multiple of kPayloadAlignment
   uint64_t size = 0;
+  uint32_t file = 0;  // 0: this binary; k: weight_files()[k - 1]
 };
 
 class ContextBinary {
  public:
-  // Maps and validates a file. Throws Error(kInvalidBinary) naming the file, the field, and the
-  // value found vs the value expected.
+  // Maps and validates a file, and opens the weight files it names (docs/context-binary-format.md
+  // §6): each must be where the path rules allow (ctxgen/context_path.h), have the recorded content
+  // id and hold each weight used from it. Throws Error(kInvalidBinary) naming the file, the field,
+  // and the value found vs the value expected.
   static std::shared_ptr<const ContextBinary> open(const std::filesystem::path& path);
   // The same for the file open on `fd` (the caller keeps it), which `path` names.
   static std::shared_ptr<const ContextBinary> map(int fd, const std::filesystem::path& path);
-  // Validates bytes held in memory (embed mode); `owner` keeps them alive.
+  // Validates bytes held in memory (embed mode), which cannot name weight files; `owner` keeps them alive.
   static std::shared_ptr<const ContextBinary> from_memory(const uint8_t* data, size_t size,
                                                           std::shared_ptr<const void> owner,
                                                           const std::string& label);
@@ -109,6 +125,9 @@ class ContextBinary {
   const std::vector<GraphRecord>& graphs() const { return graphs_; }
   const GraphRecord* find_graph(const std::string& name) const;  // nullptr when absent
   const std::vector<WeightRecord>& weights() const { return weights_; }
+  const std::vector<WeightFile>& weight_files() const { return weight_files_; }
+  // The opened weight file k (1-based, as WeightRecord::file).
+  const ContextBinary& weight_file(uint32_t k) const { return *linked_.at(k - 1); }
   const uint8_t* weight_data(uint32_t id) const;
   uint64_t file_size() const { return size_; }
   // XXH3-128 of the metadata, which holds every name, signature, program checksum and weight
@@ -116,13 +135,18 @@ class ContextBinary {
   // can tell it apart from a binary of another run (docs/context-binary-format.md §7).
   const Hash128& content_id() const { return content_id_; }
   const std::string& label() const { return label_; }
-  // Re-hashes every weight payload and compares with the table, and checks the padding between
-  // payloads is zero; throws Error(kInvalidBinary) naming the first weight or byte that changed.
+  // Re-hashes every weight payload (those in weight files too) and compares with the table, and
+  // checks the padding between payloads is zero; throws Error(kInvalidBinary) naming the first
+  // weight or byte that changed.
   void verify_payloads() const;
 
  private:
   ContextBinary() = default;
-  void parse();
+  static std::shared_ptr<const ContextBinary> from_file(std::shared_ptr<const MappedFile> file,
+                                                        const std::filesystem::path& path);
+  static std::shared_ptr<ContextBinary> parse(const uint8_t* data, size_t size, std::shared_ptr<const void> owner,
+                                              const std::string& label);
+  void link(const std::filesystem::path& folder);
   std::shared_ptr<const void> owner_;
   const uint8_t* data_ = nullptr;
   uint64_t size_ = 0;
@@ -133,6 +157,8 @@ class ContextBinary {
   BinaryIdentity identity_;
   std::vector<GraphRecord> graphs_;
   std::vector<WeightRecord> weights_;
+  std::vector<WeightFile> weight_files_;
+  std::vector<std::shared_ptr<const ContextBinary>> linked_;  // weight_files_, opened
 };
 
 }  // namespace ctxgen
