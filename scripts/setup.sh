@@ -12,6 +12,7 @@ packages=(g++ cmake ninja-build pkg-config
           libonnx-dev libprotobuf-dev protobuf-compiler libcli11-dev libspdlog-dev libxxhash-dev
           nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
           libdnnl-dev  # oneDNN: the ref runtime's GEMMs
+          nettle-dev  # SHA-256 for model packages' shared assets
           libonnx-testdata python3-onnx python3-numpy python3-jsonschema
           graphviz  # inspect --svg
           clang libclang-rt-dev)  # clang: the sanitizer build and the libFuzzer targets

@@ -97,6 +97,8 @@ Parsed parse(int argc, const char* const* argv, bool with_verify, const std::str
     cmd->add_option("--output-dir", given.output_dir, "Folder for all outputs (default: the first model's folder)");
     cmd->add_option("--target-cpu", given.target,
                     "Compile for this CPU level (oneDNN's names: avx2, avx512_core, ...; default: this machine's)");
+    cmd->add_option("--package", line.package,
+                    "Write an ONNX Runtime model package into this folder: one variant per --target-cpu level");
     cmd->add_option("--node-name-prefix", given.node_name_prefix, "Prefix for EPContext node, partition and graph names");
     cmd->add_option("--external-initializers-file", given.external_initializers_file,
                     "Write the weights CPU nodes need to this file beside the outputs instead of embedding them");

@@ -30,6 +30,7 @@ struct CommandLine {
   // --ep-lib: compile through ONNX Runtime's Compile API with that library's EP (builds with ORT).
   std::string ep_lib, ep;
   std::vector<std::string> ep_options, session_config;  // KEY=VALUE each
+  std::string package;  // --package DIR: an ONNX Runtime model package of the levels' outputs
 
   std::string inspect_path;
   bool json = false;  // inspect and verify

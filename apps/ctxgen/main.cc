@@ -253,6 +253,16 @@ int main(int argc, char** argv) {
         const auto models = ctxgen::cli::compile_options(line, manifest ? &*manifest : nullptr, options);
         ctxgen::cli::ProgressDisplay display(!line.quiet);
         options.progress = [&](const ctxgen::Progress& p) { display.show(p); };
+        if (!line.package.empty()) {
+          if (!line.ep_lib.empty())
+            throw Error(ErrorCode::kUsage, "--package cannot be used with --ep-lib: its variants are CPU levels of the "
+                                           "built-in backend");
+          auto levels = ctxgen::cli::target_levels(options.target);
+          if (levels.empty()) levels.emplace_back();  // this machine's level
+          const int code = ctxgen::cli::compile_package(models, options, levels, backends, line.quiet, line.package);
+          display.clear();
+          return code;
+        }
         if (const auto levels = ctxgen::cli::target_levels(options.target); levels.size() > 1) {
           if (!line.ep_lib.empty())
             throw Error(ErrorCode::kUsage, "--target-cpu cannot be used with --ep-lib: the library's EP compiles for the "

@@ -1,5 +1,6 @@
 #include "targets.h"
 
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,10 +12,13 @@
 #include <set>
 #include <sstream>
 
+#include "ctxgen/context_path.h"
 #include "ctxgen/error.h"
 #include "ctxgen/log.h"
 #include "ctxgen/outputs.h"
 #include "ctxgen/report.h"
+#include "ctxgen/runtime.h"
+#include "package.h"
 
 namespace fs = std::filesystem;
 
@@ -85,6 +89,34 @@ void write_text(const fs::path& path, const std::string& text) {
   if (!out.flush()) throw Error(ErrorCode::kIo, path.string() + ": cannot write");
 }
 
+// Compiles one level in a child writing into `staging`, its messages naming `final`; returns the
+// child's exit code and appends its summary to `summaries`.
+int compile_in_child(const std::vector<fs::path>& models, const CompileOptions& options, const std::string& level,
+                     const fs::path& staging, const fs::path& final, const BackendRegistry& backends,
+                     std::string& summaries) {
+  int pipe_fds[2];
+  if (::pipe(pipe_fds) != 0) throw Error(ErrorCode::kIo, std::string("cannot start the compile for ") + level + ": " + std::strerror(errno));
+  std::cout.flush();
+  std::fflush(nullptr);
+  const pid_t child = ::fork();
+  if (child < 0) throw Error(ErrorCode::kIo, "cannot start the compile for " + level + ": " + std::strerror(errno));
+  if (child == 0) {
+    ::close(pipe_fds[0]);
+    compile_level(models, options, level, staging, final, backends, pipe_fds[1]);
+  }
+  ::close(pipe_fds[1]);
+  summaries += "[--target-cpu " + level + "]\n" + read_all(pipe_fds[0]);
+  ::close(pipe_fds[0]);
+  int status = 0;
+  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!WIFEXITED(status)) {
+    log().error("the compile for {} ended by signal {}", level, WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    return exit_code(ErrorCode::kInternal);
+  }
+  return WEXITSTATUS(status);
+}
+
 }  // namespace
 
 std::vector<std::string> target_levels(const std::string& target) {
@@ -121,27 +153,8 @@ int compile_levels(const std::vector<fs::path>& models, const CompileOptions& op
   for (const auto& level : levels) {
     const fs::path final = folder / level;
     staged.push_back(std::make_unique<StagingFolder>(final, "targets"));
-    int pipe_fds[2];
-    if (::pipe(pipe_fds) != 0) throw Error(ErrorCode::kIo, std::string("cannot start the compile for ") + level + ": " + std::strerror(errno));
-    std::cout.flush();
-    std::fflush(nullptr);
-    const pid_t child = ::fork();
-    if (child < 0) throw Error(ErrorCode::kIo, "cannot start the compile for " + level + ": " + std::strerror(errno));
-    if (child == 0) {
-      ::close(pipe_fds[0]);
-      compile_level(models, options, level, staged.back()->path(), final, backends, pipe_fds[1]);
-    }
-    ::close(pipe_fds[1]);
-    summaries += "[--target-cpu " + level + "]\n" + read_all(pipe_fds[0]);
-    ::close(pipe_fds[0]);
-    int status = 0;
-    while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
-    }
-    if (!WIFEXITED(status)) {
-      log().error("the compile for {} ended by signal {}", level, WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-      return exit_code(ErrorCode::kInternal);
-    }
-    if (WEXITSTATUS(status) != 0) return WEXITSTATUS(status);
+    if (const int code = compile_in_child(models, options, level, staged.back()->path(), final, backends, summaries))
+      return code;
     if (!options.report_file.empty()) {
       // The report names the files where they will be.
       const fs::path report = staged.back()->path() / options.report_file.filename();
@@ -155,6 +168,55 @@ int compile_levels(const std::vector<fs::path>& models, const CompileOptions& op
       outputs.adopt(entry.path(), folder / levels[l] / entry.path().filename());
   outputs.commit();
   if (!quiet) std::cout << summaries;
+  return 0;
+}
+
+int compile_package(const std::vector<fs::path>& models, CompileOptions options, const std::vector<std::string>& given,
+                    const BackendRegistry& backends, bool quiet, const fs::path& package) {
+  const std::string what = "--package";
+  if (!options.output_file.empty() || !options.output_dir.empty())
+    throw Error(ErrorCode::kUsage, what + " names the package's folder; it takes no -o or --output-dir");
+  if (options.stop_after) throw Error(ErrorCode::kUsage, what + " compiles; --stop-after writes no package");
+  if (!options.report_file.empty()) throw Error(ErrorCode::kUsage, what + ": the package's manifest.json lists its files; it takes no --report");
+  if (options.embed)
+    throw Error(ErrorCode::kUsage, what + ": a package keeps its binaries beside the models, where variants share them; it takes no --embed");
+  std::error_code ec;
+  if (fs::exists(package, ec) && !fs::is_directory(package, ec))
+    throw Error(ErrorCode::kUsage, package.string() + ": --package names a folder, and this is a file");
+  if (fs::is_directory(package, ec) && !fs::is_empty(package, ec) && !fs::exists(package / kPackageManifest, ec))
+    throw Error(ErrorCode::kUsage, package.string() + ": a folder that is not empty and is not a model package (no " +
+                                       kPackageManifest + "); --package writes a new or empty folder, or replaces a package (--force)");
+  // The weights CPU nodes need go to a file, which the variants share instead of each model embedding them.
+  if (options.external_initializers_file.empty())
+    options.external_initializers_file = file_stem(models.front()) + "_initializers.data";
+  const fs::path parent = package.parent_path().empty() ? fs::path(".") : package.parent_path();
+  OutputSet outputs({package / kPackageManifest}, options.force, read_files(models, options));
+  outputs.hold(parent);
+  const StagingFolder staging(parent, "package");
+  std::vector<LevelOutputs> levels;
+  std::string summaries;
+  for (const std::string& level : highest_first(given)) {
+    levels.push_back({level, staging.path() / "levels" / (level.empty() ? "host" : level)});
+    fs::create_directories(levels.back().folder);
+    if (const int code = compile_in_child(models, options, level, levels.back().folder, package, backends, summaries))
+      return code;
+  }
+  // Without --target-cpu the one level is this machine's; asked only now, after the compile.
+  if (levels.size() == 1 && levels[0].level.empty()) levels[0].level = runtime::cpu_level();
+  const fs::path written = staging.path() / "package";
+  const PackageContents contents = write_package(models, levels, written);
+  // The new package takes the old one's place in one step; the old goes with the staging folder.
+  if (::renameat2(AT_FDCWD, written.c_str(), AT_FDCWD, package.c_str(), RENAME_EXCHANGE) != 0)
+    throw Error(ErrorCode::kIo, package.string() + ": cannot move the package into place: " + std::strerror(errno));
+  outputs.commit();
+  if (!quiet) {
+    std::string names;
+    for (const auto& level : levels) names += (names.empty() ? "" : ", ") + level.level;
+    std::cout << "package " << package.string() << ": " << models.size() << " component(s) x " << levels.size()
+              << " level(s) (" << names << "), " << contents.variants << " variants, " << contents.shared_assets
+              << " shared asset(s), " << contents.bytes << " bytes; weights every level shares stored once: "
+              << contents.shared_weight_bytes << " bytes\n";
+  }
   return 0;
 }
 

@@ -22,4 +22,12 @@ std::vector<std::string> target_levels(const std::string& target);
 int compile_levels(const std::vector<std::filesystem::path>& models, const CompileOptions& options,
                    const std::vector<std::string>& levels, const BackendRegistry& backends, bool quiet);
 
+// `--package DIR`: compiles `models` once per level of `levels` (one entry, "", for this machine's)
+// in forked children, as compile_levels does, and writes their outputs as one ONNX Runtime model
+// package (package.h), which replaces DIR in one step: a new or empty folder, or (--force) an
+// earlier package. Returns the exit code.
+int compile_package(const std::vector<std::filesystem::path>& models, CompileOptions options,
+                    const std::vector<std::string>& levels, const BackendRegistry& backends, bool quiet,
+                    const std::filesystem::path& package);
+
 }  // namespace ctxgen::cli

@@ -39,7 +39,7 @@ bool is_temporary(const std::string& name) {
   return !pid.empty() && pid.find_first_not_of("0123456789") == std::string::npos;
 }
 
-constexpr const char* kStagingKinds[] = {"ep-compile", "targets"};
+constexpr const char* kStagingKinds[] = {"ep-compile", "targets", "package"};
 
 }  // namespace
 

@@ -285,6 +285,8 @@ std::vector<std::string> supported_ops() {
 
 std::string hardware_architecture() { return onednn::architecture(); }
 void target_cpu(const std::string& level) { onednn::target_level(level); }
+std::vector<std::string> cpu_levels() { return onednn::known_levels(); }
+std::string cpu_level() { return onednn::level(); }
 
 BinaryIdentity ref_identity() { return {ref::kEpName, ref::kSdkVersion, hardware_architecture(), kContextBinaryVersion}; }
 

@@ -89,7 +89,7 @@ std::string library_version() {
 
 std::string level_names() {
   std::string names;
-  for (const Level& level : kLevels) names += (names.empty() ? "" : ", ") + std::string(level.name);
+  for (const std::string& level : known_levels()) names += (names.empty() ? "" : ", ") + level;
   return names;
 }
 
@@ -115,6 +115,14 @@ void target_level(const std::string& level) {
   if (!set || chosen != *isa)
     throw Error(ErrorCode::kUsage, "--target-cpu " + level + ": this CPU (" + architecture() + ") cannot compile for " +
                                        level + ", a level its own does not include; give one it does: " + levels_below());
+}
+
+std::string level() { return isa_name(dnnl::get_effective_cpu_isa()); }
+
+std::vector<std::string> known_levels() {
+  std::vector<std::string> names;
+  for (const Level& level : kLevels) names.emplace_back(level.name);
+  return names;
 }
 
 std::string levels_below() {

@@ -3,6 +3,7 @@
 // oneDNN on the calling thread, and the CPU feature level its packed layouts are made for.
 
 #include <string>
+#include <vector>
 
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -45,6 +46,10 @@ std::string architecture();
 // a CPU of that level: before anything else asks oneDNN about the CPU. Throws Error(kUsage) for an
 // unknown level or one this CPU lacks.
 void target_level(const std::string& level);
+// The level oneDNN lays weights out for in this process, e.g. "avx2".
+std::string level();
+// The levels target_level knows, lowest first.
+std::vector<std::string> known_levels();
 // The levels this CPU runs ("sse41, avx, avx2, ..."), for messages.
 std::string levels_below();
 // Whether this CPU runs weights packed for the `recorded` architecture: its own level is optimal,

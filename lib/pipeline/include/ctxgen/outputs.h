@@ -68,6 +68,9 @@ class OutputSet {
   void adopt(const std::filesystem::path& written, const std::filesystem::path& path);
   // Renames every finished temporary and adopted file into place.
   void commit();
+  // Locks `folder` for this run as it locks output folders (and removes what killed runs left
+  // there): for a folder the run stages outputs in without writing any there itself.
+  void hold(const std::filesystem::path& folder) { lock(folder); }
   // A planned output this run does not write after all: an existing file of that name (allowed by
   // --force) is removed at commit, so nothing of an earlier run stays beside the new outputs.
   void remove_on_commit(const std::filesystem::path& path) { unwritten_.push_back(path); }
@@ -91,7 +94,7 @@ class OutputSet {
 // A folder that another writer fills beside outputs (ONNX Runtime for --ep-lib, a child process
 // for one --target-cpu level of several), made now and removed with whatever is left in it. Its
 // name, ".<kind>.ctxgen-<pid>.tmp", is one OutputSet takes for a killed run's leftover and removes
-// whole under the folder's lock; `kind` is "ep-compile" or "targets".
+// whole under the folder's lock; `kind` is "ep-compile", "targets" or "package".
 class StagingFolder {
  public:
   StagingFolder(const std::filesystem::path& folder, const std::string& kind);

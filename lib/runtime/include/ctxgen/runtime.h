@@ -95,6 +95,11 @@ std::string hardware_architecture();
 // ...), before anything else asks about the CPU. Throws Error(kUsage) for an unknown level or one
 // above this CPU's.
 void target_cpu(const std::string& level);
+// The CPU levels target_cpu knows, lowest first (oneDNN's order; avx2_vnni comes between avx2 and
+// avx512_core though neither includes the other).
+std::vector<std::string> cpu_levels();
+// The level this process compiles for (this CPU's, or target_cpu's): one of cpu_levels().
+std::string cpu_level();
 // Whether this CPU runs QLinearConv (kernels_qconv.cc): its int8 convolutions must sum exactly.
 bool runs_qlinear_conv();
 
