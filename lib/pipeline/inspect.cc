@@ -1,5 +1,8 @@
-// `ctxgen inspect`: what went where in an EPContext model, and what a context binary holds.
+// `ctxgen inspect`: what went where in an EPContext model, what a context binary holds, and what a
+// model package (--package) is made of.
 
+#include <algorithm>
+#include <fstream>
 #include <set>
 #include <sstream>
 
@@ -23,8 +26,20 @@ nlohmann::json signature_json(const std::vector<IoSignature>& sigs) {
 
 nlohmann::json inspect_binary(const fs::path& path) {
   auto binary = ContextBinary::open(path);
-  uint64_t weight_bytes = 0;
-  for (const auto& w : binary->weights()) weight_bytes += w.size;
+  uint64_t weight_bytes = 0, elsewhere_bytes = 0;
+  std::vector<size_t> elsewhere(binary->weight_files().size());
+  for (const auto& w : binary->weights()) {
+    weight_bytes += w.size;
+    if (w.file == 0) continue;
+    elsewhere_bytes += w.size;
+    ++elsewhere[w.file - 1];
+  }
+  nlohmann::json files = nlohmann::json::array();
+  for (size_t k = 0; k < binary->weight_files().size(); ++k)
+    files.push_back({{"path", binary->weight_files()[k].path},
+                     {"resolved", binary->weight_file(static_cast<uint32_t>(k + 1)).label()},
+                     {"content_id", binary->weight_files()[k].content_id.hex()},
+                     {"weights_used", elsewhere[k]}});
   nlohmann::json graphs = nlohmann::json::array();
   for (const auto& g : binary->graphs()) {
     nlohmann::json fixed = nlohmann::json::array();
@@ -44,7 +59,64 @@ nlohmann::json inspect_binary(const fs::path& path) {
           {"hardware_architecture", id.hardware_architecture},
           {"content_id", binary->content_id().hex()},
           {"graphs", graphs},
-          {"weights", {{"count", binary->weights().size()}, {"bytes", weight_bytes}}}};
+          {"weights", {{"count", binary->weights().size()}, {"bytes", weight_bytes}, {"bytes_in_weight_files", elsewhere_bytes}}},
+          {"weight_files", files}};
+}
+
+uint64_t bytes_under(const fs::path& folder) {
+  uint64_t bytes = 0;
+  std::error_code ec;
+  for (const auto& entry : fs::recursive_directory_iterator(folder, ec))
+    if (entry.is_regular_file(ec)) bytes += entry.file_size(ec);
+  return bytes;
+}
+
+nlohmann::json inspect_package(const fs::path& path) {
+  const fs::path manifest_path = path / kPackageManifest;
+  std::ifstream in(manifest_path);
+  const nlohmann::ordered_json manifest = nlohmann::ordered_json::parse(in, nullptr, false);
+  if (manifest.is_discarded() || !manifest.is_object() || !manifest.contains("components") ||
+      !manifest["components"].is_object())
+    throw Error(ErrorCode::kInvalidModel, manifest_path.string() + ": not a model package manifest (no components object)");
+  nlohmann::ordered_json components = nlohmann::ordered_json::array();
+  for (const auto& [name, component] : manifest["components"].items()) {
+    nlohmann::ordered_json variants = nlohmann::ordered_json::array();
+    if (component.is_object() && component.contains("variants") && component["variants"].is_object())
+      for (const auto& [variant_name, v] : component["variants"].items()) {
+        const std::string folder = v.value("variant_directory", variant_name);
+        const nlohmann::ordered_json ort = v.contains("executor_info") ? v["executor_info"].value("ort", nlohmann::ordered_json()) : nullptr;
+        variants.push_back({{"name", variant_name},
+                            {"ep", v.value("ep", "")},
+                            {"device", v.value("device", "")},
+                            {"compatibility_string", v.value("compatibility_string", "")},
+                            {"directory", folder},
+                            {"model_file", ort.is_object() ? ort.value("model_file", "") : ""},
+                            {"session_options", ort.is_object() ? ort.value("session_options", nlohmann::ordered_json::object())
+                                                                : nlohmann::ordered_json::object()},
+                            {"bytes", bytes_under(path / folder)}});
+      }
+    components.push_back({{"name", name}, {"variants", variants}});
+  }
+  nlohmann::ordered_json assets = nlohmann::ordered_json::array();
+  std::error_code ec;
+  std::vector<fs::path> folders;
+  for (const auto& entry : fs::directory_iterator(path / kPackageSharedAssets, ec)) folders.push_back(entry.path());
+  std::sort(folders.begin(), folders.end());
+  for (const auto& folder : folders) {
+    nlohmann::ordered_json files = nlohmann::ordered_json::array();
+    for (const auto& entry : fs::recursive_directory_iterator(folder, ec))
+      if (entry.is_regular_file(ec))
+        files.push_back({{"name", entry.path().lexically_relative(folder).generic_string()}, {"bytes", entry.file_size(ec)}});
+    assets.push_back({{"name", folder.filename().string()}, {"files", files}, {"bytes", bytes_under(folder)}});
+  }
+  return nlohmann::json::parse(nlohmann::ordered_json({{"kind", "model_package"},
+                                                       {"path", path.string()},
+                                                       {"package_name", manifest.value("package_name", "")},
+                                                       {"schema_version", manifest.value("schema_version", "")},
+                                                       {"components", components},
+                                                       {"shared_assets", assets},
+                                                       {"bytes", bytes_under(path)}})
+                                   .dump());
 }
 
 nlohmann::json attribute_json(const onnx::AttributeProto& a) {
@@ -172,6 +244,12 @@ nlohmann::json inspect_model(const fs::path& path) {
 nlohmann::json inspect_json(const fs::path& path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) throw Error(ErrorCode::kInvalidModel, path.string() + ": no such file");
+  if (fs::is_directory(path, ec)) {
+    if (!fs::is_regular_file(path / kPackageManifest, ec))
+      throw Error(ErrorCode::kInvalidModel, path.string() + ": a folder without " + kPackageManifest +
+                                                ", so not a model package (inspect takes a model, a .bin or a package)");
+    return inspect_package(path);
+  }
   return path.extension() == ".bin" ? inspect_binary(path) : inspect_model(path);
 }
 
@@ -183,7 +261,13 @@ std::string inspect_text(const nlohmann::json& j) {
         << j["backend"].get<std::string>() << " (" << j["sdk_version"].get<std::string>() << ", "
         << j["hardware_architecture"].get<std::string>() << ")\n";
     out << "  content id: " << j["content_id"].get<std::string>() << "\n";
-    out << "  weights: " << j["weights"]["count"] << ", " << human_bytes(j["weights"]["bytes"]) << "\n";
+    out << "  weights: " << j["weights"]["count"] << ", " << human_bytes(j["weights"]["bytes"]);
+    if (!j["weight_files"].empty())
+      out << " (" << human_bytes(j["weights"]["bytes_in_weight_files"]) << " of them in weight files)";
+    out << "\n";
+    for (const auto& f : j["weight_files"])
+      out << "  weight file " << f["path"].get<std::string>() << ": " << f["weights_used"] << " weight(s), id "
+          << f["content_id"].get<std::string>() << "\n";
     for (const auto& g : j["graphs"]) {
       out << "  graph " << g["name"].get<std::string>() << ": " << g["inputs"].size() << " input(s), "
           << g["outputs"].size() << " output(s), " << g["weights"] << " weight(s), program "
@@ -191,6 +275,31 @@ std::string inspect_text(const nlohmann::json& j) {
       for (const auto& f : g["fixed_inputs"])
         out << "    fixed input " << f["name"].get<std::string>() << " = " << f["value"].get<std::string>()
             << " (compiled for this value: a run must feed it)\n";
+    }
+    return out.str();
+  }
+  if (j["kind"] == "model_package") {
+    size_t variants = 0;
+    for (const auto& c : j["components"]) variants += c["variants"].size();
+    out << "  model package '" << j["package_name"].get<std::string>() << "' (schema " << j["schema_version"].get<std::string>()
+        << "): " << j["components"].size() << " component(s), " << variants << " variant(s), " << j["shared_assets"].size()
+        << " shared asset(s), " << human_bytes(j["bytes"]) << "\n";
+    for (const auto& c : j["components"]) {
+      out << "  component " << c["name"].get<std::string>() << "\n";
+      for (const auto& v : c["variants"]) {
+        out << "    variant " << v["name"].get<std::string>() << ": " << v["ep"].get<std::string>() << " on "
+            << v["device"].get<std::string>() << ", " << v["directory"].get<std::string>() << "/"
+            << v["model_file"].get<std::string>() << ", " << human_bytes(v["bytes"]) << "\n";
+        if (!v["compatibility_string"].get<std::string>().empty())
+          out << "      compatibility: " << v["compatibility_string"].get<std::string>() << "\n";
+        for (const auto& [key, value] : v["session_options"].items())
+          out << "      session option " << key << " = " << value.get<std::string>() << "\n";
+      }
+    }
+    for (const auto& a : j["shared_assets"]) {
+      std::string names;
+      for (const auto& f : a["files"]) names += (names.empty() ? "" : ", ") + f["name"].get<std::string>();
+      out << "  shared asset " << a["name"].get<std::string>() << ": " << names << ", " << human_bytes(a["bytes"]) << "\n";
     }
     return out.str();
   }

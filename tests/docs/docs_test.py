@@ -234,6 +234,12 @@ RULES = [
         "apps/gemm-bench/CMakeLists.txt", "CTXGEN_OPENBLAS_LIBRARY", "CTXGEN_BLIS_LIBRARY", "Eigen3", "gemm_bench_smoke")),
     ("cli.md", r"ctxgen compile MODEL", rule_synopsis),
     ("cli.md", r"ctxgen share prefill.onnx", rule_run(setup=DECODER)),
+    ("cli.md", r"# one build for the AVX2", rule_covered("tests/e2e/package_test.cc", "--target-cpu sse41,avx2 --package",
+     "--package")),
+    ("cli.md", r"dist/llm/manifest.json", rule_covered("tests/e2e/package_test.cc", "shared_assets",
+     "variant_directory", "session.model_external_initializers_file_folder_path")),
+    ("cli.md", r"auto create_options", rule_covered("tests/ort/ort_package_test.cc",
+     "CreateModelPackageOptionsFromSessionOptions", "CreateSession", "SelectComponent")),
     ("cli.md", r'\{"models"', None),  # a manifest: written to group.json and shared (below)
     ("cli.md", r"ctxgen inspect testdata/exports", rule_run(setup="ctxgen compile testdata/cnn.onnx -q --force")),
     ("conformance.md", r"scripts/conformance.sh +# all four", None),  # line by line (below)
