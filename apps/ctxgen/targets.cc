@@ -172,7 +172,9 @@ int compile_levels(const std::vector<fs::path>& models, const CompileOptions& op
 }
 
 int compile_package(const std::vector<fs::path>& models, CompileOptions options, const std::vector<std::string>& given,
-                    const BackendRegistry& backends, bool quiet, const fs::path& package) {
+                    const BackendRegistry& backends, bool quiet, const fs::path& given_package) {
+  // "dist/pkg/" names dist/pkg.
+  const fs::path package = given_package.has_filename() ? given_package : given_package.parent_path();
   const std::string what = "--package";
   if (!options.output_file.empty() || !options.output_dir.empty())
     throw Error(ErrorCode::kUsage, what + " names the package's folder; it takes no -o or --output-dir");
@@ -181,6 +183,8 @@ int compile_package(const std::vector<fs::path>& models, CompileOptions options,
   if (options.embed)
     throw Error(ErrorCode::kUsage, what + ": a package keeps its binaries beside the models, where variants share them; it takes no --embed");
   std::error_code ec;
+  if (package.filename() == "." || package.filename() == ".." || package.filename().empty())
+    throw Error(ErrorCode::kUsage, package.string() + ": --package names the package's own folder, not '.' or '..'");
   if (fs::exists(package, ec) && !fs::is_directory(package, ec))
     throw Error(ErrorCode::kUsage, package.string() + ": --package names a folder, and this is a file");
   if (fs::is_directory(package, ec) && !fs::is_empty(package, ec) && !fs::exists(package / kPackageManifest, ec))
@@ -189,10 +193,25 @@ int compile_package(const std::vector<fs::path>& models, CompileOptions options,
   // The weights CPU nodes need go to a file, which the variants share instead of each model embedding them.
   if (options.external_initializers_file.empty())
     options.external_initializers_file = file_stem(models.front()) + "_initializers.data";
+  // Replacing the package replaces everything in its folder: nothing the run reads may be there.
+  const fs::path whole = resolved_path(package, ErrorCode::kUsage);
+  for (const fs::path& input : read_files(models, options)) {
+    const fs::path inside = resolved_path(input, ErrorCode::kUsage).lexically_relative(whole);
+    if (!inside.empty() && *inside.begin() != "..")
+      throw Error(ErrorCode::kUsage, package.string() + ": the package's folder holds " + input.string() +
+                                         ", which this run reads; write the package elsewhere");
+  }
   const fs::path parent = package.parent_path().empty() ? fs::path(".") : package.parent_path();
   OutputSet outputs({package / kPackageManifest}, options.force, read_files(models, options));
-  outputs.hold(parent);
-  const StagingFolder staging(parent, "package");
+  // Runs into one package take turns (the lock on its folder): a staging folder named after it
+  // that is not this run's is what a killed run left.
+  const std::string name = whole.filename().string();
+  const StagingFolder staging(parent, "package", name);
+  for (const auto& entry : fs::directory_iterator(parent, ec)) {
+    const std::string found = entry.path().filename().string();
+    if (found.rfind("." + name + ".package.ctxgen-", 0) == 0 && entry.path() != staging.path())
+      fs::remove_all(entry.path(), ec);
+  }
   std::vector<LevelOutputs> levels;
   std::string summaries;
   for (const std::string& level : highest_first(given)) {

@@ -43,8 +43,8 @@ constexpr const char* kStagingKinds[] = {"ep-compile", "targets", "package"};
 
 }  // namespace
 
-StagingFolder::StagingFolder(const fs::path& folder, const std::string& kind)
-    : path_(folder / ("." + kind + ".ctxgen-" + std::to_string(::getpid()) + ".tmp")) {
+StagingFolder::StagingFolder(const fs::path& folder, const std::string& kind, const std::string& owner)
+    : path_(folder / ("." + (owner.empty() ? "" : owner + ".") + kind + ".ctxgen-" + std::to_string(::getpid()) + ".tmp")) {
   if (std::find(std::begin(kStagingKinds), std::end(kStagingKinds), kind) == std::end(kStagingKinds))
     throw Error(ErrorCode::kInternal, "a staging folder of unknown kind '" + kind + "'");
   std::error_code ec;

@@ -161,6 +161,22 @@ TEST(Package, ReplacesOnlyAPackageAndOnlyWithForce) {
   r = ctxgen(compile + quote(dir / "file"));
   EXPECT_EQ(r.exit_code, exit_code(ErrorCode::kUsage)) << r.output;
   EXPECT_NE(r.output.find("--package names a folder, and this is a file"), std::string::npos) << r.output;
+  // Nor a package holding a file the run reads: replacing it would delete the input.
+  fs::copy_file(cnn, dir / "pkg" / "mine.onnx");
+  r = ctxgen("compile " + quote(dir / "pkg" / "mine.onnx") + " --force --package " + quote(dir / "pkg"));
+  EXPECT_EQ(r.exit_code, exit_code(ErrorCode::kUsage)) << r.output;
+  EXPECT_NE(r.output.find("the package's folder holds " + (dir / "pkg" / "mine.onnx").string() + ", which this run reads"),
+            std::string::npos)
+      << r.output;
+  EXPECT_TRUE(fs::exists(dir / "pkg" / "mine.onnx"));
+  r = ctxgen(compile + "'" + dir.path().string() + "/.'");
+  EXPECT_EQ(r.exit_code, exit_code(ErrorCode::kUsage)) << r.output;
+  EXPECT_NE(r.output.find("--package names the package's own folder, not '.' or '..'"), std::string::npos) << r.output;
+  // A killed run's staging folder for this package goes with the next run into it.
+  fs::create_directories(dir / ".pkg.package.ctxgen-999999.tmp" / "levels");
+  r = ctxgen("compile " + quote(cnn) + " --target-cpu sse41 --force --package " + quote(dir / "pkg/"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_FALSE(fs::exists(dir / ".pkg.package.ctxgen-999999.tmp"));
   // No staging folder is left beside the packages.
   for (const auto& e : fs::directory_iterator(dir.path()))
     EXPECT_EQ(e.path().filename().string().find(".package.ctxgen-"), std::string::npos) << e.path();

@@ -68,9 +68,6 @@ class OutputSet {
   void adopt(const std::filesystem::path& written, const std::filesystem::path& path);
   // Renames every finished temporary and adopted file into place.
   void commit();
-  // Locks `folder` for this run as it locks output folders (and removes what killed runs left
-  // there): for a folder the run stages outputs in without writing any there itself.
-  void hold(const std::filesystem::path& folder) { lock(folder); }
   // A planned output this run does not write after all: an existing file of that name (allowed by
   // --force) is removed at commit, so nothing of an earlier run stays beside the new outputs.
   void remove_on_commit(const std::filesystem::path& path) { unwritten_.push_back(path); }
@@ -94,10 +91,12 @@ class OutputSet {
 // A folder that another writer fills beside outputs (ONNX Runtime for --ep-lib, a child process
 // for one --target-cpu level of several), made now and removed with whatever is left in it. Its
 // name, ".<kind>.ctxgen-<pid>.tmp", is one OutputSet takes for a killed run's leftover and removes
-// whole under the folder's lock; `kind` is "ep-compile", "targets" or "package".
+// whole under the folder's lock; `kind` is "ep-compile", "targets" or "package". A folder staged
+// for one output of the folder (a package) is named after it, ".<owner>.<kind>.ctxgen-<pid>.tmp",
+// so that runs into different outputs of one folder do not take each other's for leftovers.
 class StagingFolder {
  public:
-  StagingFolder(const std::filesystem::path& folder, const std::string& kind);
+  StagingFolder(const std::filesystem::path& folder, const std::string& kind, const std::string& owner = "");
   ~StagingFolder();
   StagingFolder(const StagingFolder&) = delete;
   StagingFolder& operator=(const StagingFolder&) = delete;
