@@ -28,10 +28,10 @@ std::shared_ptr<const ContextBinary> counted(std::shared_ptr<const ContextBinary
 
 }  // namespace
 
-std::shared_ptr<const uint8_t> aligned_copy(const std::string& bytes) {
+std::shared_ptr<const uint8_t> aligned_copy(const uint8_t* bytes, size_t size) {
   constexpr std::align_val_t alignment{kPayloadAlignment};
-  auto* data = static_cast<uint8_t*>(::operator new(bytes.size(), alignment));
-  std::memcpy(data, bytes.data(), bytes.size());
+  auto* data = static_cast<uint8_t*>(::operator new(size, alignment));
+  std::memcpy(data, bytes, size);
   return std::shared_ptr<const uint8_t>(data, [](const uint8_t* p) {
     ::operator delete(const_cast<uint8_t*>(p), std::align_val_t{kPayloadAlignment});
   });
@@ -47,15 +47,20 @@ std::shared_ptr<const ContextBinary> BinaryRegistry::open(const std::filesystem:
 }
 
 std::shared_ptr<const ContextBinary> BinaryRegistry::open(const ContextFile& file, bool shared) {
-  if (!shared) return counted(ContextBinary::map(file.fd.get(), file.path));
-  // Opening under the lock keeps two sessions created at once from mapping the file twice.
+  return open(file.path, shared, [&] { return ContextBinary::map(file.fd.get(), file.path); });
+}
+
+std::shared_ptr<const ContextBinary> BinaryRegistry::open(const std::filesystem::path& key, bool shared,
+                                                          const std::function<std::shared_ptr<const ContextBinary>()>& make) {
+  if (!shared) return counted(make());
+  // Opening under the lock keeps two sessions created at once from reading the binary twice.
   std::lock_guard lock(mutex_);
   std::erase_if(shared_, [](const auto& entry) { return entry.second.expired(); });
-  if (auto it = shared_.find(file.path); it != shared_.end()) {
+  if (auto it = shared_.find(key); it != shared_.end()) {
     if (auto binary = it->second.lock()) return binary;
   }
-  auto binary = counted(ContextBinary::map(file.fd.get(), file.path));
-  shared_[file.path] = binary;
+  auto binary = counted(make());
+  shared_[key] = binary;
   return binary;
 }
 

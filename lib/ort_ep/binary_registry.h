@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -29,7 +30,7 @@ struct SharedGraph {
 
 // A copy of `bytes` aligned like a mapped file, so that a binary held in memory (embedded in its
 // EPContext node, or compiled in the session) has its weights used in place as from a .bin.
-std::shared_ptr<const uint8_t> aligned_copy(const std::string& bytes);
+std::shared_ptr<const uint8_t> aligned_copy(const uint8_t* bytes, size_t size);
 
 class BinaryRegistry {
  public:
@@ -40,6 +41,10 @@ class BinaryRegistry {
   std::shared_ptr<const ContextBinary> open(const ContextFile& file, bool shared);
   // Maps the file at `path` for one session.
   std::shared_ptr<const ContextBinary> open(const std::filesystem::path& path);
+  // A binary `make` reads another way (the application's read function), known by `key`: with
+  // `shared`, the one a sharing session holds under that key, if any, else `make`'s, published.
+  std::shared_ptr<const ContextBinary> open(const std::filesystem::path& key, bool shared,
+                                            const std::function<std::shared_ptr<const ContextBinary>()>& make);
 
   // Binaries published by sharing sessions that are still alive and hold a graph named `name`.
   std::vector<SharedGraph> find_shared_graph(const std::string& name);

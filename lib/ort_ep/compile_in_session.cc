@@ -151,7 +151,10 @@ std::vector<std::unique_ptr<CompiledNode>> InSessionCompiler::compile(const std:
   const BinaryIdentity identity = backend_->identity();
   std::string payload;  // the binary in memory: to embed, or to run from when nothing is written
   const bool written = generate && !config_.embed_mode;
-  if (!written || (shared && config_.cannot_run().empty())) payload = context_binary_bytes(identity, workspace.graphs, workspace.store);
+  // An application that stores binaries itself (its write function) gets them as bytes, never as a file.
+  const bool to_application = written && config_.data.write != nullptr;
+  if (!written || to_application || (shared && config_.cannot_run().empty()))
+    payload = context_binary_bytes(identity, workspace.graphs, workspace.store);
   const std::string cache_context = !generate            ? std::string()
                                     : config_.embed_mode ? payload
                                     : shared             ? workspace.binary.filename().string()
@@ -171,13 +174,17 @@ std::vector<std::unique_ptr<CompiledNode>> InSessionCompiler::compile(const std:
   }
 
   std::shared_ptr<const ContextBinary> binary;
-  if (written && !shared) {
+  if (written && !shared && to_application) {
+    write_context_data(config_.data, cache_context, payload);
+    log(ORT_LOGGING_LEVEL_INFO, "gave context binary '" + cache_context + "' to the application's write function");
+  } else if (written && !shared) {
     write_context_binary_file(paths.binary, identity, workspace.graphs, workspace.store);
     log(ORT_LOGGING_LEVEL_INFO, "wrote context binary " + paths.binary.string());
     if (config_.cannot_run().empty()) binary = BinaryRegistry::instance().open(paths.binary);
-  } else if (config_.cannot_run().empty()) {
+  }
+  if (!binary && config_.cannot_run().empty() && !payload.empty()) {
     // Held in memory, aligned like a mapped file so weights are used in place.
-    auto data = aligned_copy(payload);
+    auto data = aligned_copy(reinterpret_cast<const uint8_t*>(payload.data()), payload.size());
     binary = ContextBinary::from_memory(data.get(), payload.size(), data,
                                         "compiled in session from " + std::to_string(mine.size()) + " partition(s)");
   }
@@ -198,7 +205,11 @@ std::vector<std::unique_ptr<CompiledNode>> InSessionCompiler::compile(const std:
 
 void InSessionCompiler::finish_group(CompileWorkspace& workspace) {
   if (!workspace.graphs.empty()) {
-    write_context_binary_file(workspace.binary, backend_->identity(), workspace.graphs, workspace.store);
+    if (config_.data.write != nullptr)
+      write_context_data(config_.data, workspace.binary.filename().string(),
+                         context_binary_bytes(backend_->identity(), workspace.graphs, workspace.store));
+    else
+      write_context_binary_file(workspace.binary, backend_->identity(), workspace.graphs, workspace.store);
     log(ORT_LOGGING_LEVEL_INFO, "wrote the shared context binary " + workspace.binary.string() + " (" +
                                     std::to_string(workspace.graphs.size()) + " graphs, " +
                                     std::to_string(workspace.store.size()) + " distinct weights)");

@@ -41,6 +41,7 @@ SessionConfig SessionConfig::read(const OrtSessionOptions* options) {
   config.node_name_prefix = session_config(options, "ep.context_node_name_prefix").value_or("");
   config.stop_share = set("ep.stop_share_ep_contexts");
   config.compile_only = set("session.compile_only");
+  config.data = context_data_functions(options);
   return config;
 }
 
@@ -112,9 +113,30 @@ const CtxgenEp::LoadedBinary& CtxgenEp::load_main_context(const EpContextNode& n
       throw Error(ErrorCode::kInvalidModel, where + ": embed_mode is 1 but ep_cache_context holds no payload");
     }
     const std::string label = "embedded in " + where;
-    auto data = aligned_copy(node.cache_context);
+    auto data = aligned_copy(reinterpret_cast<const uint8_t*>(node.cache_context.data()), node.cache_context.size());
     auto binary = ContextBinary::from_memory(data.get(), node.cache_context.size(), data, label);
     return keep({label, std::move(binary)});
+  }
+  if (config_.data.read != nullptr) {
+    // The application stores its binaries itself (encrypted, say): the name is its key for them.
+    const std::string label = "'" + node.cache_context + "' from the application's EPContext data read function";
+    for (const LoadedBinary& loaded : loaded_)
+      if (loaded.label == label) return loaded;
+    // Sessions sharing binaries share one copy of each that one read function gives.
+    const std::string key = "read function " + std::to_string(reinterpret_cast<uintptr_t>(config_.data.read)) + "/" +
+                            std::to_string(reinterpret_cast<uintptr_t>(config_.data.read_state)) + ": " +
+                            node.cache_context;
+    try {
+      return keep({label, BinaryRegistry::instance().open(key, config_.share_contexts, [&] {
+                     size_t size = 0;
+                     std::shared_ptr<const uint8_t> bytes = read_context_data(config_.data, node.cache_context, size);
+                     if (reinterpret_cast<uintptr_t>(bytes.get()) % kPayloadAlignment != 0)
+                       bytes = aligned_copy(bytes.get(), size);  // weights are used in place, aligned as in a file
+                     return ContextBinary::from_memory(bytes.get(), size, bytes, label);
+                   })});
+    } catch (const Error& e) {
+      throw e.within(where);
+    }
   }
   const auto folder = context_folder(model_path, config_.context_file_path, node.name, node.cache_context);
   const ContextFile file = open_context_file(folder, node.cache_context, node.name);

@@ -5,6 +5,8 @@
 
 #include "ctxgen/error.h"
 
+ORT_RUNTIME_CLASS(EpContextConfig);  // onnxruntime_experimental_c_api.h's, which cannot be included
+
 namespace ctxgen::ort_ep {
 namespace {
 
@@ -263,6 +265,59 @@ std::vector<std::pair<std::string, std::string>> session_config_entries(const Or
   std::vector<std::pair<std::string, std::string>> entries;
   for (size_t i = 0; i < count; ++i) entries.emplace_back(keys[i], values[i] == nullptr ? "" : values[i]);
   return entries;
+}
+
+ContextDataFunctions context_data_functions(const OrtSessionOptions* options) {
+  using GetConfig = OrtStatus*(ORT_API_CALL*)(const OrtSessionOptions*, OrtEpContextConfig**);
+  using ReleaseConfig = void(ORT_API_CALL*)(OrtEpContextConfig*);
+  using GetRead = OrtStatus*(ORT_API_CALL*)(const OrtEpContextConfig*, ReadNamedBuffer*, void**);
+  using GetWrite = OrtStatus*(ORT_API_CALL*)(const OrtEpContextConfig*, WriteNamedBuffer*, void**);
+  const auto find = [](const char* name) { return api().ort->GetExperimentalFunction(name); };
+  auto* get_config = reinterpret_cast<GetConfig>(find("OrtEpApi_SessionOptions_GetEpContextConfig_SinceV28"));
+  auto* release = reinterpret_cast<ReleaseConfig>(find("OrtEpApi_ReleaseEpContextConfig_SinceV28"));
+  auto* get_read = reinterpret_cast<GetRead>(find("OrtEpApi_EpContextConfig_GetEpContextDataReadFunc_SinceV28"));
+  auto* get_write = reinterpret_cast<GetWrite>(find("OrtEpApi_EpContextConfig_GetEpContextDataWriteFunc_SinceV28"));
+  ContextDataFunctions functions;
+  if (get_config == nullptr || release == nullptr || get_read == nullptr || get_write == nullptr) return functions;
+  OrtEpContextConfig* config = nullptr;
+  check(get_config(options, &config), "OrtEpApi_SessionOptions_GetEpContextConfig");
+  // The handle holds copies of the pointers; the state stays the application's.
+  const std::unique_ptr<OrtEpContextConfig, ReleaseConfig> owned(config, release);
+  check(get_read(config, &functions.read, &functions.read_state), "OrtEpApi_EpContextConfig_GetEpContextDataReadFunc");
+  check(get_write(config, &functions.write, &functions.write_state), "OrtEpApi_EpContextConfig_GetEpContextDataWriteFunc");
+  return functions;
+}
+
+namespace {
+
+std::string application_message(OrtStatus* status) {
+  StatusHolder holder{status};
+  return api().ort->GetErrorMessage(status);
+}
+
+}  // namespace
+
+std::shared_ptr<const uint8_t> read_context_data(const ContextDataFunctions& functions, const std::string& name,
+                                                 size_t& size) {
+  OrtAllocator* allocator = nullptr;
+  check(api().ort->GetAllocatorWithDefaultOptions(&allocator), "GetAllocatorWithDefaultOptions");
+  void* buffer = nullptr;
+  size = 0;
+  if (OrtStatus* status = functions.read(functions.read_state, name.c_str(), allocator, &buffer, &size))
+    throw Error(ErrorCode::kInvalidModel, "the application's EPContext data read function failed for '" + name +
+                                              "': " + application_message(status));
+  std::shared_ptr<const uint8_t> bytes(static_cast<const uint8_t*>(buffer), [allocator](const uint8_t* p) {
+    if (p != nullptr) allocator->Free(allocator, const_cast<uint8_t*>(p));
+  });
+  if (buffer == nullptr || size == 0)
+    throw Error(ErrorCode::kInvalidModel, "the application's EPContext data read function gave no bytes for '" + name + "'");
+  return bytes;
+}
+
+void write_context_data(const ContextDataFunctions& functions, const std::string& name, const std::string& bytes) {
+  if (OrtStatus* status = functions.write(functions.write_state, name.c_str(), bytes.data(), bytes.size()))
+    throw Error(ErrorCode::kIo, "the application's EPContext data write function failed for '" + name +
+                                    "': " + application_message(status));
 }
 
 }  // namespace ctxgen::ort_ep

@@ -9,6 +9,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <memory>
 #include <vector>
 
 namespace ctxgen::ort_ep {
@@ -91,5 +92,26 @@ DeclaredTensor value_type(const OrtValueInfo* value);
 std::optional<std::string> session_config(const OrtSessionOptions* options, const char* key);
 // Every config entry of the session.
 std::vector<std::pair<std::string, std::string>> session_config_entries(const OrtSessionOptions* options);
+
+// The application's functions for the context binaries of a session (ORT's experimental EPContext
+// data callbacks, API 28: set with OrtApi_SessionOptions_SetEpContextDataReadFunc and
+// OrtCompileApi_ModelCompilationOptions_SetEpContextDataWriteFunc), to store binaries elsewhere
+// than in files, e.g. encrypted. The npm build of ORT lacks the .inc that declares them, so their
+// types are declared here. Null when the application set none (or this ORT has no such API).
+using ReadNamedBuffer = OrtStatus*(ORT_API_CALL*)(void* state, const char* name, OrtAllocator* allocator,
+                                                  void** buffer, size_t* size);
+using WriteNamedBuffer = OrtStatus*(ORT_API_CALL*)(void* state, const char* name, const void* buffer, size_t size);
+struct ContextDataFunctions {
+  ReadNamedBuffer read = nullptr;
+  void* read_state = nullptr;
+  WriteNamedBuffer write = nullptr;
+  void* write_state = nullptr;
+};
+ContextDataFunctions context_data_functions(const OrtSessionOptions* options);
+// Calls them; throws Error naming `name` and the application's message when one fails. The bytes
+// read are the buffer the application allocated with ORT's allocator.
+std::shared_ptr<const uint8_t> read_context_data(const ContextDataFunctions& functions, const std::string& name,
+                                                 size_t& size);
+void write_context_data(const ContextDataFunctions& functions, const std::string& name, const std::string& bytes);
 
 }  // namespace ctxgen::ort_ep

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "ort_api.h"
+
 namespace ctxgen::ort_ep {
 
 // The session options the EP reads in CreateEp (it may not keep the options themselves).
@@ -23,6 +25,7 @@ struct SessionConfig {
   std::string node_name_prefix;  // ep.context_node_name_prefix
   bool stop_share = false;       // ep.stop_share_ep_contexts=1: the last session of a shared group
   bool compile_only = false;     // session.compile_only=1: the session never runs
+  ContextDataFunctions data;     // the application's own storage for context binaries, if any
 
   static SessionConfig read(const OrtSessionOptions* options);
   // Why a node of this session cannot run (a virtual device, a compile-only session), or empty.
