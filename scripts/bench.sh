@@ -106,12 +106,13 @@ echo
 
 # One build for two CPU levels: the pair as a model package (--package) against one level's
 # outputs, every byte counted. Levels: avx2 and this machine's own when it is above avx2.
-host_level=$("$ctxgen" compile "$repo/testdata/cnn.onnx" --package "$work/host" --force -q &&
+rm -rf "$work/host" "$work/package"
+host_level=$("$ctxgen" compile "$repo/testdata/cnn.onnx" --package "$work/host" -q &&
   /usr/bin/python3 -c 'import json, sys; print(next(iter(json.load(open(sys.argv[1]))["components"]["cnn"]["variants"])))' \
     "$work/host/manifest.json")
 levels="avx2,$host_level"
 [ "$host_level" = avx2 ] && levels="avx,avx2"
-"$ctxgen" share "$work/prefill.onnx,$work/decode.onnx" --target-cpu "$levels" --package "$work/package" --force -q
+"$ctxgen" share "$work/prefill.onnx,$work/decode.onnx" --target-cpu "$levels" --package "$work/package" -q
 "$ctxgen" share "$work/prefill.onnx,$work/decode.onnx" --target-cpu avx2 --output-dir "$work/one_level" --force -q
 awk -v pkg="$(du -bl "$work/package" | tail -1 | cut -f1)" -v one="$(du -bl "$work/one_level" | tail -1 | cut -f1)" \
     -v levels="$levels" 'BEGIN {

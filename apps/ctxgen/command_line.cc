@@ -98,7 +98,8 @@ Parsed parse(int argc, const char* const* argv, bool with_verify, const std::str
     cmd->add_option("--target-cpu", given.target,
                     "Compile for this CPU level (oneDNN's names: avx2, avx512_core, ...; default: this machine's)");
     cmd->add_option("--package", line.package,
-                    "Write an ONNX Runtime model package into this folder: one variant per --target-cpu level");
+                    "Write an ONNX Runtime model package into this folder: one variant per --target-cpu level")
+        ->check([](const std::string& folder) { return folder.empty() ? std::string("names no folder") : std::string(); });
     cmd->add_option("--node-name-prefix", given.node_name_prefix, "Prefix for EPContext node, partition and graph names");
     cmd->add_option("--external-initializers-file", given.external_initializers_file,
                     "Write the weights CPU nodes need to this file beside the outputs instead of embedding them");

@@ -218,7 +218,71 @@ uint64_t folder_bytes(const fs::path& folder) {
   return bytes;
 }
 
+// The files of a package, relative to its folder, as ctxgen lists them in the manifest.
+std::vector<std::string> files_under(const fs::path& folder) {
+  std::vector<std::string> files;
+  for (const auto& entry : fs::recursive_directory_iterator(folder))
+    if (!entry.is_directory() || entry.is_symlink())  // a link, even to a folder, is a file of the package
+      files.push_back(entry.path().lexically_relative(folder).generic_string());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
 }  // namespace
+
+void check_replaceable(const fs::path& package) {
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(package, ec))) return;
+  if (!fs::is_directory(package, ec))
+    throw Error(ErrorCode::kUsage, package.string() + ": --package names a folder, and this is a file");
+  if (fs::is_empty(package, ec)) return;
+  std::ifstream in(package / kPackageManifest);
+  const auto manifest = nlohmann::json::parse(in, nullptr, false);
+  const auto metadata = manifest.is_object() ? manifest.value("additional_metadata", nlohmann::json::object())
+                                             : nlohmann::json::object();
+  const auto listed = metadata.is_object() ? metadata.value("files", nlohmann::json()) : nlohmann::json();
+  if (!metadata.is_object() || metadata.value("producer", "") != "ctxgen" || !listed.is_array())
+    throw Error(ErrorCode::kUsage, package.string() + ": a folder that is not empty and is not a model package ctxgen "
+                                       "wrote (its manifest.json lists its files); --package writes a new or empty "
+                                       "folder, or replaces (--force) a package ctxgen wrote");
+  std::set<std::string> known = {kPackageManifest};
+  for (const auto& file : listed)
+    if (file.is_string()) known.insert(file.get<std::string>());
+  std::string extra;
+  size_t extras = 0;
+  for (const std::string& file : files_under(package))
+    if (!known.count(file) && ++extras <= 3) extra += (extra.empty() ? "" : ", ") + file;
+  if (extras > 0)
+    throw Error(ErrorCode::kUsage, package.string() + ": holds " + std::to_string(extras) +
+                                       " file(s) the package ctxgen wrote there does not (" + extra +
+                                       (extras > 3 ? ", ..." : "") +
+                                       "); replacing the package would delete them: move them out first");
+}
+
+void check_names(const std::vector<fs::path>& models, const std::string& data_file) {
+  std::set<std::string> seen;
+  for (const auto& model : models) {
+    const std::string stem = file_stem(model);
+    // A component is a folder of the package, next to its manifest and shared assets.
+    if (stem.empty() || stem[0] == '.' || stem == kPackageSharedAssets || stem == kPackageManifest)
+      throw Error(ErrorCode::kUsage, model.string() + ": a package's component is named by the model's stem, and '" +
+                                         stem + "' cannot name one (empty, hidden, '" + kPackageSharedAssets +
+                                         "' or '" + kPackageManifest + "'); rename the model");
+    try {
+      (void)nlohmann::json(stem).dump();
+    } catch (const nlohmann::json::exception&) {
+      throw Error(ErrorCode::kUsage, model.string() + ": the model's stem is not UTF-8 text, which a package manifest "
+                                                      "must name its components in; rename the model");
+    }
+    if (!seen.insert(stem).second)
+      throw Error(ErrorCode::kUsage, model.string() + ": another model has the stem '" + stem +
+                                         "', and each names a component of the package; rename one");
+  }
+  if (data_file.find('/') != std::string::npos || data_file.empty() || data_file[0] == '.' || data_file == kPackageManifest)
+    throw Error(ErrorCode::kUsage, "--external-initializers-file " + data_file +
+                                       ": in a package it is a file of a variant's folder or of a shared asset, so a "
+                                       "plain name, not hidden and not " + kPackageManifest);
+}
 
 std::vector<std::string> highest_first(std::vector<std::string> levels) {
   const std::vector<std::string> order = runtime::cpu_levels();
@@ -367,11 +431,13 @@ PackageContents write_package(const std::vector<fs::path>& models, const std::ve
     components[v.component]["variants"][levels[v.level].level] = variant;
     ++contents.variants;
   }
+  // The manifest lists every file, so that a later --force replaces only what ctxgen wrote.
   const nlohmann::ordered_json manifest = {
       {"schema_version", kManifestSchema},
       {"package_name", file_stem(models.front())},
       {"components", components},
-      {"additional_metadata", {{"producer", "ctxgen"}, {"producer_version", CTXGEN_VERSION}}}};
+      {"additional_metadata",
+       {{"producer", "ctxgen"}, {"producer_version", CTXGEN_VERSION}, {"files", files_under(folder)}}}};
   const std::string text = manifest.dump(2) + "\n";
   OutputFile out(folder / kPackageManifest);
   out.write(reinterpret_cast<const uint8_t*>(text.data()), text.size());

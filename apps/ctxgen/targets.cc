@@ -1,7 +1,10 @@
 #include "targets.h"
 
 #include <fcntl.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <csignal>
 #include <unistd.h>
 
 #include <cerrno>
@@ -98,9 +101,13 @@ int compile_in_child(const std::vector<fs::path>& models, const CompileOptions& 
   if (::pipe(pipe_fds) != 0) throw Error(ErrorCode::kIo, std::string("cannot start the compile for ") + level + ": " + std::strerror(errno));
   std::cout.flush();
   std::fflush(nullptr);
+  const pid_t parent = ::getpid();
   const pid_t child = ::fork();
   if (child < 0) throw Error(ErrorCode::kIo, "cannot start the compile for " + level + ": " + std::strerror(errno));
   if (child == 0) {
+    // A level's compile ends with the run that started it, however that ends.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(exit_code(ErrorCode::kInternal));
     ::close(pipe_fds[0]);
     compile_level(models, options, level, staging, final, backends, pipe_fds[1]);
   }
@@ -173,8 +180,9 @@ int compile_levels(const std::vector<fs::path>& models, const CompileOptions& op
 
 int compile_package(const std::vector<fs::path>& models, CompileOptions options, const std::vector<std::string>& given,
                     const BackendRegistry& backends, bool quiet, const fs::path& given_package) {
-  // "dist/pkg/" names dist/pkg.
-  const fs::path package = given_package.has_filename() ? given_package : given_package.parent_path();
+  // "dist/pkg/" names dist/pkg; a link to a folder, the folder it points to.
+  const fs::path named = given_package.has_filename() ? given_package : given_package.parent_path();
+  const fs::path package = fs::is_symlink(named) ? resolved_path(named, ErrorCode::kUsage) : named;
   const std::string what = "--package";
   if (!options.output_file.empty() || !options.output_dir.empty())
     throw Error(ErrorCode::kUsage, what + " names the package's folder; it takes no -o or --output-dir");
@@ -182,17 +190,13 @@ int compile_package(const std::vector<fs::path>& models, CompileOptions options,
   if (!options.report_file.empty()) throw Error(ErrorCode::kUsage, what + ": the package's manifest.json lists its files; it takes no --report");
   if (options.embed)
     throw Error(ErrorCode::kUsage, what + ": a package keeps its binaries beside the models, where variants share them; it takes no --embed");
-  std::error_code ec;
   if (package.filename() == "." || package.filename() == ".." || package.filename().empty())
     throw Error(ErrorCode::kUsage, package.string() + ": --package names the package's own folder, not '.' or '..'");
-  if (fs::exists(package, ec) && !fs::is_directory(package, ec))
-    throw Error(ErrorCode::kUsage, package.string() + ": --package names a folder, and this is a file");
-  if (fs::is_directory(package, ec) && !fs::is_empty(package, ec) && !fs::exists(package / kPackageManifest, ec))
-    throw Error(ErrorCode::kUsage, package.string() + ": a folder that is not empty and is not a model package (no " +
-                                       kPackageManifest + "); --package writes a new or empty folder, or replaces a package (--force)");
+  check_replaceable(package);
   // The weights CPU nodes need go to a file, which the variants share instead of each model embedding them.
   if (options.external_initializers_file.empty())
     options.external_initializers_file = file_stem(models.front()) + "_initializers.data";
+  check_names(models, options.external_initializers_file);
   // Replacing the package replaces everything in its folder: nothing the run reads may be there.
   const fs::path whole = resolved_path(package, ErrorCode::kUsage);
   for (const fs::path& input : read_files(models, options)) {
@@ -202,14 +206,22 @@ int compile_package(const std::vector<fs::path>& models, CompileOptions options,
                                          ", which this run reads; write the package elsewhere");
   }
   const fs::path parent = package.parent_path().empty() ? fs::path(".") : package.parent_path();
+  struct stat folder {}, above {};
+  if (::stat(package.c_str(), &folder) == 0 && ::stat(parent.c_str(), &above) == 0 && folder.st_dev != above.st_dev)
+    throw Error(ErrorCode::kUsage, package.string() + ": a mount point; the package takes its folder's place in one "
+                                       "rename, which cannot replace a mount point: give a folder inside it");
   OutputSet outputs({package / kPackageManifest}, options.force, read_files(models, options));
   // Runs into one package take turns (the lock on its folder): a staging folder named after it
-  // that is not this run's is what a killed run left.
-  const std::string name = whole.filename().string();
+  // whose process is gone is what a killed run left.
+  const std::string name = whole.filename().string().substr(0, 100);
   const StagingFolder staging(parent, "package", name);
+  std::error_code ec;
+  const std::string prefix = "." + name + ".package.ctxgen-";
   for (const auto& entry : fs::directory_iterator(parent, ec)) {
     const std::string found = entry.path().filename().string();
-    if (found.rfind("." + name + ".package.ctxgen-", 0) == 0 && entry.path() != staging.path())
+    if (found.rfind(prefix, 0) != 0 || found.size() < prefix.size() + 5 || entry.path() == staging.path()) continue;
+    const std::string pid = found.substr(prefix.size(), found.size() - prefix.size() - 4);
+    if (pid.find_first_not_of("0123456789") == std::string::npos && ::kill(std::stoi(pid), 0) != 0 && errno == ESRCH)
       fs::remove_all(entry.path(), ec);
   }
   std::vector<LevelOutputs> levels;

@@ -37,6 +37,13 @@ bool has_parent_reference(const fs::path& path) {
 }
 
 constexpr const char* kNotAFile = "does not exist or is not a regular file";
+
+// A path as a message can carry it: a NUL would end the message there.
+std::string printable(const std::string& path) {
+  std::string text;
+  for (char c : path) text += c == '\0' ? std::string("\\0") : std::string(1, c);
+  return text;
+}
 // O_NONBLOCK: a FIFO opens without waiting for a writer, then is refused as not a regular file;
 // O_NOCTTY: a terminal opened so is never made the process's.
 constexpr int kReadFlags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY;
@@ -67,15 +74,17 @@ std::optional<fs::path> package_root(const fs::path& folder) {
 }
 
 // The kernel resolves the path and keeps it beneath the folder (openat2, RESOLVE_BENEATH) in one
-// call; the canonical path is then the open file's. Nothing when that fails for any reason: the
-// path-based resolution below then decides, and names what is wrong.
-std::optional<ContextFile> open_beneath(const fs::path& folder, const std::string& relative) {
+// call; the canonical path is then the open file's. Nothing when that fails for any reason (its
+// errno in `error`): the path-based resolution below then decides, and names what is wrong.
+std::optional<ContextFile> open_beneath(const fs::path& folder, const std::string& relative, int& error) {
+  error = 0;
   const FileDescriptor dir(::open(folder.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   if (dir.get() < 0) return std::nullopt;
   open_how how{};
   how.flags = kReadFlags;
   how.resolve = RESOLVE_BENEATH;
   FileDescriptor file(static_cast<int>(::syscall(SYS_openat2, dir.get(), relative.c_str(), &how, sizeof how)));
+  error = file.get() < 0 ? errno : 0;
   if (file.get() < 0) return std::nullopt;
   char target[PATH_MAX];
   const std::string link = "/proc/self/fd/" + std::to_string(file.get());
@@ -134,23 +143,34 @@ ContextFile open_relative(const fs::path& folder, const std::string& relative, c
   fs::path base = folder;
   std::string inside = relative;
   std::string folder_kind = folder_name;
+  std::optional<fs::path> assets;  // the shared assets the file must be in
   if (has_parent_reference(rel)) {
     const std::optional<fs::path> root = package_root(folder);
     if (!root)
       reject(subject, "contains '..'; it must not point outside the " + folder_name + " '" + folder.string() +
                           "' (only a file inside a model package may reach the package's " + kPackageSharedAssets +
                           "/)");
+    // The kernel resolves the path from the package's root, each '..' and link as it comes, and
+    // keeps it beneath the root; where it ends is then judged.
     std::error_code ec;
-    const fs::path target = (fs::weakly_canonical(folder, ec) / rel).lexically_normal();
-    base = *root / kPackageSharedAssets;
-    inside = target.lexically_relative(base).string();
-    if (inside.empty() || inside == "." || has_parent_reference(inside))
-      reject(subject, "leads to '" + target.string() + "', outside the " + folder_name + " '" + folder.string() +
-                          "' and outside the shared assets '" + base.string() + "' of the model package it is in");
-    folder_kind = "shared assets folder";
+    base = *root;
+    inside = (fs::weakly_canonical(folder, ec).lexically_relative(*root) / rel).string();
+    folder_kind = "model package";
+    assets = *root / kPackageSharedAssets;
   }
-  std::optional<ContextFile> opened = open_beneath(base, inside);
+  int error = 0;
+  std::optional<ContextFile> opened = open_beneath(base, inside, error);
+  // Within a package the kernel's word on a path through a missing folder stands: resolved on
+  // paper, "a/missing/../b" would reach b.
+  if (!opened && assets && (error == ENOENT || error == ENOTDIR))
+    reject_file(subject, base / inside, kNotAFile);
   ContextFile file = opened ? std::move(*opened) : open_by_path(base, inside, subject, folder_kind);
+  if (assets) {
+    const fs::path within = file.path.lexically_relative(*assets);
+    if (within.empty() || has_parent_reference(within))
+      reject(subject, "leads out of the " + folder_name + " '" + folder.string() + "' to '" + file.path.string() +
+                          "', which is not in the shared assets '" + assets->string() + "' of the model package");
+  }
   struct stat st {};
   if (::fstat(file.fd.get(), &st) != 0) {
     const int err = errno;
@@ -173,12 +193,12 @@ fs::path context_folder(const std::string& model_path, const std::optional<std::
 }
 
 ContextFile open_context_file(const fs::path& folder, const std::string& relative, const std::string& node) {
-  return open_relative(folder, relative, "EPContext node '" + node + "': ep_cache_context '" + relative + "'",
+  return open_relative(folder, relative, "EPContext node '" + node + "': ep_cache_context '" + printable(relative) + "'",
                        "model folder");
 }
 
 ContextFile open_weight_file(const fs::path& folder, const std::string& relative, const std::string& binary) {
-  return open_relative(folder, relative, binary + ": weight file '" + relative + "'", "binary's folder");
+  return open_relative(folder, relative, binary + ": weight file '" + printable(relative) + "'", "binary's folder");
 }
 
 }  // namespace ctxgen

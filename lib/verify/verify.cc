@@ -12,6 +12,7 @@
 #include <map>
 #include <optional>
 #include <random>
+#include <fstream>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -28,6 +29,8 @@ namespace fs = std::filesystem;
 
 namespace ctxgen::verify {
 namespace {
+
+constexpr const char* kExternalInitializersFolderKey = "session.model_external_initializers_file_folder_path";
 
 Error mismatch(const fs::path& model, const std::string& what) { return Error(ErrorCode::kMismatch, model.string() + ": " + what); }
 
@@ -153,6 +156,41 @@ void check_binary(const fs::path& model, const ContextBinary& binary, const Back
   checks.push_back(binary.label() + ": " + std::to_string(binary.weights().size()) + " weights re-hashed, all match");
 }
 
+// The session options of the model package variant `model` is (docs/cli.md, "Model packages"), as
+// ONNX Runtime's package API applies them: the folder its CPU nodes' weights are in, a shared asset.
+std::map<std::string, std::string> variant_session_config(const fs::path& model) {
+  std::error_code ec;
+  const fs::path folder = fs::weakly_canonical(fs::absolute(model, ec).parent_path(), ec);
+  for (fs::path root = folder;; root = root.parent_path()) {
+    if (fs::is_regular_file(root / kPackageManifest, ec)) {
+      std::ifstream in(root / kPackageManifest);
+      const auto manifest = nlohmann::json::parse(in, nullptr, false);
+      if (manifest.is_discarded() || !manifest.contains("components") || !manifest["components"].is_object()) return {};
+      for (const auto& [name, component] : manifest["components"].items()) {
+        const auto variants = component.value("variants", nlohmann::json::object());
+        for (const auto& [variant_name, variant] : variants.items()) {
+          const auto info = variant.value("executor_info", nlohmann::json::object());
+          const auto ort = info.value("ort", nlohmann::json::object());
+          if (fs::weakly_canonical(root / variant.value("variant_directory", variant_name), ec) != folder ||
+              ort.value("model_file", "") != model.filename().string())
+            continue;
+          std::map<std::string, std::string> config;
+          const auto options = ort.value("session_options", nlohmann::json::object());
+          for (const auto& [key, value] : options.items()) {
+            const std::string text = value.is_string() ? value.get<std::string>() : value.dump();
+            config[key] = text.rfind("sha256:", 0) == 0
+                              ? (root / kPackageSharedAssets / ("sha256-" + text.substr(7))).string()
+                              : text;
+          }
+          return config;
+        }
+      }
+      return {};
+    }
+    if (root == root.parent_path()) return {};
+  }
+}
+
 // The weights file the model's initializers point at is the one it was written with: a run killed
 // between renames, or a copy of the wrong file, would otherwise feed CPU nodes wrong bytes.
 void check_external_weights(const fs::path& model, const onnx::ModelProto& proto, Hashed& hashed,
@@ -160,7 +198,9 @@ void check_external_weights(const fs::path& model, const onnx::ModelProto& proto
   const auto recorded = metadata_value(proto, kExternalWeightsIdMetadataKey);
   const auto location = external_location(proto.graph());
   if (!recorded || !location) return;
-  const fs::path file = model.parent_path() / *location;
+  const auto config = variant_session_config(model);
+  const auto folder = config.find(kExternalInitializersFolderKey);
+  const fs::path file = (folder != config.end() ? fs::path(folder->second) : model.parent_path()) / *location;
   expect_present(model, "external weights file", file);
   std::error_code ec;
   std::string& found = hashed[fs::weakly_canonical(file, ec)];
@@ -234,7 +274,7 @@ void check_integrity(const fs::path& model, const onnx::ModelProto& proto, OrtHo
                                   : std::to_string(nodes.size()) +
                                         " EPContext node(s), each matched to its graph with the same inputs and outputs"));
   step(options, "loading " + model.string() + " in ONNX Runtime with " + host.identity().backend);
-  host.plugin_session(model);
+  host.plugin_session(model, variant_session_config(model));
   checks.push_back(model.string() + ": loads in ONNX Runtime with " + host.identity().backend);
 }
 
@@ -392,7 +432,7 @@ std::vector<OutputCheck> compare_outputs(const fs::path& model, const onnx::Mode
   step(options, "loading " + reference.string() + " in ONNX Runtime's CPU EP");
   Ort::Session original = host.cpu_session(reference);
   step(options, "running " + model.string() + " in ONNX Runtime with " + host.identity().backend);
-  Ort::Session compiled = host.plugin_session(model);
+  Ort::Session compiled = host.plugin_session(model, variant_session_config(model));
   check_interface(model, original, compiled);
   Ort::AllocatorWithDefaultOptions allocator;
   std::mt19937_64 rng(options.seed);

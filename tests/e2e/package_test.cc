@@ -143,32 +143,49 @@ TEST(Package, ReplacesOnlyAPackageAndOnlyWithForce) {
   auto r = ctxgen(compile + quote(dir / "pkg"));
   EXPECT_EQ(r.exit_code, exit_code(ErrorCode::kOutputExists)) << r.output;
   EXPECT_NE(r.output.find("manifest.json: output exists already; remove it or pass --force"), std::string::npos) << r.output;
-  // --force replaces the whole package: a file of the old one goes with it.
-  write_file(dir / "pkg" / "cnn" / "avx2" / "old.txt", "from before");
-  ASSERT_TRUE(fs::exists(dir / "pkg" / "cnn" / "avx2" / "old.txt"));
+  // --force replaces only what ctxgen wrote, which the manifest lists: a file added since stops it.
+  write_file(dir / "pkg" / "cnn" / "avx2" / "notes.txt", "mine");
+  r = ctxgen("compile " + quote(cnn) + " --target-cpu sse41 --force --package " + quote(dir / "pkg"));
+  EXPECT_EQ(r.exit_code, exit_code(ErrorCode::kUsage)) << r.output;
+  EXPECT_NE(r.output.find("holds 1 file(s) the package ctxgen wrote there does not (cnn/avx2/notes.txt)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_TRUE(fs::exists(dir / "pkg" / "cnn" / "avx2" / "notes.txt"));
+  fs::remove(dir / "pkg" / "cnn" / "avx2" / "notes.txt");
   r = ctxgen("compile " + quote(cnn) + " --target-cpu sse41 --force --package " + quote(dir / "pkg"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(files_in(dir / "pkg"), (std::set<std::string>{"manifest.json", "cnn", "cnn/sse41", "cnn/sse41/cnn_ctx.onnx",
                                                            "cnn/sse41/cnn_ref.bin"}));
-  // A folder of other files is never replaced, --force or not.
+  // A folder of other files is never replaced, --force or not, even with a manifest.json of
+  // another tool in it.
   fs::create_directories(dir / "mine");
   write_file(dir / "mine" / "notes.txt", "keep me");
+  write_file(dir / "mine" / "manifest.json", R"({"manifest_version": 3, "name": "an extension"})");
   r = ctxgen(compile + quote(dir / "mine") + " --force");
   EXPECT_EQ(r.exit_code, exit_code(ErrorCode::kUsage)) << r.output;
-  EXPECT_NE(r.output.find("a folder that is not empty and is not a model package"), std::string::npos) << r.output;
-  EXPECT_EQ(files_in(dir / "mine"), (std::set<std::string>{"notes.txt"}));
+  EXPECT_NE(r.output.find("a folder that is not empty and is not a model package ctxgen wrote"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(files_in(dir / "mine"), (std::set<std::string>{"manifest.json", "notes.txt"}));
+  // A link to a folder: the package goes where it points, and the link stays.
+  fs::create_directories(dir / "real");
+  fs::create_directory_symlink(dir / "real", dir / "link");
+  r = ctxgen(compile + quote(dir / "link"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(fs::is_symlink(dir / "link"));
+  EXPECT_TRUE(fs::exists(dir / "real" / "manifest.json"));
   write_file(dir / "file", "x");
   r = ctxgen(compile + quote(dir / "file"));
   EXPECT_EQ(r.exit_code, exit_code(ErrorCode::kUsage)) << r.output;
   EXPECT_NE(r.output.find("--package names a folder, and this is a file"), std::string::npos) << r.output;
-  // Nor a package holding a file the run reads: replacing it would delete the input.
+  // Nor a package holding a file the run reads (it is no file ctxgen wrote there): replacing it
+  // would delete the input.
   fs::copy_file(cnn, dir / "pkg" / "mine.onnx");
   r = ctxgen("compile " + quote(dir / "pkg" / "mine.onnx") + " --force --package " + quote(dir / "pkg"));
   EXPECT_EQ(r.exit_code, exit_code(ErrorCode::kUsage)) << r.output;
-  EXPECT_NE(r.output.find("the package's folder holds " + (dir / "pkg" / "mine.onnx").string() + ", which this run reads"),
-            std::string::npos)
+  EXPECT_NE(r.output.find("holds 1 file(s) the package ctxgen wrote there does not (mine.onnx)"), std::string::npos)
       << r.output;
   EXPECT_TRUE(fs::exists(dir / "pkg" / "mine.onnx"));
+  fs::remove(dir / "pkg" / "mine.onnx");
   r = ctxgen(compile + "'" + dir.path().string() + "/.'");
   EXPECT_EQ(r.exit_code, exit_code(ErrorCode::kUsage)) << r.output;
   EXPECT_NE(r.output.find("--package names the package's own folder, not '.' or '..'"), std::string::npos) << r.output;
@@ -189,6 +206,33 @@ TEST(Package, AFailedLevelLeavesNothing) {
   EXPECT_EQ(r.exit_code, exit_code(ErrorCode::kUsage)) << r.output;
   EXPECT_NE(r.output.find("--target-cpu no_such_level: no such CPU level"), std::string::npos) << r.output;
   EXPECT_EQ(files_in(dir.path()), (std::set<std::string>{"cnn.onnx"}));
+}
+
+TEST(Package, RefusesNamesAPackageCannotHold) {
+  TempDir dir;
+  const fs::path cnn = copy_model("cnn.onnx", dir.path());
+  for (const std::string stem : {"shared_assets", "manifest.json", ".hidden"}) {
+    SCOPED_TRACE(stem);
+    fs::copy_file(cnn, dir / (stem + ".onnx"));
+    const auto r = ctxgen("compile " + quote(dir / (stem + ".onnx")) + " --package " + quote(dir / "pkg"));
+    EXPECT_EQ(r.exit_code, exit_code(ErrorCode::kUsage)) << r.output;
+    EXPECT_NE(r.output.find("'" + stem + "' cannot name one"), std::string::npos) << r.output;
+  }
+  fs::create_directories(dir / "other");
+  fs::copy_file(cnn, dir / "other" / "cnn.onnx");
+  auto r = ctxgen("share " + quote(cnn) + "," + quote(dir / "other" / "cnn.onnx") + " --package " + quote(dir / "pkg"));
+  EXPECT_EQ(r.exit_code, exit_code(ErrorCode::kUsage)) << r.output;
+  EXPECT_NE(r.output.find("another model has the stem 'cnn'"), std::string::npos) << r.output;
+  for (const std::string file : {"sub/w.data", "manifest.json"}) {
+    r = ctxgen("compile " + quote(cnn) + " --external-initializers-file " + file + " --package " + quote(dir / "pkg"));
+    EXPECT_EQ(r.exit_code, exit_code(ErrorCode::kUsage)) << r.output;
+    EXPECT_NE(r.output.find("--external-initializers-file " + file + ": in a package"), std::string::npos) << r.output;
+  }
+  r = ctxgen("compile " + quote(cnn) + " --package ''");
+  EXPECT_EQ(r.exit_code, exit_code(ErrorCode::kUsage)) << r.output;
+  EXPECT_NE(r.output.find("names no folder"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "pkg"));
+  EXPECT_FALSE(fs::exists(dir / "cnn_ctx.onnx"));
 }
 
 TEST(Package, RefusesWhatItCannotHonour) {

@@ -156,14 +156,24 @@ TEST(WeightFiles, InsideAModelPackageAPathMayLeadIntoItsSharedAssetsOnly) {
             fs::canonical(package / "shared_assets" / "sha256-ab" / "w.bin").string());
   write_at(main, pair.binary("../../elsewhere/w.bin", pair.shared_id));
   expect_error([&] { ContextBinary::open(main); }, ErrorCode::kInvalidBinary,
-               {"outside the binary's folder", "and outside the shared assets '" + (package / "shared_assets").string()});
+               {"leads out of the binary's folder", "which is not in the shared assets '" + (package / "shared_assets").string()});
   write_at(main, pair.binary("../../../w.bin", pair.shared_id));
   write_at(dir.path() / "w.bin", pair.shared_bytes);
-  expect_error([&] { ContextBinary::open(main); }, ErrorCode::kInvalidBinary, {"outside the shared assets"});
-  // A link inside the shared assets that leads out of them is refused too.
+  expect_error([&] { ContextBinary::open(main); }, ErrorCode::kInvalidBinary, {"outside the model package"});
+  // A '..' through a folder that does not exist is resolved by the kernel, not on paper.
+  write_at(main, pair.binary("../nowhere/../../shared_assets/sha256-ab/w.bin", pair.shared_id));
+  expect_error([&] { ContextBinary::open(main); }, ErrorCode::kInvalidBinary, {"does not exist or is not a regular file"});
+  write_at(main, pair.binary("../../shared_assets/sha256-ab/w.bin/", pair.shared_id));
+  expect_error([&] { ContextBinary::open(main); }, ErrorCode::kInvalidBinary, {"weight file '../../shared_assets/sha256-ab/w.bin/'"});
+  // A link inside the shared assets that leads out of them is refused too, and so are shared
+  // assets that are themselves a link out of the package.
   fs::create_symlink(package / "elsewhere" / "w.bin", package / "shared_assets" / "sha256-ab" / "link.bin");
   write_at(main, pair.binary("../../shared_assets/sha256-ab/link.bin", pair.shared_id));
-  expect_error([&] { ContextBinary::open(main); }, ErrorCode::kInvalidBinary, {"outside the shared assets folder"});
+  expect_error([&] { ContextBinary::open(main); }, ErrorCode::kInvalidBinary, {"which is not in the shared assets"});
+  fs::rename(package / "shared_assets", dir.path() / "outside");
+  fs::create_symlink(dir.path() / "outside", package / "shared_assets");
+  write_at(main, pair.binary("../../shared_assets/sha256-ab/w.bin", pair.shared_id));
+  expect_error([&] { ContextBinary::open(main); }, ErrorCode::kInvalidBinary, {"outside the model package"});
 }
 
 TEST(WeightFiles, TheWriterRefusesWhatTheReaderWould) {
