@@ -151,6 +151,10 @@ TEST_F(ModelPackageTest, TheComponentsOfAShareReadTheirSharedAssets) {
     Selected selected = select(dir_ / "pkg", component);
     EXPECT_EQ(selected.variant, expected_);
     expect_matches_original(selected.session, original);
+    // verify takes the variant's session options from the manifest, as the package API does.
+    const auto r = ctxgen("verify " + testing::quote(selected.folder / (std::string(component) + "_ctx.onnx")) +
+                          " --reference " + testing::quote(original));
+    EXPECT_EQ(r.exit_code, 0) << r.output;
   }
 }
 
