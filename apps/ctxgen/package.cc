@@ -1,8 +1,12 @@
 #include "package.h"
 
+#include <fcntl.h>
 #include <nettle/sha2.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -77,7 +81,7 @@ class Package {
   // Names a folder new_asset() gave by its content; returns the hash.
   std::string seal_asset(const fs::path& folder) {
     const std::string hex = folder_sha256(folder);
-    const fs::path named = assets() / ("sha256-" + hex);
+    const fs::path named = assets() / (kSharedAssetFolderPrefix + hex);
     if (fs::exists(named)) {
       fs::remove_all(folder);  // the same content is there already
     } else {
@@ -230,30 +234,32 @@ std::vector<std::string> files_under(const fs::path& folder) {
 
 }  // namespace
 
-void check_replaceable(const fs::path& package) {
+void check_replaceable(const fs::path& package, const std::string& named) {
+  const std::string label = named.empty() ? package.string() : named;
   std::error_code ec;
   if (!fs::exists(fs::symlink_status(package, ec))) return;
   if (!fs::is_directory(package, ec))
-    throw Error(ErrorCode::kUsage, package.string() + ": --package names a folder, and this is a file");
+    throw Error(ErrorCode::kUsage, label + ": --package names a folder, and this is a file");
   if (fs::is_empty(package, ec)) return;
   std::ifstream in(package / kPackageManifest);
   const auto manifest = nlohmann::json::parse(in, nullptr, false);
-  const auto metadata = manifest.is_object() ? manifest.value("additional_metadata", nlohmann::json::object())
-                                             : nlohmann::json::object();
-  const auto listed = metadata.is_object() ? metadata.value("files", nlohmann::json()) : nlohmann::json();
-  if (!metadata.is_object() || metadata.value("producer", "") != "ctxgen" || !listed.is_array())
-    throw Error(ErrorCode::kUsage, package.string() + ": a folder that is not empty and is not a model package ctxgen "
-                                       "wrote (its manifest.json lists its files); --package writes a new or empty "
-                                       "folder, or replaces (--force) a package ctxgen wrote");
   std::set<std::string> known = {kPackageManifest};
-  for (const auto& file : listed)
+  const auto& metadata = manifest.is_object() && manifest.contains("additional_metadata") ? manifest["additional_metadata"]
+                                                                                          : manifest;
+  const bool ours = metadata.is_object() && metadata.contains("producer") && metadata["producer"] == "ctxgen" &&
+                    metadata.contains("files") && metadata["files"].is_array();
+  if (!ours)
+    throw Error(ErrorCode::kUsage, label + ": a folder that is not empty and is not a model package ctxgen wrote (its "
+                                           "manifest.json lists its files); --package writes a new or empty folder, "
+                                           "or replaces (--force) a package ctxgen wrote");
+  for (const auto& file : metadata["files"])
     if (file.is_string()) known.insert(file.get<std::string>());
   std::string extra;
   size_t extras = 0;
   for (const std::string& file : files_under(package))
     if (!known.count(file) && ++extras <= 3) extra += (extra.empty() ? "" : ", ") + file;
   if (extras > 0)
-    throw Error(ErrorCode::kUsage, package.string() + ": holds " + std::to_string(extras) +
+    throw Error(ErrorCode::kUsage, label + ": holds " + std::to_string(extras) +
                                        " file(s) the package ctxgen wrote there does not (" + extra +
                                        (extras > 3 ? ", ..." : "") +
                                        "); replacing the package would delete them: move them out first");
@@ -314,8 +320,8 @@ PackageContents write_package(const std::vector<fs::path>& models, const std::ve
   }
   for (size_t l = 0; l < levels.size(); ++l) {
     if (binary_names[l].empty())
-      throw Error(ErrorCode::kUsage, "--package: nothing compiled for " + levels[l].level +
-                                         ", so the package would have no variant for its EP");
+      throw Error(ErrorCode::kNothingCompiled, "--package: nothing compiled for " + levels[l].level +
+                                                   ", so the package would have no variant for its EP");
     binaries[l] = ContextBinary::open(levels[l].folder / binary_names[l]);
   }
 
@@ -344,7 +350,7 @@ PackageContents write_package(const std::vector<fs::path>& models, const std::ve
       contents.shared_weight_bytes += w.size;
     }
     const std::string hex = package.seal_asset(asset);
-    shared_weights = Placed{hex, package.assets() / ("sha256-" + hex), name};
+    shared_weights = Placed{hex, package.assets() / (kSharedAssetFolderPrefix + hex), name};
   }
 
   // Each level's binary without the shared weights: in the variant's folder when one model uses
@@ -373,7 +379,7 @@ PackageContents write_package(const std::vector<fs::path>& models, const std::ve
     binary_ids[l] = written.content_id.hex();
     if (shared) {
       const std::string hex = package.seal_asset(target);
-      placed_binaries[l] = Placed{hex, package.assets() / ("sha256-" + hex), binary_names[l]};
+      placed_binaries[l] = Placed{hex, package.assets() / (kSharedAssetFolderPrefix + hex), binary_names[l]};
     } else {
       placed_binaries[l] = Placed{"", target, binary_names[l]};
     }
@@ -391,12 +397,13 @@ PackageContents write_package(const std::vector<fs::path>& models, const std::ve
   }
   for (const auto& [key, users] : by_content) {
     const Variant& first = variants[users.front()];
+    // Moved, not copied: the levels' outputs go with the staging folder.
     if (users.size() == 1) {
       for (const auto& [name, hash] : key) fs::rename(levels[first.level].folder / name, first.folder / name);
       continue;
     }
     const fs::path asset = package.new_asset();
-    for (const auto& [name, hash] : key) fs::copy_file(levels[first.level].folder / name, asset / name);
+    for (const auto& [name, hash] : key) fs::rename(levels[first.level].folder / name, asset / name);
     const std::string hex = package.seal_asset(asset);
     for (size_t i : users) variants[i].data_asset = hex;
   }
@@ -419,7 +426,7 @@ PackageContents write_package(const std::vector<fs::path>& models, const std::ve
     nlohmann::ordered_json ort = {{"model_file", model_file}};
     // ONNX Runtime resolves a sha256: folder in a variant's session options to the shared asset.
     if (v.data_asset)
-      ort["session_options"] = {{"session.model_external_initializers_file_folder_path", "sha256:" + *v.data_asset}};
+      ort["session_options"] = {{kExternalInitializersFolderOption, kSharedAssetPrefix + *v.data_asset}};
     const std::string ep = binaries[v.level]->identity().backend;
     nlohmann::ordered_json variant = {{"variant_directory", v.folder.lexically_relative(folder).generic_string()},
                                       {"ep", ep},
@@ -444,7 +451,20 @@ PackageContents write_package(const std::vector<fs::path>& models, const std::ve
   out.finish(folder / kPackageManifest);
   contents.shared_assets = package.sealed();
   contents.bytes = folder_bytes(folder);
+  // Every file is on disk (OutputFile syncs each); so must the folders' entries be before the
+  // package is put in place.
+  for (const auto& entry : fs::recursive_directory_iterator(folder))
+    if (entry.is_directory() && !entry.is_symlink()) sync_folder(entry.path());
+  sync_folder(folder);
   return contents;
+}
+
+void sync_folder(const fs::path& folder) {
+  const int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const bool synced = fd >= 0 && ::fsync(fd) == 0;
+  const int err = errno;
+  if (fd >= 0) ::close(fd);
+  if (!synced) throw Error(ErrorCode::kIo, folder.string() + ": flushing the folder to disk failed: " + std::strerror(err));
 }
 
 }  // namespace ctxgen::cli

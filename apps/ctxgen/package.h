@@ -34,10 +34,14 @@ PackageContents write_package(const std::vector<std::filesystem::path>& models, 
 
 // What --package may replace: nothing, an empty folder, or a package ctxgen wrote that holds only
 // the files its manifest lists. Throws Error(kUsage) naming what is in the way.
-void check_replaceable(const std::filesystem::path& package);
+// `named` names the folder in messages when it is not where the user put it.
+void check_replaceable(const std::filesystem::path& package, const std::string& named = "");
 // The component names the models give and the CPU weights' file name, as a package can hold
 // them; throws Error(kUsage) naming a model (or the file) whose name it cannot.
 void check_names(const std::vector<std::filesystem::path>& models, const std::string& data_file);
+
+// fsync of a folder, so the entries made in it are on disk. Throws Error(kIo) naming it.
+void sync_folder(const std::filesystem::path& folder);
 
 // `levels` from the highest down, by the runtime's order of CPU levels.
 std::vector<std::string> highest_first(std::vector<std::string> levels);

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <fstream>
 #include <cstdio>
 #include <cstring>
@@ -93,10 +94,10 @@ void write_text(const fs::path& path, const std::string& text) {
 }
 
 // Compiles one level in a child writing into `staging`, its messages naming `final`; returns the
-// child's exit code and appends its summary to `summaries`.
+// child's exit code and appends its summary to `summaries` (when given; a package's levels have none).
 int compile_in_child(const std::vector<fs::path>& models, const CompileOptions& options, const std::string& level,
                      const fs::path& staging, const fs::path& final, const BackendRegistry& backends,
-                     std::string& summaries) {
+                     std::string* summaries) {
   int pipe_fds[2];
   if (::pipe(pipe_fds) != 0) throw Error(ErrorCode::kIo, std::string("cannot start the compile for ") + level + ": " + std::strerror(errno));
   std::cout.flush();
@@ -112,7 +113,8 @@ int compile_in_child(const std::vector<fs::path>& models, const CompileOptions& 
     compile_level(models, options, level, staging, final, backends, pipe_fds[1]);
   }
   ::close(pipe_fds[1]);
-  summaries += "[--target-cpu " + level + "]\n" + read_all(pipe_fds[0]);
+  const std::string summary = read_all(pipe_fds[0]);
+  if (summaries != nullptr) *summaries += "[--target-cpu " + level + "]\n" + summary;
   ::close(pipe_fds[0]);
   int status = 0;
   while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
@@ -160,7 +162,7 @@ int compile_levels(const std::vector<fs::path>& models, const CompileOptions& op
   for (const auto& level : levels) {
     const fs::path final = folder / level;
     staged.push_back(std::make_unique<StagingFolder>(final, "targets"));
-    if (const int code = compile_in_child(models, options, level, staged.back()->path(), final, backends, summaries))
+    if (const int code = compile_in_child(models, options, level, staged.back()->path(), final, backends, &summaries))
       return code;
     if (!options.report_file.empty()) {
       // The report names the files where they will be.
@@ -190,6 +192,8 @@ int compile_package(const std::vector<fs::path>& models, CompileOptions options,
   if (!options.report_file.empty()) throw Error(ErrorCode::kUsage, what + ": the package's manifest.json lists its files; it takes no --report");
   if (options.embed)
     throw Error(ErrorCode::kUsage, what + ": a package keeps its binaries beside the models, where variants share them; it takes no --embed");
+  if (options.allow_empty)
+    throw Error(ErrorCode::kUsage, what + ": each variant runs a compiled binary, so it takes no --allow-empty");
   if (package.filename() == "." || package.filename() == ".." || package.filename().empty())
     throw Error(ErrorCode::kUsage, package.string() + ": --package names the package's own folder, not '.' or '..'");
   check_replaceable(package);
@@ -219,26 +223,43 @@ int compile_package(const std::vector<fs::path>& models, CompileOptions options,
   const std::string prefix = "." + name + ".package.ctxgen-";
   for (const auto& entry : fs::directory_iterator(parent, ec)) {
     const std::string found = entry.path().filename().string();
-    if (found.rfind(prefix, 0) != 0 || found.size() < prefix.size() + 5 || entry.path() == staging.path()) continue;
-    const std::string pid = found.substr(prefix.size(), found.size() - prefix.size() - 4);
-    if (pid.find_first_not_of("0123456789") == std::string::npos && ::kill(std::stoi(pid), 0) != 0 && errno == ESRCH)
+    const std::string suffix = ".tmp";
+    if (found.rfind(prefix, 0) != 0 || found.size() <= prefix.size() + suffix.size() ||
+        found.compare(found.size() - suffix.size(), suffix.size(), suffix) != 0 || entry.path() == staging.path())
+      continue;
+    const std::string digits = found.substr(prefix.size(), found.size() - prefix.size() - suffix.size());
+    pid_t pid = 0;
+    const auto [end, parsed] = std::from_chars(digits.data(), digits.data() + digits.size(), pid);
+    if (parsed == std::errc() && end == digits.data() + digits.size() && pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH)
       fs::remove_all(entry.path(), ec);
   }
   std::vector<LevelOutputs> levels;
-  std::string summaries;
   for (const std::string& level : highest_first(given)) {
     levels.push_back({level, staging.path() / "levels" / (level.empty() ? "host" : level)});
     fs::create_directories(levels.back().folder);
-    if (const int code = compile_in_child(models, options, level, levels.back().folder, package, backends, summaries))
+    if (const int code = compile_in_child(models, options, level, levels.back().folder, package, backends, nullptr))
       return code;
   }
   // Without --target-cpu the one level is this machine's; asked only now, after the compile.
   if (levels.size() == 1 && levels[0].level.empty()) levels[0].level = runtime::cpu_level();
   const fs::path written = staging.path() / "package";
   const PackageContents contents = write_package(models, levels, written);
-  // The new package takes the old one's place in one step; the old goes with the staging folder.
-  if (::renameat2(AT_FDCWD, written.c_str(), AT_FDCWD, package.c_str(), RENAME_EXCHANGE) != 0)
-    throw Error(ErrorCode::kIo, package.string() + ": cannot move the package into place: " + std::strerror(errno));
+  // The new package takes the old one's place in one step; the old goes with the staging folder,
+  // once it is known to hold nothing but what ctxgen wrote: a file put there during the compile
+  // puts the old package back.
+  const auto exchange = [&] {
+    if (::renameat2(AT_FDCWD, written.c_str(), AT_FDCWD, package.c_str(), RENAME_EXCHANGE) != 0)
+      throw Error(ErrorCode::kIo, package.string() + ": cannot move the package into place: " + std::strerror(errno));
+  };
+  exchange();
+  try {
+    check_replaceable(written, package.string());
+  } catch (const Error& e) {
+    exchange();
+    throw Error(ErrorCode::kUsage, package.string() + " changed while the package was compiled, so it is left as it was: " +
+                                       e.what());
+  }
+  sync_folder(parent);
   outputs.commit();
   if (!quiet) {
     std::string names;

@@ -62,16 +62,6 @@ void check_relative(const fs::path& folder, const std::string& relative, const s
     reject(subject, "is an absolute path; it must be relative to the " + folder_name + " '" + folder.string() + "'");
 }
 
-// The model package `folder` is in: the nearest folder, `folder` or above, holding a manifest.json.
-std::optional<fs::path> package_root(const fs::path& folder) {
-  std::error_code ec;
-  fs::path at = fs::weakly_canonical(folder, ec);
-  if (ec) return std::nullopt;
-  for (;; at = at.parent_path()) {
-    if (fs::is_regular_file(at / kPackageManifest, ec)) return at;
-    if (at == at.parent_path()) return std::nullopt;
-  }
-}
 
 // The kernel resolves the path and keeps it beneath the folder (openat2, RESOLVE_BENEATH) in one
 // call; the canonical path is then the open file's. Nothing when that fails for any reason (its
@@ -190,6 +180,16 @@ fs::path context_folder(const std::string& model_path, const std::optional<std::
   reject("EPContext node '" + node + "': ep_cache_context '" + cache_context + "'",
          "cannot be located: the model was loaded from memory, so set the session option "
          "ep.context_file_path to the model's path");
+}
+
+std::optional<fs::path> package_root(const fs::path& folder) {
+  std::error_code ec;
+  fs::path at = fs::weakly_canonical(folder, ec);
+  if (ec) return std::nullopt;
+  for (;; at = at.parent_path()) {
+    if (fs::is_regular_file(at / kPackageManifest, ec)) return at;
+    if (at == at.parent_path()) return std::nullopt;
+  }
 }
 
 ContextFile open_context_file(const fs::path& folder, const std::string& relative, const std::string& node) {

@@ -456,9 +456,11 @@ void ContextBinary::link(const std::filesystem::path& folder) {
         throw Error(ErrorCode::kInvalidBinary, e.what());
       }
     }();
+    // Parsed, not linked: a weights file naming weight files (itself, say) is refused below, not followed.
     std::shared_ptr<const ContextBinary> opened;
     try {
-      opened = ContextBinary::map(file.fd.get(), file.path);
+      const auto bytes = mapped([&] { return MappedFile::map(file.fd.get(), file.path); });
+      opened = parse(bytes->data(), bytes->size(), bytes, file.path.string());
     } catch (const Error& e) {
       throw e.within(what);
     }
@@ -473,13 +475,14 @@ void ContextBinary::link(const std::filesystem::path& folder) {
     if (opened->identity_.backend != identity_.backend || opened->identity_.sdk_version != identity_.sdk_version)
       fail("was written by backend '" + opened->identity_.backend + "' " + opened->identity_.sdk_version +
            ", the binary by '" + identity_.backend + "' " + identity_.sdk_version);
-    std::map<uint64_t, const WeightRecord*> by_offset;
+    // An empty payload may share its offset with the next one (§6): offsets alone do not say which.
+    std::multimap<uint64_t, const WeightRecord*> by_offset;
     for (const WeightRecord& held : opened->weights_) by_offset.emplace(held.offset, &held);
     for (size_t id = 0; id < weights_.size(); ++id) {
       const WeightRecord& w = weights_[id];
       if (w.file != k + 1) continue;
-      const auto it = by_offset.find(w.offset);
-      if (it == by_offset.end() || it->second->size != w.size || it->second->hash != w.hash)
+      const auto [first, last] = by_offset.equal_range(w.offset);
+      if (std::none_of(first, last, [&](const auto& held) { return held.second->size == w.size && held.second->hash == w.hash; }))
         fail("holds no weight at offset " + std::to_string(w.offset) + " of size " + std::to_string(w.size) +
              " and hash " + w.hash.hex() + ", which the binary's weight " + std::to_string(id) + " is");
     }

@@ -153,7 +153,8 @@ std::vector<std::unique_ptr<CompiledNode>> InSessionCompiler::compile(const std:
   const bool written = generate && !config_.embed_mode;
   // An application that stores binaries itself (its write function) gets them as bytes, never as a file.
   const bool to_application = written && config_.data.write != nullptr;
-  if (!written || to_application || (shared && config_.cannot_run().empty()))
+  // A shared group's binary is made once, by the session that ends the group (finish_group).
+  if (!written || (to_application && !shared) || (shared && config_.cannot_run().empty()))
     payload = context_binary_bytes(identity, workspace.graphs, workspace.store);
   const std::string cache_context = !generate            ? std::string()
                                     : config_.embed_mode ? payload
@@ -205,12 +206,15 @@ std::vector<std::unique_ptr<CompiledNode>> InSessionCompiler::compile(const std:
 
 void InSessionCompiler::finish_group(CompileWorkspace& workspace) {
   if (!workspace.graphs.empty()) {
-    if (config_.data.write != nullptr)
+    const bool to_application = config_.data.write != nullptr;
+    if (to_application)
       write_context_data(config_.data, workspace.binary.filename().string(),
                          context_binary_bytes(backend_->identity(), workspace.graphs, workspace.store));
     else
       write_context_binary_file(workspace.binary, backend_->identity(), workspace.graphs, workspace.store);
-    log(ORT_LOGGING_LEVEL_INFO, "wrote the shared context binary " + workspace.binary.string() + " (" +
+    log(ORT_LOGGING_LEVEL_INFO, (to_application ? "gave the application's write function the shared context binary '" +
+                                                      workspace.binary.filename().string() + "'"
+                                                : "wrote the shared context binary " + workspace.binary.string()) + " (" +
                                     std::to_string(workspace.graphs.size()) + " graphs, " +
                                     std::to_string(workspace.store.size()) + " distinct weights)");
   }

@@ -79,30 +79,34 @@ nlohmann::json inspect_package(const fs::path& path) {
       !manifest["components"].is_object())
     throw Error(ErrorCode::kInvalidModel, manifest_path.string() + ": not a model package manifest (no components object)");
   nlohmann::ordered_json components = nlohmann::ordered_json::array();
-  for (const auto& [name, component] : manifest["components"].items()) {
-    nlohmann::ordered_json variants = nlohmann::ordered_json::array();
-    if (component.is_object() && component.contains("variants") && component["variants"].is_object())
-      for (const auto& [variant_name, v] : component["variants"].items()) {
-        const std::string folder = v.value("variant_directory", variant_name);
-        const nlohmann::ordered_json ort = v.contains("executor_info") ? v["executor_info"].value("ort", nlohmann::ordered_json()) : nullptr;
-        const std::string model_file = ort.is_object() ? ort.value("model_file", "") : "";
-        const std::string where = manifest_path.string() + ": component '" + name + "', variant '" + variant_name + "': ";
-        const fs::path rel(folder);
-        if (rel.is_absolute() || std::any_of(rel.begin(), rel.end(), [](const fs::path& part) { return part == ".."; }))
-          throw Error(ErrorCode::kInvalidModel, where + "variant_directory '" + folder + "' is outside the package");
-        if (!fs::is_regular_file(path / folder / model_file))
-          throw Error(ErrorCode::kInvalidModel, where + "its model '" + (fs::path(folder) / model_file).string() + "' is missing");
-        variants.push_back({{"name", variant_name},
-                            {"ep", v.value("ep", "")},
-                            {"device", v.value("device", "")},
-                            {"compatibility_string", v.value("compatibility_string", "")},
-                            {"directory", folder},
-                            {"model_file", model_file},
-                            {"session_options", ort.is_object() ? ort.value("session_options", nlohmann::ordered_json::object())
-                                                                : nlohmann::ordered_json::object()},
-                            {"bytes", bytes_under(path / folder)}});
-      }
-    components.push_back({{"name", name}, {"variants", variants}});
+  try {
+    for (const auto& [name, component] : manifest["components"].items()) {
+      nlohmann::ordered_json variants = nlohmann::ordered_json::array();
+      if (component.is_object() && component.contains("variants") && component["variants"].is_object())
+        for (const auto& [variant_name, v] : component["variants"].items()) {
+          const std::string folder = v.value("variant_directory", variant_name);
+          const nlohmann::ordered_json ort = v.contains("executor_info") ? v["executor_info"].value("ort", nlohmann::ordered_json()) : nullptr;
+          const std::string model_file = ort.is_object() ? ort.value("model_file", "") : "";
+          const std::string where = manifest_path.string() + ": component '" + name + "', variant '" + variant_name + "': ";
+          const fs::path rel(folder);
+          if (rel.is_absolute() || std::any_of(rel.begin(), rel.end(), [](const fs::path& part) { return part == ".."; }))
+            throw Error(ErrorCode::kInvalidModel, where + "variant_directory '" + folder + "' is outside the package");
+          if (!fs::is_regular_file(path / folder / model_file))
+            throw Error(ErrorCode::kInvalidModel, where + "its model '" + (fs::path(folder) / model_file).string() + "' is missing");
+          variants.push_back({{"name", variant_name},
+                              {"ep", v.value("ep", "")},
+                              {"device", v.value("device", "")},
+                              {"compatibility_string", v.value("compatibility_string", "")},
+                              {"directory", folder},
+                              {"model_file", model_file},
+                              {"session_options", ort.is_object() ? ort.value("session_options", nlohmann::ordered_json::object())
+                                                                  : nlohmann::ordered_json::object()},
+                              {"bytes", bytes_under(path / folder)}});
+        }
+      components.push_back({{"name", name}, {"variants", variants}});
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(ErrorCode::kInvalidModel, manifest_path.string() + ": not a model package manifest ORT reads: " + e.what());
   }
   nlohmann::ordered_json assets = nlohmann::ordered_json::array();
   std::error_code ec;

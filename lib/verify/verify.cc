@@ -30,8 +30,6 @@ namespace fs = std::filesystem;
 namespace ctxgen::verify {
 namespace {
 
-constexpr const char* kExternalInitializersFolderKey = "session.model_external_initializers_file_folder_path";
-
 Error mismatch(const fs::path& model, const std::string& what) { return Error(ErrorCode::kMismatch, model.string() + ": " + what); }
 
 const onnx::AttributeProto* attribute(const onnx::NodeProto& node, const std::string& name) {
@@ -158,37 +156,38 @@ void check_binary(const fs::path& model, const ContextBinary& binary, const Back
 
 // The session options of the model package variant `model` is (docs/cli.md, "Model packages"), as
 // ONNX Runtime's package API applies them: the folder its CPU nodes' weights are in, a shared asset.
+// None for a model in no package, or in a folder whose manifest.json describes no such variant.
 std::map<std::string, std::string> variant_session_config(const fs::path& model) {
   std::error_code ec;
   const fs::path folder = fs::weakly_canonical(fs::absolute(model, ec).parent_path(), ec);
-  for (fs::path root = folder;; root = root.parent_path()) {
-    if (fs::is_regular_file(root / kPackageManifest, ec)) {
-      std::ifstream in(root / kPackageManifest);
-      const auto manifest = nlohmann::json::parse(in, nullptr, false);
-      if (manifest.is_discarded() || !manifest.contains("components") || !manifest["components"].is_object()) return {};
-      for (const auto& [name, component] : manifest["components"].items()) {
-        const auto variants = component.value("variants", nlohmann::json::object());
-        for (const auto& [variant_name, variant] : variants.items()) {
-          const auto info = variant.value("executor_info", nlohmann::json::object());
-          const auto ort = info.value("ort", nlohmann::json::object());
-          if (fs::weakly_canonical(root / variant.value("variant_directory", variant_name), ec) != folder ||
-              ort.value("model_file", "") != model.filename().string())
-            continue;
-          std::map<std::string, std::string> config;
-          const auto options = ort.value("session_options", nlohmann::json::object());
-          for (const auto& [key, value] : options.items()) {
-            const std::string text = value.is_string() ? value.get<std::string>() : value.dump();
-            config[key] = text.rfind("sha256:", 0) == 0
-                              ? (root / kPackageSharedAssets / ("sha256-" + text.substr(7))).string()
-                              : text;
-          }
-          return config;
+  const std::optional<fs::path> root = package_root(folder);
+  if (!root) return {};
+  std::ifstream in(*root / kPackageManifest);
+  const auto manifest = nlohmann::json::parse(in, nullptr, false);
+  try {
+    for (const auto& [name, component] : manifest.at("components").items()) {
+      for (const auto& [variant_name, variant] : component.at("variants").items()) {
+        const auto& ort = variant.at("executor_info").at("ort");
+        if (fs::weakly_canonical(*root / variant.value("variant_directory", variant_name), ec) != folder ||
+            ort.value("model_file", "") != model.filename().string())
+          continue;
+        std::map<std::string, std::string> config;
+        if (!ort.contains("session_options")) return config;
+        for (const auto& [key, value] : ort.at("session_options").items()) {
+          const std::string text = value.get<std::string>();
+          config[key] = text.rfind(kSharedAssetPrefix, 0) == 0
+                            ? (*root / kPackageSharedAssets /
+                               (kSharedAssetFolderPrefix + text.substr(std::string(kSharedAssetPrefix).size())))
+                                  .string()
+                            : text;
         }
+        return config;
       }
-      return {};
     }
-    if (root == root.parent_path()) return {};
+  } catch (const nlohmann::json::exception&) {
+    // Not a manifest of the layout ORT reads: the model is not a variant of a package.
   }
+  return {};
 }
 
 // The weights file the model's initializers point at is the one it was written with: a run killed
@@ -199,7 +198,7 @@ void check_external_weights(const fs::path& model, const onnx::ModelProto& proto
   const auto location = external_location(proto.graph());
   if (!recorded || !location) return;
   const auto config = variant_session_config(model);
-  const auto folder = config.find(kExternalInitializersFolderKey);
+  const auto folder = config.find(kExternalInitializersFolderOption);
   const fs::path file = (folder != config.end() ? fs::path(folder->second) : model.parent_path()) / *location;
   expect_present(model, "external weights file", file);
   std::error_code ec;

@@ -189,11 +189,25 @@ TEST(Package, ReplacesOnlyAPackageAndOnlyWithForce) {
   r = ctxgen(compile + "'" + dir.path().string() + "/.'");
   EXPECT_EQ(r.exit_code, exit_code(ErrorCode::kUsage)) << r.output;
   EXPECT_NE(r.output.find("--package names the package's own folder, not '.' or '..'"), std::string::npos) << r.output;
-  // A killed run's staging folder for this package goes with the next run into it.
+  // A killed run's staging folder for this package goes with the next run into it; files that
+  // only look like one stay.
   fs::create_directories(dir / ".pkg.package.ctxgen-999999.tmp" / "levels");
+  write_file(dir / ".pkg.package.ctxgen-4000000.bak", "mine");
+  write_file(dir / ".pkg.package.ctxgen-99999999999999.tmp", "mine too");
   r = ctxgen("compile " + quote(cnn) + " --target-cpu sse41 --force --package " + quote(dir / "pkg/"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_FALSE(fs::exists(dir / ".pkg.package.ctxgen-999999.tmp"));
+  EXPECT_TRUE(fs::exists(dir / ".pkg.package.ctxgen-4000000.bak"));
+  EXPECT_TRUE(fs::exists(dir / ".pkg.package.ctxgen-99999999999999.tmp"));
+  fs::remove(dir / ".pkg.package.ctxgen-4000000.bak");
+  fs::remove(dir / ".pkg.package.ctxgen-99999999999999.tmp");
+  // inspect refuses a manifest of another layout, saying so.
+  fs::create_directories(dir / "odd");
+  write_file(dir / "odd" / "manifest.json", R"({"components": {"x": {"variants": {"v": 5}}}})");
+  r = ctxgen("inspect " + quote(dir / "odd"));
+  EXPECT_EQ(r.exit_code, exit_code(ErrorCode::kInvalidModel)) << r.output;
+  EXPECT_NE(r.output.find("not a model package manifest ORT reads"), std::string::npos) << r.output;
+  fs::remove_all(dir / "odd");
   // No staging folder is left beside the packages.
   for (const auto& e : fs::directory_iterator(dir.path()))
     EXPECT_EQ(e.path().filename().string().find(".package.ctxgen-"), std::string::npos) << e.path();
@@ -245,6 +259,7 @@ TEST(Package, RefusesWhatItCannotHonour) {
            {"--report r.json", "it takes no --report"},
            {"--embed", "it takes no --embed"},
            {"--stop-after partition", "--stop-after writes no package"},
+           {"--allow-empty", "it takes no --allow-empty"},
            {"--ep-lib x.so --ep X", "--package cannot be used with --ep-lib"}}) {
     SCOPED_TRACE(option);
     const auto r = ctxgen(compile + option);

@@ -98,11 +98,34 @@ TEST(WeightFiles, AWeightsFileMustHoldOnlyWeights) {
   write_at(dir.path() / "w.bin", with_graph);
   const Hash128 id = xxh3_128(with_graph.data(), metadata_end(with_graph));  // §7: the content id
   const fs::path main = write_at(dir.path() / "m.bin", pair.binary("w.bin", id));
-  // Opening the weights file itself fails first: it names x.bin, which is missing.
-  expect_error([&] { ContextBinary::open(main); }, ErrorCode::kInvalidBinary, {"weight file 'w.bin'", "x.bin"});
-  write_at(dir.path() / "x.bin", pair.shared_bytes);
+  // It names x.bin, which is missing: not followed, so what is wrong is that it is no weights file.
   expect_error([&] { ContextBinary::open(main); }, ErrorCode::kInvalidBinary,
                {"is not a weights file: it has 1 graphs and names 1 weight files, expected none"});
+}
+
+TEST(WeightFiles, AWeightsFileNamingWeightFilesIsRefusedNotFollowed) {
+  TempDir dir;
+  const Pair pair;
+  // A binary naming itself as its weights file: refused, not opened again and again.
+  const fs::path path = write_at(dir.path() / "self.bin", pair.binary("self.bin", {}));
+  expect_error([&] { ContextBinary::open(path); }, ErrorCode::kInvalidBinary,
+               {"weight file 'self.bin'", "is not a weights file: it has 1 graphs and names 1 weight files"});
+}
+
+TEST(WeightFiles, AnEmptyWeightSharingAnOffsetDoesNotHideTheOneThere) {
+  TempDir dir;
+  // An empty payload gets the offset the next payload starts at.
+  const std::vector<uint8_t> shared = write_bytes({"ref", "sdk-1", ""}, {}, {make_weight({}), make_weight(pattern(8, 3))}, {});
+  write_at(dir.path() / "w.bin", shared);
+  const auto held = read_from_memory(shared);
+  ASSERT_EQ(held->weights()[0].offset, held->weights()[1].offset);
+  std::vector<WeightPayload> weights = {make_weight(pattern(8, 3))};
+  weights[0].file = 1;
+  weights[0].file_offset = held->weights()[1].offset;
+  const fs::path main = write_at(dir.path() / "m.bin", write_bytes(kIdentity, {}, weights, {{"w.bin", held->content_id()}}));
+  const auto binary = ContextBinary::open(main);
+  const std::vector<uint8_t> expected = pattern(8, 3);
+  EXPECT_TRUE(std::equal(expected.begin(), expected.end(), binary->weight_data(0)));
 }
 
 TEST(WeightFiles, AWeightsFileOfAnotherBackendOrSdkIsRefused) {

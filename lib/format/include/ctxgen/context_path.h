@@ -28,6 +28,14 @@ struct ContextFile {
 
 inline constexpr const char* kPackageManifest = "manifest.json";
 inline constexpr const char* kPackageSharedAssets = "shared_assets";
+// A shared asset's folder is "sha256-<hex>"; a package refers to it as "sha256:<hex>".
+inline constexpr const char* kSharedAssetFolderPrefix = "sha256-";
+inline constexpr const char* kSharedAssetPrefix = "sha256:";
+// The session option a variant names its CPU nodes' weights folder with (ORT's).
+inline constexpr const char* kExternalInitializersFolderOption = "session.model_external_initializers_file_folder_path";
+
+// The model package `folder` is in: the nearest folder, `folder` or above, holding a manifest.json.
+std::optional<std::filesystem::path> package_root(const std::filesystem::path& folder);
 
 // Opens the file `relative` names inside `folder` (or the package's shared assets). Throws
 // Error(kInvalidModel) naming `node` and the path when `relative` is empty, absolute, leads
