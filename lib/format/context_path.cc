@@ -9,8 +9,11 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <fstream>
 #include <system_error>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "ctxgen/error.h"
 
@@ -187,7 +190,15 @@ std::optional<fs::path> package_root(const fs::path& folder) {
   fs::path at = fs::weakly_canonical(folder, ec);
   if (ec) return std::nullopt;
   for (;; at = at.parent_path()) {
-    if (fs::is_regular_file(at / kPackageManifest, ec)) return at;
+    if (fs::is_regular_file(at / kPackageManifest, ec) && fs::file_size(at / kPackageManifest, ec) <= kMaxManifestBytes) {
+      // Only a model package's manifest makes a package: another tool's manifest.json (a web
+      // extension's, a stray one in a home folder) opens no shared assets.
+      std::ifstream in(at / kPackageManifest);
+      const auto manifest = nlohmann::json::parse(in, nullptr, false);
+      if (manifest.is_object() && manifest.contains("schema_version") && manifest.contains("components") &&
+          manifest["components"].is_object())
+        return at;
+    }
     if (at == at.parent_path()) return std::nullopt;
   }
 }

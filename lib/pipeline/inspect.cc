@@ -88,8 +88,10 @@ nlohmann::json inspect_package(const fs::path& path) {
           const nlohmann::ordered_json ort = v.contains("executor_info") ? v["executor_info"].value("ort", nlohmann::ordered_json()) : nullptr;
           const std::string model_file = ort.is_object() ? ort.value("model_file", "") : "";
           const std::string where = manifest_path.string() + ": component '" + name + "', variant '" + variant_name + "': ";
-          const fs::path rel(folder);
-          if (rel.is_absolute() || std::any_of(rel.begin(), rel.end(), [](const fs::path& part) { return part == ".."; }))
+          // Where it really is: a link in the package may lead out of it.
+          std::error_code ec;
+          const fs::path inside = fs::weakly_canonical(path / folder, ec).lexically_relative(fs::weakly_canonical(path, ec));
+          if (fs::path(folder).is_absolute() || inside.empty() || *inside.begin() == "..")
             throw Error(ErrorCode::kInvalidModel, where + "variant_directory '" + folder + "' is outside the package");
           if (!fs::is_regular_file(path / folder / model_file))
             throw Error(ErrorCode::kInvalidModel, where + "its model '" + (fs::path(folder) / model_file).string() + "' is missing");

@@ -208,6 +208,14 @@ TEST(Package, ReplacesOnlyAPackageAndOnlyWithForce) {
   EXPECT_EQ(r.exit_code, exit_code(ErrorCode::kInvalidModel)) << r.output;
   EXPECT_NE(r.output.find("not a model package manifest ORT reads"), std::string::npos) << r.output;
   fs::remove_all(dir / "odd");
+  // A variant folder that is a link out of the package is outside it.
+  fs::rename(dir / "pkg" / "cnn" / "sse41", dir / "elsewhere");
+  fs::create_directory_symlink(dir / "elsewhere", dir / "pkg" / "cnn" / "sse41");
+  r = ctxgen("inspect " + quote(dir / "pkg"));
+  EXPECT_EQ(r.exit_code, exit_code(ErrorCode::kInvalidModel)) << r.output;
+  EXPECT_NE(r.output.find("variant_directory 'cnn/sse41' is outside the package"), std::string::npos) << r.output;
+  fs::remove(dir / "pkg" / "cnn" / "sse41");
+  fs::rename(dir / "elsewhere", dir / "pkg" / "cnn" / "sse41");
   // No staging folder is left beside the packages.
   for (const auto& e : fs::directory_iterator(dir.path()))
     EXPECT_EQ(e.path().filename().string().find(".package.ctxgen-"), std::string::npos) << e.path();

@@ -173,7 +173,11 @@ TEST(WeightFiles, InsideAModelPackageAPathMayLeadIntoItsSharedAssetsOnly) {
   write_at(main, pair.binary("../../shared_assets/sha256-ab/w.bin", pair.shared_id));
   // Without a manifest.json above it, the folder is no package.
   expect_error([&] { ContextBinary::open(main); }, ErrorCode::kInvalidBinary, {"contains '..'"});
+  // Another tool's manifest.json makes no package either.
   write_at(package / "manifest.json", {'{', '}'});
+  expect_error([&] { ContextBinary::open(main); }, ErrorCode::kInvalidBinary, {"contains '..'"});
+  const std::string manifest = R"({"schema_version": "1.0", "components": {}})";
+  write_at(package / "manifest.json", std::vector<uint8_t>(manifest.begin(), manifest.end()));
   const auto binary = ContextBinary::open(main);
   EXPECT_EQ(binary->weight_file(1).label(),
             fs::canonical(package / "shared_assets" / "sha256-ab" / "w.bin").string());

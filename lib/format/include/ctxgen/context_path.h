@@ -6,6 +6,7 @@
 // path may lead into the package's shared assets (<package>/shared_assets/), where the variants of
 // the package share files; nowhere else.
 
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -34,7 +35,10 @@ inline constexpr const char* kSharedAssetPrefix = "sha256:";
 // The session option a variant names its CPU nodes' weights folder with (ORT's).
 inline constexpr const char* kExternalInitializersFolderOption = "session.model_external_initializers_file_folder_path";
 
-// The model package `folder` is in: the nearest folder, `folder` or above, holding a manifest.json.
+// The model package `folder` is in: the nearest folder, `folder` or above, holding a manifest.json
+// of a model package (an object with schema_version and a components object, at most
+// kMaxManifestBytes).
+inline constexpr uint64_t kMaxManifestBytes = uint64_t{16} << 20;
 std::optional<std::filesystem::path> package_root(const std::filesystem::path& folder);
 
 // Opens the file `relative` names inside `folder` (or the package's shared assets). Throws
