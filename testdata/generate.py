@@ -171,6 +171,24 @@ def external(outdir):
                 location="external.weights", size_threshold=0)
 
 
+def weightless(outdir):
+    """For --weightless: a Conv and a MatMul whose weights ref lays out anew ([K, N] to [N, K], the
+    Conv's blocked layout), all in external data at offsets onnx does not align."""
+    nodes = [
+        helper.make_node("Conv", ["x", "conv_w", "conv_b"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("Flatten", ["r"], ["f"], name="flatten"),
+        helper.make_node("MatMul", ["f", "fc_w"], ["m"], name="fc"),
+        helper.make_node("Add", ["m", "fc_b"], ["y"], name="bias"),
+    ]
+    inits = [weight("conv_w", [8, 3, 3, 3], 51), weight("conv_b", [8], 52), weight("fc_w", [512, 24], 53),
+             weight("fc_b", [24], 54)]
+    g = helper.make_graph(nodes, "weightless", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 24])], inits)
+    return save(model(g), outdir, "weightless.onnx", save_as_external_data=True, all_tensors_to_one_file=True,
+                location="weightless.weights", size_threshold=0)
+
+
 def dynamic():
     """A symbolic batch dimension: nothing is static until --fix-dim batch=N."""
     nodes = [
@@ -427,6 +445,7 @@ def main():
     save(split, outdir, "folded/split.onnx")
     save(subgraph(), outdir, "subgraph.onnx")
     external(outdir)
+    weightless(outdir)
     save(dynamic(), outdir, "dynamic.onnx")
     save(unsupported(), outdir, "unsupported.onnx")
     save(cnn(), outdir, "dir.v1/model.v2.onnx")

@@ -103,6 +103,8 @@ Parsed parse(int argc, const char* const* argv, bool with_verify, const std::str
     cmd->add_option("--node-name-prefix", given.node_name_prefix, "Prefix for EPContext node, partition and graph names");
     cmd->add_option("--external-initializers-file", given.external_initializers_file,
                     "Write the weights CPU nodes need to this file beside the outputs instead of embedding them");
+    cmd->add_flag("--weightless", given.weightless,
+                  "Leave the weights the models store in external data there: the binary refers to them by offset and hash");
     cmd->add_flag("--force", given.force, "Overwrite existing outputs");
     cmd->add_flag("--allow-empty", given.allow_empty, "Write a model even when none of its nodes compiled");
     cmd->add_option("--fix-dim", line.shapes.fix_dims,
@@ -288,6 +290,7 @@ std::vector<fs::path> compile_options(const CommandLine& line, const Manifest* m
   if (given("node-name-prefix")) options.node_name_prefix = line.given.node_name_prefix;
   if (given("external-initializers-file")) options.external_initializers_file = line.given.external_initializers_file;
   options.embed = options.embed || line.given.embed;
+  options.weightless = options.weightless || line.given.weightless;
   options.force = line.given.force;
   options.allow_empty = line.given.allow_empty;
   options.output_file = line.given.output_file;

@@ -361,7 +361,7 @@ PackageContents write_package(const std::vector<fs::path>& models, const std::ve
     const bool shared = models.size() > 1;
     const fs::path target = shared ? package.new_asset() : variants[l * models.size()].folder;
     std::vector<WeightFile> files;
-    if (shared_weights) files.push_back({shared_weights->relative_to(target), shared_weights_id});
+    if (shared_weights) files.push_back({shared_weights->relative_to(target), WeightFileKind::kWeights, shared_weights_id, {}});
     std::vector<WeightPayload> payloads;
     for (uint32_t id = 0; id < binaries[l]->weights().size(); ++id) {
       payloads.push_back(payload_of(binaries[l], id));

@@ -194,6 +194,8 @@ int compile_package(const std::vector<fs::path>& models, CompileOptions options,
     throw Error(ErrorCode::kUsage, what + ": a package keeps its binaries beside the models, where variants share them; it takes no --embed");
   if (options.allow_empty)
     throw Error(ErrorCode::kUsage, what + ": each variant runs a compiled binary, so it takes no --allow-empty");
+  if (options.weightless)
+    throw Error(ErrorCode::kUsage, what + ": a package holds its weights, which its variants share; it takes no --weightless");
   if (package.filename() == "." || package.filename() == ".." || package.filename().empty())
     throw Error(ErrorCode::kUsage, package.string() + ": --package names the package's own folder, not '.' or '..'");
   check_replaceable(package);

@@ -7,6 +7,10 @@ void Backend::target(const std::string& target) const {
   throw Error(ErrorCode::kUsage, "--target-cpu " + target + ": backend '" + name() + "' compiles for one target only");
 }
 
+void Backend::weightless() const {
+  throw Error(ErrorCode::kUsage, "--weightless: backend '" + name() + "' cannot leave weights in the model's files");
+}
+
 void BackendRegistry::add(std::unique_ptr<Backend> backend) {
   if (!backend) throw Error(ErrorCode::kInternal, "backend registry: null backend");
   if (find(backend->name()))

@@ -203,6 +203,23 @@ std::optional<fs::path> package_root(const fs::path& folder) {
   }
 }
 
+std::filesystem::path source_data_folder(const std::filesystem::path& model_folder,
+                                         const std::optional<std::string>& source_model_path,
+                                         const std::optional<std::string>& onnx_model_filename, const std::string& node) {
+  namespace fs = std::filesystem;
+  if (source_model_path) {
+    const fs::path folder = fs::path(*source_model_path).parent_path();
+    return folder.empty() ? fs::path(".") : folder;
+  }
+  if (!onnx_model_filename) return model_folder;
+  // A name the model gives stays inside its folder, as the data paths inside that folder do.
+  const fs::path name(*onnx_model_filename);
+  if (name.is_absolute() || std::find(name.begin(), name.end(), "..") != name.end())
+    throw Error(ErrorCode::kInvalidModel, "EPContext node '" + node + "': onnx_model_filename '" + *onnx_model_filename +
+                                              "' leads outside the model's folder");
+  return (model_folder / name).parent_path();
+}
+
 ContextFile open_context_file(const fs::path& folder, const std::string& relative, const std::string& node) {
   return open_relative(folder, relative, "EPContext node '" + node + "': ep_cache_context '" + printable(relative) + "'",
                        "model folder");

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
+#include <new>
 #include <map>
 #include <string_view>
 
@@ -324,8 +326,25 @@ class Parser {
       for (uint32_t j = 0; j < i; ++j)
         if (weight_files[j].path == file.path)
           fail_(in.prefix() + "path '" + file.path + "' is also the path of weight file " + num(j + 1));
+      const uint32_t kind = in.u32("kind");
+      if (kind > static_cast<uint32_t>(WeightFileKind::kSourceData))
+        fail_(in.prefix() + "kind is " + num(kind) + ", expected 0 (weights file) or 1 (source data)");
+      file.kind = static_cast<WeightFileKind>(kind);
       file.content_id.low = in.u64("content id low");
       file.content_id.high = in.u64("content id high");
+      const bool source = file.kind == WeightFileKind::kSourceData;
+      if (source && file.content_id != Hash128{})
+        fail_(in.prefix() + "content id is " + file.content_id.hex() + ", expected zero for source data");
+      const uint64_t held = static_cast<uint64_t>(
+          std::count_if(weights.begin(), weights.end(), [&](const WeightRecord& w) { return w.file == i + 1; }));
+      file.tensors.resize(in.count("tensor count", format::kStringPrefixSize));
+      if (file.tensors.size() != (source ? held : 0))
+        fail_(in.prefix() + "names " + num(file.tensors.size()) + " tensors, expected " + num(source ? held : 0) +
+              (source ? " (one for each weight held there)" : " (a weights file names none)"));
+      for (std::string& tensor : file.tensors) {
+        tensor = in.str("tensor name");
+        if (tensor.empty()) fail_(in.prefix() + "a tensor name is empty");
+      }
     }
     in.expect_end();
   }
@@ -396,18 +415,22 @@ std::shared_ptr<const MappedFile> mapped(Map map) {
 
 }  // namespace
 
-std::shared_ptr<const ContextBinary> ContextBinary::open(const std::filesystem::path& path) {
-  return from_file(mapped([&] { return MappedFile::open(path); }), path);
+std::shared_ptr<const ContextBinary> ContextBinary::open(const std::filesystem::path& path,
+                                                         const std::optional<std::filesystem::path>& source_folder) {
+  return from_file(mapped([&] { return MappedFile::open(path); }), path, source_folder);
 }
 
-std::shared_ptr<const ContextBinary> ContextBinary::map(int fd, const std::filesystem::path& path) {
-  return from_file(mapped([&] { return MappedFile::map(fd, path); }), path);
+std::shared_ptr<const ContextBinary> ContextBinary::map(int fd, const std::filesystem::path& path,
+                                                        const std::optional<std::filesystem::path>& source_folder) {
+  return from_file(mapped([&] { return MappedFile::map(fd, path); }), path, source_folder);
 }
 
 std::shared_ptr<const ContextBinary> ContextBinary::from_file(std::shared_ptr<const MappedFile> file,
-                                                              const std::filesystem::path& path) {
+                                                              const std::filesystem::path& path,
+                                                              const std::optional<std::filesystem::path>& source_folder) {
   std::shared_ptr<ContextBinary> binary = parse(file->data(), file->size(), file, path.string());
-  binary->link(path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path());
+  const std::filesystem::path folder = path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
+  binary->link(folder, source_folder.value_or(folder));
   return binary;
 }
 
@@ -444,50 +467,103 @@ std::shared_ptr<ContextBinary> ContextBinary::parse(const uint8_t* data, size_t 
   return binary;
 }
 
-void ContextBinary::link(const std::filesystem::path& folder) {
-  for (size_t k = 0; k < weight_files_.size(); ++k) {
-    const WeightFile& named = weight_files_[k];
-    const std::string what = label_ + ": weight file '" + named.path + "'";
-    // A path the binary may not name, or a missing file, is what is wrong with the binary.
-    const ContextFile file = [&] {
-      try {
-        return open_weight_file(folder, named.path, label_);
-      } catch (const Error& e) {
-        throw Error(ErrorCode::kInvalidBinary, e.what());
-      }
-    }();
-    // Parsed, not linked: a weights file naming weight files (itself, say) is refused below, not followed.
-    std::shared_ptr<const ContextBinary> opened;
-    try {
-      const auto bytes = mapped([&] { return MappedFile::map(file.fd.get(), file.path); });
-      opened = parse(bytes->data(), bytes->size(), bytes, file.path.string());
-    } catch (const Error& e) {
-      throw e.within(what);
-    }
-    const auto fail = [&](const std::string& why) { throw Error(ErrorCode::kInvalidBinary, what + " " + why); };
-    // A weights file holds weights only, so a binary's weights are never more than one file away.
-    if (!opened->graphs_.empty() || !opened->weight_files_.empty())
-      fail("(" + file.path.string() + ") is not a weights file: it has " + std::to_string(opened->graphs_.size()) +
-           " graphs and names " + std::to_string(opened->weight_files_.size()) + " weight files, expected none");
-    if (opened->content_id_ != named.content_id)
-      fail("(" + file.path.string() + ") has content id " + opened->content_id_.hex() + ", but the binary was written "
-           "with the one whose id is " + named.content_id.hex() + ": they come from different compilations");
-    if (opened->identity_.backend != identity_.backend || opened->identity_.sdk_version != identity_.sdk_version)
-      fail("was written by backend '" + opened->identity_.backend + "' " + opened->identity_.sdk_version +
-           ", the binary by '" + identity_.backend + "' " + identity_.sdk_version);
-    // An empty payload may share its offset with the next one (§6): offsets alone do not say which.
-    std::multimap<uint64_t, const WeightRecord*> by_offset;
-    for (const WeightRecord& held : opened->weights_) by_offset.emplace(held.offset, &held);
-    for (size_t id = 0; id < weights_.size(); ++id) {
-      const WeightRecord& w = weights_[id];
-      if (w.file != k + 1) continue;
-      const auto [first, last] = by_offset.equal_range(w.offset);
-      if (std::none_of(first, last, [&](const auto& held) { return held.second->size == w.size && held.second->hash == w.hash; }))
-        fail("holds no weight at offset " + std::to_string(w.offset) + " of size " + std::to_string(w.size) +
-             " and hash " + w.hash.hex() + ", which the binary's weight " + std::to_string(id) + " is");
-    }
-    linked_.push_back(std::move(opened));
+void ContextBinary::link(const std::filesystem::path& folder, const std::filesystem::path& source_folder) {
+  linked_.resize(weight_files_.size());
+  sources_.resize(weight_files_.size());
+  for (uint32_t k = 1; k <= weight_files_.size(); ++k) {
+    if (weight_files_[k - 1].kind == WeightFileKind::kWeights) link_weights_file(k, folder);
+    else link_source_data(k, source_folder);
   }
+}
+
+namespace {
+
+// A path the binary may not name, or a missing file, is what is wrong with the binary.
+ContextFile open_named(const std::filesystem::path& folder, const std::string& path, const std::string& label) {
+  try {
+    return open_weight_file(folder, path, label);
+  } catch (const Error& e) {
+    throw Error(ErrorCode::kInvalidBinary, e.what());
+  }
+}
+
+}  // namespace
+
+void ContextBinary::link_weights_file(uint32_t k, const std::filesystem::path& folder) {
+  const WeightFile& named = weight_files_[k - 1];
+  const std::string what = label_ + ": weight file '" + named.path + "'";
+  const ContextFile file = open_named(folder, named.path, label_);
+  // Parsed, not linked: a weights file naming weight files (itself, say) is refused below, not followed.
+  std::shared_ptr<const ContextBinary> opened;
+  try {
+    const auto bytes = mapped([&] { return MappedFile::map(file.fd.get(), file.path); });
+    opened = parse(bytes->data(), bytes->size(), bytes, file.path.string());
+  } catch (const Error& e) {
+    throw e.within(what);
+  }
+  const auto fail = [&](const std::string& why) { throw Error(ErrorCode::kInvalidBinary, what + " " + why); };
+  // A weights file holds weights only, so a binary's weights are never more than one file away.
+  if (!opened->graphs_.empty() || !opened->weight_files_.empty())
+    fail("(" + file.path.string() + ") is not a weights file: it has " + std::to_string(opened->graphs_.size()) +
+         " graphs and names " + std::to_string(opened->weight_files_.size()) + " weight files, expected none");
+  if (opened->content_id_ != named.content_id)
+    fail("(" + file.path.string() + ") has content id " + opened->content_id_.hex() + ", but the binary was written "
+         "with the one whose id is " + named.content_id.hex() + ": they come from different compilations");
+  if (opened->identity_.backend != identity_.backend || opened->identity_.sdk_version != identity_.sdk_version)
+    fail("was written by backend '" + opened->identity_.backend + "' " + opened->identity_.sdk_version +
+         ", the binary by '" + identity_.backend + "' " + identity_.sdk_version);
+  // An empty payload may share its offset with the next one (§6): offsets alone do not say which.
+  std::multimap<uint64_t, const WeightRecord*> by_offset;
+  for (const WeightRecord& held : opened->weights_) by_offset.emplace(held.offset, &held);
+  for (size_t id = 0; id < weights_.size(); ++id) {
+    const WeightRecord& w = weights_[id];
+    if (w.file != k) continue;
+    const auto [first, last] = by_offset.equal_range(w.offset);
+    if (std::none_of(first, last, [&](const auto& held) { return held.second->size == w.size && held.second->hash == w.hash; }))
+      fail("holds no weight at offset " + std::to_string(w.offset) + " of size " + std::to_string(w.size) +
+           " and hash " + w.hash.hex() + ", which the binary's weight " + std::to_string(id) + " is");
+  }
+  linked_[k - 1] = std::move(opened);
+}
+
+// Every weight is hashed here, once a process opens the binary: the source model's data file is
+// not ours, and a tensor changed in it (a model re-exported under the same name) must not run.
+void ContextBinary::link_source_data(uint32_t k, const std::filesystem::path& source_folder) {
+  const WeightFile& named = weight_files_[k - 1];
+  const std::string what = label_ + ": source data '" + named.path + "'";
+  const ContextFile file = [&] {
+    try {
+      return open_named(source_folder, named.path, label_);
+    } catch (const Error& e) {
+      throw Error(e.code(), std::string(e.what()) + " (source data: the external data of the model the binary was "
+                                                    "compiled from, looked for in " + source_folder.string() +
+                                                    "; name that model where it is: ONNX Runtime's "
+                                                    "ep.context_source_model_path, ctxgen verify --reference)");
+    }
+  }();
+  const auto bytes = mapped([&] { return MappedFile::map(file.fd.get(), file.path); });
+  size_t index = 0;
+  for (uint32_t id = 0; id < weights_.size(); ++id) {
+    const WeightRecord& w = weights_[id];
+    if (w.file != k) continue;
+    const std::string tensor = "tensor '" + named.tensors[index++] + "'";
+    if (w.size > bytes->size() || w.offset > bytes->size() - w.size)
+      throw Error(ErrorCode::kMismatch, what + " (" + file.path.string() + ") is " + std::to_string(bytes->size()) +
+                                            " bytes, but " + tensor + " was compiled from its bytes " +
+                                            range(w.offset, w.size) + ": the file changed since the model was compiled");
+    const uint8_t* data = bytes->data() + w.offset;
+    const Hash128 found = xxh3_128(data, w.size);
+    if (found != w.hash)
+      throw Error(ErrorCode::kMismatch, what + " (" + file.path.string() + "): " + tensor + " " + range(w.offset, w.size) +
+                                            " has XXH3-128 " + found.hex() + ", but the binary was compiled from bytes "
+                                            "with " + w.hash.hex() + ": the model's weights changed since it was "
+                                            "compiled; compile it again");
+    if (reinterpret_cast<uintptr_t>(data) % kPayloadAlignment != 0) {
+      copies_.resize(weights_.size());
+      copies_[id] = aligned_copy(data, w.size);
+    }
+  }
+  sources_[k - 1] = bytes;
 }
 
 const GraphRecord* ContextBinary::find_graph(const std::string& name) const {
@@ -501,12 +577,25 @@ const uint8_t* ContextBinary::weight_data(uint32_t id) const {
                                                " is out of range, the binary has " + std::to_string(weights_.size()) +
                                                " weights");
   const WeightRecord& w = weights_[id];
-  return w.file == 0 ? data_ + w.offset : linked_[w.file - 1]->data_ + w.offset;
+  if (w.file == 0) return data_ + w.offset;
+  if (id < copies_.size() && copies_[id]) return copies_[id].get();
+  return sources_[w.file - 1] ? sources_[w.file - 1]->data() + w.offset : linked_[w.file - 1]->data_ + w.offset;
+}
+
+std::shared_ptr<const uint8_t> aligned_copy(const uint8_t* bytes, size_t size) {
+  constexpr std::align_val_t alignment{kPayloadAlignment};
+  auto* data = static_cast<uint8_t*>(::operator new(std::max<size_t>(size, 1), alignment));
+  if (size > 0) std::memcpy(data, bytes, size);
+  return std::shared_ptr<const uint8_t>(data, [](const uint8_t* p) {
+    ::operator delete(const_cast<uint8_t*>(p), std::align_val_t{kPayloadAlignment});
+  });
 }
 
 void ContextBinary::verify_payloads() const {
-  // The weights file checks its payloads, which are the ones used from it (checked when opened).
-  for (const auto& file : linked_) file->verify_payloads();
+  // The weights file checks its payloads, which are the ones used from it (checked when opened);
+  // source data was hashed when opened.
+  for (const auto& file : linked_)
+    if (file) file->verify_payloads();
   for (size_t id = 0; id < weights_.size(); ++id) {
     const WeightRecord& w = weights_[id];
     if (w.file != 0) continue;

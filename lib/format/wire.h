@@ -41,7 +41,7 @@ inline constexpr uint64_t kIdentityFixedSize = 3 * kStringPrefixSize;
 inline constexpr uint64_t kGraphRecordFixedSize = 4 + 4 + 4 + 4 + 8 + 8 + 8 + 4;  // = 44
 inline constexpr uint64_t kIoRecordFixedSize = 4 + 4 + 4;                         // = 12
 inline constexpr uint64_t kWeightEntrySize = 16 + 8 + 8 + 4;                      // = 36
-inline constexpr uint64_t kWeightFileRecordFixedSize = 4 + 16;                    // = 20
+inline constexpr uint64_t kWeightFileRecordFixedSize = 4 + 4 + 16 + 4;            // = 28
 inline constexpr uint64_t kDimSize = 8;
 inline constexpr uint64_t kWeightIdSize = 4;
 // A fixed input's value holds at most this many bytes (values given on a command line).

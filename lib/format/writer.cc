@@ -32,10 +32,24 @@ void validate_inputs(const BinaryIdentity& identity, const std::vector<CompiledG
   check_u32(weights.size(), "weight count");
   check_u32(files.size(), "weight file count");
   std::set<std::string_view> paths;
-  for (const WeightFile& file : files) {
+  std::vector<size_t> held(files.size());
+  for (const WeightPayload& weight : weights)
+    if (weight.file > 0 && weight.file <= files.size()) ++held[weight.file - 1];
+  for (size_t k = 0; k < files.size(); ++k) {
+    const WeightFile& file = files[k];
     if (file.path.empty()) internal("a weight file has an empty path");
     if (!paths.insert(file.path).second) internal("weight file '" + file.path + "' appears twice");
     check_u32(file.path.size(), "weight file path length");
+    const bool source = file.kind == WeightFileKind::kSourceData;
+    if (!source && file.kind != WeightFileKind::kWeights) internal("weight file '" + file.path + "' has an unknown kind");
+    if (file.tensors.size() != (source ? held[k] : 0))
+      internal("weight file '" + file.path + "' names " + std::to_string(file.tensors.size()) + " tensors for the " +
+               std::to_string(held[k]) + " weights held there");
+    if (source && file.content_id != Hash128{}) internal("source data file '" + file.path + "' has a content id");
+    for (const std::string& tensor : file.tensors) {
+      if (tensor.empty()) internal("source data file '" + file.path + "' names a tensor with an empty name");
+      check_u32(tensor.size(), "tensor name length");
+    }
   }
   if (identity.format_version != kContextBinaryVersion)
     internal("the identity asks for format version " + std::to_string(identity.format_version) +
@@ -78,7 +92,7 @@ void validate_inputs(const BinaryIdentity& identity, const std::vector<CompiledG
                ", but there are only " + std::to_string(files.size()));
     if (weights[id].file > 0) {
       if (!weights[id].hash) internal("weight " + std::to_string(id) + " is in a weight file but has no hash");
-      if (weights[id].file_offset % kPayloadAlignment != 0)
+      if (files[weights[id].file - 1].kind == WeightFileKind::kWeights && weights[id].file_offset % kPayloadAlignment != 0)
         internal("weight " + std::to_string(id) + " is at offset " + std::to_string(weights[id].file_offset) +
                  " of its weight file, not a multiple of " + std::to_string(kPayloadAlignment));
       continue;
@@ -111,7 +125,10 @@ Layout plan_layout(const BinaryIdentity& identity, const std::vector<CompiledGra
                          identity.hardware_architecture.size();
   for (const auto& graph : graphs) layout.graph_table_size += format::graph_record_size(graph);
   layout.weight_table_size = format::kWeightEntrySize * weights.size();
-  for (const WeightFile& file : files) layout.weight_file_table_size += format::kWeightFileRecordFixedSize + file.path.size();
+  for (const WeightFile& file : files) {
+    layout.weight_file_table_size += format::kWeightFileRecordFixedSize + file.path.size();
+    for (const std::string& tensor : file.tensors) layout.weight_file_table_size += format::kStringPrefixSize + tensor.size();
+  }
   layout.metadata_size = format::kHeaderSize + layout.identity_size + layout.graph_table_size +
                          layout.weight_table_size + layout.weight_file_table_size;
   uint64_t cursor = layout.metadata_size;
@@ -223,8 +240,11 @@ std::vector<uint8_t> encode_metadata(const BinaryIdentity& identity, const std::
   }
   for (const WeightFile& file : files) {
     enc.str(file.path);
+    enc.u32(static_cast<uint32_t>(file.kind));
     enc.u64(file.content_id.low);
     enc.u64(file.content_id.high);
+    enc.u32(file.tensors.size());
+    for (const std::string& tensor : file.tensors) enc.str(tensor);
   }
   expect_size(enc.size(), layout.metadata_size, "metadata");
   put_le(out.data() + format::field::kMetadataChecksum, format::metadata_checksum(out.data(), out.size()), 8);

@@ -737,11 +737,17 @@ void check(const fs::path& path, const onnx::ModelProto& proto) {
   }
 }
 
+}  // namespace
+
+fs::path external_data_folder(const fs::path& model_path) { return fs::weakly_canonical(fs::absolute(model_path).parent_path()); }
+
+namespace {
+
 // Resolves external-data locations inside the model's folder and maps each file once.
 class ExternalFiles {
  public:
   explicit ExternalFiles(const fs::path& model_path)
-      : model_path_(model_path), folder_(fs::weakly_canonical(fs::absolute(model_path).parent_path())) {}
+      : model_path_(model_path), folder_(external_data_folder(model_path)) {}
 
   TensorData resolve(const onnx::TensorProto& t, const std::string& what) {
     std::string location;

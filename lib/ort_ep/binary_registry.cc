@@ -1,8 +1,6 @@
 #include "binary_registry.h"
 
 #include <atomic>
-#include <cstring>
-#include <new>
 
 namespace ctxgen::ort_ep {
 namespace {
@@ -28,15 +26,6 @@ std::shared_ptr<const ContextBinary> counted(std::shared_ptr<const ContextBinary
 
 }  // namespace
 
-std::shared_ptr<const uint8_t> aligned_copy(const uint8_t* bytes, size_t size) {
-  constexpr std::align_val_t alignment{kPayloadAlignment};
-  auto* data = static_cast<uint8_t*>(::operator new(size, alignment));
-  std::memcpy(data, bytes, size);
-  return std::shared_ptr<const uint8_t>(data, [](const uint8_t* p) {
-    ::operator delete(const_cast<uint8_t*>(p), std::align_val_t{kPayloadAlignment});
-  });
-}
-
 BinaryRegistry& BinaryRegistry::instance() {
   static BinaryRegistry registry;
   return registry;
@@ -46,8 +35,15 @@ std::shared_ptr<const ContextBinary> BinaryRegistry::open(const std::filesystem:
   return counted(ContextBinary::open(path));
 }
 
-std::shared_ptr<const ContextBinary> BinaryRegistry::open(const ContextFile& file, bool shared) {
-  return open(file.path, shared, [&] { return ContextBinary::map(file.fd.get(), file.path); });
+std::shared_ptr<const ContextBinary> BinaryRegistry::open(const ContextFile& file, bool shared,
+                                                          const std::filesystem::path& source_folder) {
+  // A binary is known by its path; with source data looked for elsewhere than beside it (which
+  // only a weightless binary reads), by that folder too.
+  std::error_code ec;
+  const std::filesystem::path source = std::filesystem::weakly_canonical(source_folder, ec);
+  const std::filesystem::path key =
+      source == file.path.parent_path() ? file.path : std::filesystem::path(file.path.string() + " (source data in " + source.string() + ")");
+  return open(key, shared, [&] { return ContextBinary::map(file.fd.get(), file.path, source_folder); });
 }
 
 std::shared_ptr<const ContextBinary> BinaryRegistry::open(const std::filesystem::path& key, bool shared,

@@ -28,17 +28,14 @@ struct SharedGraph {
   std::shared_ptr<const ContextBinary> binary;
 };
 
-// A copy of `bytes` aligned like a mapped file, so that a binary held in memory (embedded in its
-// EPContext node, or compiled in the session) has its weights used in place as from a .bin.
-std::shared_ptr<const uint8_t> aligned_copy(const uint8_t* bytes, size_t size);
-
 class BinaryRegistry {
  public:
   static BinaryRegistry& instance();
 
-  // Maps `file`. With `shared`, returns the mapping another sharing session holds of its path, if
-  // any, and otherwise publishes the new one for later sharing sessions.
-  std::shared_ptr<const ContextBinary> open(const ContextFile& file, bool shared);
+  // Maps `file`, a weightless one with the source data in `source_folder`. With `shared`, returns
+  // the mapping another sharing session holds of its path (with that source folder), if any, and
+  // otherwise publishes the new one for later sharing sessions.
+  std::shared_ptr<const ContextBinary> open(const ContextFile& file, bool shared, const std::filesystem::path& source_folder);
   // Maps the file at `path` for one session.
   std::shared_ptr<const ContextBinary> open(const std::filesystem::path& path);
   // A binary `make` reads another way (the application's read function), known by `key`: with

@@ -42,6 +42,12 @@ SessionConfig SessionConfig::read(const OrtSessionOptions* options) {
   config.stop_share = set("ep.stop_share_ep_contexts");
   config.compile_only = set("session.compile_only");
   config.data = context_data_functions(options);
+  const void* source_bytes = nullptr;
+  size_t source_size = 0;
+  check(api().ep->SessionOptionsGetWeightlessSourceModelBuffer(options, &source_bytes, &source_size),
+        "SessionOptionsGetWeightlessSourceModelBuffer");
+  config.source_model_bytes = source_bytes != nullptr;
+  config.source_model_path = session_config(options, "ep.context_source_model_path");
   return config;
 }
 
@@ -144,10 +150,19 @@ const CtxgenEp::LoadedBinary& CtxgenEp::load_main_context(const EpContextNode& n
     if (loaded.label == file.path) return loaded;
   }
   try {
-    return keep({file.path.string(), BinaryRegistry::instance().open(file, config_.share_contexts)});
+    return keep({file.path.string(), BinaryRegistry::instance().open(file, config_.share_contexts, source_folder(node, folder))});
   } catch (const Error& e) {
     throw e.within(where + ": ep_cache_context '" + node.cache_context + "'");
   }
+}
+
+// The order ORT documents for finding a weightless binary's source model: the application's bytes
+// of it, ep.context_source_model_path, the node's onnx_model_filename beside the compiled model.
+std::filesystem::path CtxgenEp::source_folder(const EpContextNode& node, const std::filesystem::path& model_folder) const {
+  // Bytes of the source model do not say where its external data is: beside the compiled model,
+  // in the folder ORT reports for it (session.model_external_initializers_file_folder_path's, if set).
+  if (config_.source_model_bytes) return model_folder;
+  return source_data_folder(model_folder, config_.source_model_path, node.onnx_model_filename, node.name);
 }
 
 CtxgenEp::LoadedBinary CtxgenEp::find_graph(const EpContextNode& node, const LoadedBinary* own) const {

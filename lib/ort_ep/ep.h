@@ -32,6 +32,7 @@ class CtxgenEp : public OrtEp {
   void compile(const OrtGraph** graphs, const OrtNode** fused_nodes, size_t count, OrtNodeComputeInfo** infos,
                OrtNode** ep_context_nodes);
   const LoadedBinary& load_main_context(const EpContextNode& node, const std::string& model_path);
+  std::filesystem::path source_folder(const EpContextNode& node, const std::filesystem::path& model_folder) const;
   const LoadedBinary& keep(LoadedBinary loaded);
   LoadedBinary find_graph(const EpContextNode& node, const LoadedBinary* own) const;
   void log(OrtLoggingLevel level, const std::string& message) const;

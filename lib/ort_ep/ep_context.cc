@@ -82,6 +82,7 @@ EpContextNode EpContextNode::read(const OrtNode* ort_node) {
   node.partition_name = string_attribute(ort_node, "partition_name").value_or("");
   node.ep_sdk_version = string_attribute(ort_node, "ep_sdk_version");
   node.hardware_architecture = string_attribute(ort_node, "hardware_architecture");
+  node.onnx_model_filename = string_attribute(ort_node, "onnx_model_filename");
   if (node.graph_name().empty()) {
     throw Error(ErrorCode::kInvalidModel,
                 "an EPContext node of this EP has neither a name nor a partition_name, so it names no graph");

@@ -25,6 +25,7 @@ struct EpContextNode {
   std::string cache_context;  // payload in embed mode, else a path relative to the model folder
   std::string partition_name;
   std::optional<std::string> ep_sdk_version, hardware_architecture;
+  std::optional<std::string> onnx_model_filename;  // the source model, beside the compiled one
 
   // The graph this node runs: partition_name, else the node name.
   const std::string& graph_name() const { return partition_name.empty() ? name : partition_name; }

@@ -26,6 +26,10 @@ struct SessionConfig {
   bool stop_share = false;       // ep.stop_share_ep_contexts=1: the last session of a shared group
   bool compile_only = false;     // session.compile_only=1: the session never runs
   ContextDataFunctions data;     // the application's own storage for context binaries, if any
+  // Where a weightless binary's source model is: given as bytes (SessionOptionsSetWeightlessSourceModelBuffer),
+  // which say nothing of its folder; else where ep.context_source_model_path names it.
+  bool source_model_bytes = false;
+  std::optional<std::string> source_model_path;
 
   static SessionConfig read(const OrtSessionOptions* options);
   // Why a node of this session cannot run (a virtual device, a compile-only session), or empty.

@@ -35,11 +35,15 @@ nlohmann::json inspect_binary(const fs::path& path) {
     ++elsewhere[w.file - 1];
   }
   nlohmann::json files = nlohmann::json::array();
-  for (size_t k = 0; k < binary->weight_files().size(); ++k)
-    files.push_back({{"path", binary->weight_files()[k].path},
-                     {"resolved", binary->weight_file(static_cast<uint32_t>(k + 1)).label()},
-                     {"content_id", binary->weight_files()[k].content_id.hex()},
+  for (size_t k = 0; k < binary->weight_files().size(); ++k) {
+    const WeightFile& file = binary->weight_files()[k];
+    const bool source = file.kind == WeightFileKind::kSourceData;
+    files.push_back({{"path", file.path},
+                     {"kind", source ? "source_data" : "weights"},
+                     {"resolved", binary->weight_file_label(static_cast<uint32_t>(k + 1))},
+                     {"content_id", source ? "" : file.content_id.hex()},
                      {"weights_used", elsewhere[k]}});
+  }
   nlohmann::json graphs = nlohmann::json::array();
   for (const auto& g : binary->graphs()) {
     nlohmann::json fixed = nlohmann::json::array();
@@ -278,9 +282,14 @@ std::string inspect_text(const nlohmann::json& j) {
     if (!j["weight_files"].empty())
       out << " (" << human_bytes(j["weights"]["bytes_in_weight_files"]) << " of them in weight files)";
     out << "\n";
-    for (const auto& f : j["weight_files"])
-      out << "  weight file " << f["path"].get<std::string>() << ": " << f["weights_used"] << " weight(s), id "
-          << f["content_id"].get<std::string>() << "\n";
+    for (const auto& f : j["weight_files"]) {
+      if (f["kind"] == "source_data")
+        out << "  source data " << f["path"].get<std::string>() << ": " << f["weights_used"]
+            << " tensor(s) of the source model, used where it keeps them (" << f["resolved"].get<std::string>() << ")\n";
+      else
+        out << "  weight file " << f["path"].get<std::string>() << ": " << f["weights_used"] << " weight(s), id "
+            << f["content_id"].get<std::string>() << "\n";
+    }
     for (const auto& g : j["graphs"]) {
       out << "  graph " << g["name"].get<std::string>() << ": " << g["inputs"].size() << " input(s), "
           << g["outputs"].size() << " output(s), " << g["weights"] << " weight(s), program "

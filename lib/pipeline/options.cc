@@ -204,7 +204,7 @@ Manifest parse_manifest(const std::string& text, const fs::path& folder, const s
     throw usage(where + ": not valid JSON: " + e.what());
   }
   expect_keys(j, {"models", "output_dir", "backend", "target_cpu", "fix_dim", "input_shape", "fix_value",
-                  "node_name_prefix", "external_initializers_file", "embed"}, where);
+                  "node_name_prefix", "external_initializers_file", "embed", "weightless"}, where);
   if (!j.contains("models") || !j["models"].is_array() || j["models"].empty())
     throw usage(where + ": 'models' must be a non-empty list");
   Manifest m;
@@ -227,6 +227,10 @@ Manifest parse_manifest(const std::string& text, const fs::path& folder, const s
   if (j.contains("node_name_prefix")) m.options.node_name_prefix = text_of(j["node_name_prefix"], where + ": node_name_prefix");
   if (j.contains("external_initializers_file"))
     m.options.external_initializers_file = text_of(j["external_initializers_file"], where + ": external_initializers_file");
+  if (j.contains("weightless")) {
+    if (!j["weightless"].is_boolean()) throw usage(where + ": weightless must be true or false");
+    m.options.weightless = j["weightless"].get<bool>();
+  }
   if (j.contains("embed")) {
     if (!j["embed"].is_boolean()) throw usage(where + ": embed must be true or false");
     m.options.embed = j["embed"].get<bool>();

@@ -204,6 +204,17 @@ void check_options(const std::vector<fs::path>& inputs, const CompileOptions& op
     check_relative_name(options.external_initializers_file, "--external-initializers-file");
   if (options.stop_after && options.embed)
     throw Error(ErrorCode::kUsage, "--stop-after writes the model before compiling: there is no context to --embed");
+  if (options.weightless && options.embed)
+    throw Error(ErrorCode::kUsage, "--weightless cannot be combined with --embed: a binary inside the model cannot "
+                                   "refer to the weights' file");
+  if (options.weightless) {
+    // A weightless binary is opened with one source model's folder: its data files are all there.
+    for (const auto& in : inputs)
+      if (external_data_folder(in) != external_data_folder(inputs.front()))
+        throw Error(ErrorCode::kUsage, "--weightless: " + in.string() + " is not in the folder of " +
+                                           inputs.front().string() + "; the models of a weightless binary must "
+                                           "share one folder, where the binary finds their weights");
+  }
 }
 
 const Backend& find_backend(const BackendRegistry& backends, const std::string& name) {
@@ -378,6 +389,38 @@ std::vector<WeightPayload> payloads_of(const WeightStore& store) {
   return payloads;
 }
 
+// --weightless: a weight that is the bytes of a tensor in the models' external data stays there,
+// referred to by its file (relative to the models' folder), offset and hash, and named by the tensor.
+std::vector<WeightFile> refer_to_source_data(const std::vector<Job>& jobs, std::vector<WeightPayload>& payloads) {
+  const fs::path folder = external_data_folder(jobs.front().model.path);
+  std::map<std::tuple<fs::path, size_t, size_t>, std::string> tensors;  // (file, offset, size) -> name
+  for (const Job& job : jobs)
+    for (const Weight& w : job.model.weights)
+      if (w.external && w.data.file) tensors.emplace(std::tuple{w.data.file->path(), w.data.file_offset, w.data.size}, w.name);
+  std::vector<WeightFile> files;
+  std::map<fs::path, uint32_t> file_of;
+  for (WeightPayload& payload : payloads) {
+    const Blob& blob = payload.blob;
+    if (!blob.file || blob.make || !payload.hash) continue;
+    const auto tensor = tensors.find({blob.file->path(), blob.file_offset, blob.size});
+    if (tensor == tensors.end()) continue;
+    const auto [file, added] = file_of.emplace(blob.file->path(), static_cast<uint32_t>(files.size() + 1));
+    if (added) files.push_back({blob.file->path().lexically_relative(folder).string(), WeightFileKind::kSourceData, {}, {}});
+    payload.file = file->second;
+    payload.file_offset = blob.file_offset;
+    files[payload.file - 1].tensors.push_back(tensor->second);
+  }
+  for (const WeightFile& file : files)
+    log().info("--weightless: {} weight(s) stay in {}: the binary reads them there, beside the source model", file.tensors.size(),
+               (folder / file.path).string());
+  if (files.empty())
+    throw Error(ErrorCode::kUsage, "--weightless: no weight the compiled partitions use is stored in external data by " +
+                                       jobs.front().model.path.string() + (jobs.size() > 1 ? " or the other models" : "") +
+                                       ", so the binary would hold them all; save the model with external data "
+                                       "(onnx.save_model(..., save_as_external_data=True)) or compile without --weightless");
+  return files;
+}
+
 WrittenBinary write_to_string(const BinaryIdentity& identity, const std::vector<CompiledGraph>& graphs,
                               const std::vector<WeightPayload>& payloads, std::string& bytes) {
   return write_context_binary(
@@ -438,6 +481,7 @@ void run_pipeline(const std::vector<fs::path>& inputs, const CompileOptions& opt
   check_options(inputs, options);
   const Backend& backend = find_backend(backends, options.backend);
   if (!options.target.empty()) backend.target(options.target);
+  if (options.weightless) backend.weightless();
   summary.backend = backend.name();
   Plan plan = plan_outputs(inputs, options, backend);
   OutputSet outputs(planned_paths(plan), options.force, read_files(inputs, options));
@@ -508,19 +552,21 @@ void run_pipeline(const std::vector<fs::path>& inputs, const CompileOptions& opt
   WrittenBinary written;
   if (!options.stop_after) {
     const BinaryIdentity identity = backend.identity();
-    const std::vector<WeightPayload> payloads = payloads_of(store);
+    std::vector<WeightPayload> payloads = payloads_of(store);
+    const std::vector<WeightFile> weight_files = options.weightless ? refer_to_source_data(jobs, payloads)
+                                                                   : std::vector<WeightFile>{};
     std::vector<CompiledGraph> all_graphs;
     for (const auto& job : jobs) all_graphs.insert(all_graphs.end(), job.graphs.begin(), job.graphs.end());
     if (options.embed && !all_graphs.empty()) {
       written = write_to_string(identity, all_graphs, payloads, embedded);
     } else if (!all_graphs.empty()) {
       uint64_t total = 0;
-      for (const auto& p : payloads) total += p.blob.size;
+      for (const auto& p : payloads) total += p.file > 0 ? 0 : p.blob.size;
       for (const auto& g : all_graphs) total += g.program.size();
       OutputFile& file = outputs.open(plan.binary);
       written = write_context_binary(identity, all_graphs, payloads,
                                      reporting(file.sink(), options, "write_context_binary", plan.binary, total),
-                                     file.patcher());
+                                     file.patcher(), weight_files);
       outputs.finished(file.finish(plan.binary));
       report_written(options, "write_context_binary", outputs.written().back());
     }

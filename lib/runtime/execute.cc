@@ -65,6 +65,12 @@ std::shared_ptr<const ref::Program> validated(const uint8_t* bytes, uint64_t siz
 
 }  // namespace
 
+// A session constant's bytes, 64-byte aligned inside their buffer.
+struct Constant {
+  std::unique_ptr<uint8_t[]> buffer;
+  uint8_t* data = nullptr;
+};
+
 // What a program resolves before its first run: each op's definition and plan, and where its
 // inputs are in a run's tensor list. Ops run one after another, so they share one scratch region,
 // after the program's arena.
@@ -79,7 +85,7 @@ struct Plans {
   std::vector<Step> steps;
   std::vector<int32_t> input_ids;   // every op's input value ids, op after op (-1: absent)
   std::vector<void*> weights;       // by value id: weights and session constants, else nullptr
-  std::vector<std::unique_ptr<uint8_t[]>> constants;  // the session constants' buffers
+  std::vector<std::shared_ptr<const Constant>> constants;  // the session constants' buffers
   std::vector<size_t> caller_values;  // ids of the values whose buffers the caller gives
   uint64_t scratch_at = 0;          // in the arena
   uint64_t arena_bytes = 0;         // with the scratch
@@ -114,14 +120,58 @@ void call(const ref::Program& program, const Plans& plans, size_t k, const Tenso
   }
 }
 
+// What a session constant is made from: the op and its attributes, the output's type, and each
+// input's type and content (a weight's XXH3-128, an earlier constant's key's).
+std::string constant_key(const ref::Program& program, const ref::Op& op, const std::vector<Hash128>& contents) {
+  std::string key;
+  const auto put = [&key](const void* data, size_t size) { key.append(static_cast<const char*>(data), size); };
+  const auto put_value = [&](const ref::Value& v) {
+    put(&v.dtype, sizeof v.dtype);
+    const uint64_t rank = v.dims.size();
+    put(&rank, sizeof rank);
+    put(v.dims.data(), v.dims.size() * sizeof(int64_t));
+  };
+  key = op.type + '\0';
+  for (const ref::Attr& a : op.attrs) {
+    key += a.name + '\0';
+    put(&a.kind, sizeof a.kind);
+    put(&a.i, sizeof a.i);
+    put(&a.f, sizeof a.f);
+    const uint64_t counts[2] = {a.ints.size(), a.floats.size()};
+    put(counts, sizeof counts);
+    put(a.ints.data(), a.ints.size() * sizeof(int64_t));
+    put(a.floats.data(), a.floats.size() * sizeof(float));
+  }
+  put_value(program.values[static_cast<size_t>(op.outputs[0])]);
+  for (size_t i = 0; i < op.inputs.size(); ++i) {
+    if (op.inputs[i] < 0) {
+      key += '-';
+      continue;
+    }
+    put_value(program.values[static_cast<size_t>(op.inputs[i])]);
+    put(&contents[i], sizeof contents[i]);
+  }
+  return key;
+}
+
 // Values the ops compute from weights alone (a weight dequantized or widened from its stored
 // precision, a weight laid out for a Conv at this CPU level: the compiler keeps weights in the .bin
 // as the model stores them) are the same on every run, so they are computed once, here, and read
 // like weights by every run of the program. They hold at most the arena and 16 times the weights
 // (a dequantized int8 weight is 4 times its bytes, a packed Conv weight a little more): a damaged
 // program cannot make a session hold more than it would run with; past that, ops run every time.
+// The sessions of a process share each one they make from the same bytes the same way: a
+// weightless binary's weights, laid out at load, are then in memory once however many sessions use them.
 void compute_constants(const ref::Program& program, Plans& plans) {
+  static KeptWhileUsed<Constant> shared;
   const ParallelFor serial;
+  // A value's content, by value id: a weight's bytes hashed when first needed, a constant's key.
+  std::vector<std::optional<Hash128>> contents(program.values.size());
+  const auto content = [&](int32_t id) {
+    std::optional<Hash128>& c = contents[static_cast<size_t>(id)];
+    if (!c) c = xxh3_128(static_cast<const uint8_t*>(plans.weights[static_cast<size_t>(id)]), program.values[static_cast<size_t>(id)].byte_size());
+    return *c;
+  };
   uint64_t budget = program.arena_bytes;
   for (const ref::Value& v : program.values)
     if (v.kind == ref::ValueKind::kWeight && __builtin_add_overflow(budget, 16 * v.byte_size(), &budget)) budget = UINT64_MAX;
@@ -138,17 +188,27 @@ void compute_constants(const ref::Program& program, Plans& plans) {
     if (out.byte_size() > budget) continue;
     budget -= out.byte_size();
     ins.clear();
-    for (int32_t id : op.inputs)
+    std::vector<Hash128> input_contents;
+    for (int32_t id : op.inputs) {
       ins.push_back(id < 0 ? Tensor{} : Tensor{&program.values[static_cast<size_t>(id)], plans.weights[static_cast<size_t>(id)]});
-    // 64-byte aligned wherever the allocator puts them; the scratch is given back at once.
-    const auto aligned = [](uint8_t* at) { return at + (kScratchAlignment - reinterpret_cast<uintptr_t>(at) % kScratchAlignment); };
-    auto buffer = std::make_unique_for_overwrite<uint8_t[]>(out.byte_size() + kScratchAlignment);
-    uint8_t* data = aligned(buffer.get());
-    const auto scratch = std::make_unique_for_overwrite<uint8_t[]>(scratch_bytes + kScratchAlignment);
-    const std::unique_ptr<OpState> state = step.plan ? step.plan->make_state() : nullptr;
-    call(program, plans, k, ins.data(), data, serial, aligned(scratch.get()), state.get());
-    plans.weights[step.out] = data;
-    plans.constants.push_back(std::move(buffer));
+      input_contents.push_back(id < 0 ? Hash128{} : content(id));
+    }
+    const std::string key = constant_key(program, op, input_contents);
+    auto made = shared.find(key, [&] {
+      // 64-byte aligned wherever the allocator puts them; the scratch is given back at once.
+      const auto aligned = [](uint8_t* at) { return at + (kScratchAlignment - reinterpret_cast<uintptr_t>(at) % kScratchAlignment); };
+      auto constant = std::make_shared<Constant>();
+      constant->buffer = std::make_unique_for_overwrite<uint8_t[]>(out.byte_size() + kScratchAlignment);
+      constant->data = aligned(constant->buffer.get());
+      const auto scratch = std::make_unique_for_overwrite<uint8_t[]>(scratch_bytes + kScratchAlignment);
+      const std::unique_ptr<OpState> state = step.plan ? step.plan->make_state() : nullptr;
+      call(program, plans, k, ins.data(), constant->data, serial, aligned(scratch.get()), state.get());
+      return std::shared_ptr<const Constant>(std::move(constant));
+    });
+    contents[step.out] = xxh3_128(reinterpret_cast<const uint8_t*>(key.data()), key.size());
+    // Kernels only read weights and constants (validate() guarantees it).
+    plans.weights[step.out] = made->data;
+    plans.constants.push_back(std::move(made));
     step.skip = true;
   }
 }

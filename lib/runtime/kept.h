@@ -66,4 +66,33 @@ class Kept {
   std::list<const std::string*> order_;                 // index_'s keys, most recently used first
 };
 
+// Values shared while some session holds them, each made once from its key: those too large to
+// keep past the last session using them (weights laid out at load). Entries of released values are
+// dropped as new ones come.
+template <class T>
+class KeptWhileUsed {
+ public:
+  template <class Make>
+  std::shared_ptr<const T> find(const std::string& key, Make make) {
+    {
+      std::lock_guard lock(mutex_);
+      if (auto it = index_.find(key); it != index_.end())
+        if (auto value = it->second.lock()) return value;
+    }
+    std::shared_ptr<const T> made = make();  // outside the lock, as Kept does
+    std::lock_guard lock(mutex_);
+    std::erase_if(index_, [](const auto& entry) { return entry.second.expired(); });
+    auto [it, added] = index_.try_emplace(key, made);
+    if (!added) {
+      if (auto value = it->second.lock()) return value;  // another session made it meanwhile
+      it->second = made;
+    }
+    return made;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<std::string, std::weak_ptr<const T>> index_;
+};
+
 }  // namespace ctxgen::runtime

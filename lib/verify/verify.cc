@@ -56,8 +56,10 @@ void expect_present(const fs::path& model, const std::string& what, const fs::pa
 }
 
 // A context binary, with load errors reported as a failed integrity check.
+// With its original given (--reference), a compiled model is checked and run as an application
+// that names it its source model does: a weightless binary finds its weights there.
 std::shared_ptr<const ContextBinary> load_context(const fs::path& model, const onnx::NodeProto& node,
-                                                  std::vector<std::string>& checks) {
+                                                  const std::optional<fs::path>& reference, std::vector<std::string>& checks) {
   const auto* cache = attribute(node, "ep_cache_context");
   const auto* embed = attribute(node, "embed_mode");
   if (cache == nullptr) throw mismatch(model, "EPContext node '" + node.name() + "' has main_context=1 but no ep_cache_context");
@@ -71,8 +73,13 @@ std::shared_ptr<const ContextBinary> load_context(const fs::path& model, const o
     fs::path bin = model.parent_path() / cache->s();
     expect_present(model, "node '" + node.name() + "': context binary", bin);
     // Found as the plugin EP finds it: inside the model's folder, nowhere else.
-    const ContextFile file = open_context_file(model.parent_path().empty() ? fs::path(".") : model.parent_path(), cache->s(), node.name());
-    auto binary = ContextBinary::map(file.fd.get(), file.path);
+    const fs::path folder = model.parent_path().empty() ? fs::path(".") : model.parent_path();
+    const ContextFile file = open_context_file(folder, cache->s(), node.name());
+    const auto* source_model = attribute(node, "onnx_model_filename");
+    auto binary = ContextBinary::map(
+        file.fd.get(), file.path,
+        source_data_folder(folder, reference ? std::optional<std::string>(reference->string()) : std::nullopt,
+                           source_model ? std::optional<std::string>(source_model->s()) : std::nullopt, node.name()));
     checks.push_back(bin.string() + ": present, format v" + std::to_string(binary->format_version()) + ", metadata and programs intact");
     return binary;
   } catch (const Error& e) {
@@ -190,6 +197,14 @@ std::map<std::string, std::string> variant_session_config(const fs::path& model)
   return {};
 }
 
+// The session options a compiled model runs with: its package variant's, and its original as the
+// source model of a weightless binary.
+std::map<std::string, std::string> session_config(const fs::path& model, const std::optional<fs::path>& reference) {
+  std::map<std::string, std::string> config = variant_session_config(model);
+  if (reference) config["ep.context_source_model_path"] = reference->string();
+  return config;
+}
+
 // The weights file the model's initializers point at is the one it was written with: a run killed
 // between renames, or a copy of the wrong file, would otherwise feed CPU nodes wrong bytes.
 void check_external_weights(const fs::path& model, const onnx::ModelProto& proto, Hashed& hashed,
@@ -222,8 +237,8 @@ void step(const Options& options, const std::string& what) {
   if (options.step) options.step(what);
 }
 
-void check_integrity(const fs::path& model, const onnx::ModelProto& proto, OrtHost& host, const Options& options,
-                     Hashed& hashed, std::vector<std::string>& checks) {
+void check_integrity(const fs::path& model, const std::optional<fs::path>& reference, const onnx::ModelProto& proto,
+                     OrtHost& host, const Options& options, Hashed& hashed, std::vector<std::string>& checks) {
   std::vector<const onnx::NodeProto*> nodes;
   std::set<std::string> other_sources;  // of EPContext nodes for other EPs
   for (const auto& node : proto.graph().node()) {
@@ -240,7 +255,7 @@ void check_integrity(const fs::path& model, const onnx::ModelProto& proto, OrtHo
   std::vector<std::shared_ptr<const ContextBinary>> binaries;
   for (const auto* node : nodes) {
     const auto* main = attribute(*node, "main_context");
-    if (main == nullptr || main->i() == 1) binaries.push_back(load_context(model, *node, checks));
+    if (main == nullptr || main->i() == 1) binaries.push_back(load_context(model, *node, reference, checks));
   }
   // The pairing first: re-hashing the weights of a binary from another compilation is wasted time.
   if (auto recorded = metadata_value(proto, kContentIdMetadataKey)) {
@@ -273,7 +288,7 @@ void check_integrity(const fs::path& model, const onnx::ModelProto& proto, OrtHo
                                   : std::to_string(nodes.size()) +
                                         " EPContext node(s), each matched to its graph with the same inputs and outputs"));
   step(options, "loading " + model.string() + " in ONNX Runtime with " + host.identity().backend);
-  host.plugin_session(model, variant_session_config(model));
+  host.plugin_session(model, session_config(model, reference));
   checks.push_back(model.string() + ": loads in ONNX Runtime with " + host.identity().backend);
 }
 
@@ -431,7 +446,7 @@ std::vector<OutputCheck> compare_outputs(const fs::path& model, const onnx::Mode
   step(options, "loading " + reference.string() + " in ONNX Runtime's CPU EP");
   Ort::Session original = host.cpu_session(reference);
   step(options, "running " + model.string() + " in ONNX Runtime with " + host.identity().backend);
-  Ort::Session compiled = host.plugin_session(model, variant_session_config(model));
+  Ort::Session compiled = host.plugin_session(model, session_config(model, reference));
   check_interface(model, original, compiled);
   Ort::AllocatorWithDefaultOptions allocator;
   std::mt19937_64 rng(options.seed);
@@ -623,7 +638,9 @@ Result run(const Options& options) {
     step(options, "checking " + options.models[i].string());
     onnx::ModelProto proto = parse(options.models[i]);  // read once, for both checks
     Result found;
-    check_integrity(options.models[i], proto, host, options, hashed, found.checks);
+    const std::optional<fs::path> reference =
+        options.references.empty() ? std::nullopt : std::optional<fs::path>(options.references[i]);
+    check_integrity(options.models[i], reference, proto, host, options, hashed, found.checks);
     if (!options.references.empty())
       found.outputs = compare_outputs(options.models[i], proto, options.references[i], host, options);
     if (options.model_checked) options.model_checked(found);

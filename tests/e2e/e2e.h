@@ -44,8 +44,9 @@ inline std::vector<const onnx::NodeProto*> epcontext_nodes(const onnx::ModelProt
 inline fs::path copy_model(const std::string& name, const fs::path& dir) {
   fs::create_directories(dir);
   fs::copy_file(generated_models() / name, dir / fs::path(name).filename(), fs::copy_options::overwrite_existing);
-  if (name == "external.onnx")
-    fs::copy_file(generated_models() / "external.weights", dir / "external.weights", fs::copy_options::overwrite_existing);
+  // External data: <stem>.weights beside the model.
+  const fs::path data = generated_models() / fs::path(name).parent_path() / (fs::path(name).stem().string() + ".weights");
+  if (fs::exists(data)) fs::copy_file(data, dir / data.filename(), fs::copy_options::overwrite_existing);
   return dir / fs::path(name).filename();
 }
 

@@ -104,6 +104,51 @@ TEST_F(CompiledModelTest, ABinaryFromAnotherCompilationIsRefusedNamingBothIds) {
   }
 }
 
+// --weightless: the binary holds none of the weights the model keeps in external data; ORT finds
+// them through the source model, as it documents: its bytes (their external data then beside the
+// compiled model), else ep.context_source_model_path, else onnx_model_filename beside the compiled model.
+TEST_F(CompiledModelTest, AWeightlessModelRunsOnItsSourceModelsWeights) {
+  const fs::path original = copy_model("weightless.onnx", dir_.path());
+  ASSERT_NO_FATAL_FAILURE(ctxgen("compile " + quote(original) + " --weightless"));
+  EXPECT_LT(fs::file_size(dir_ / "weightless_ref.bin"), fs::file_size(dir_ / "weightless.weights") / 10);
+  {
+    Ort::Session beside = open_session(dir_ / "weightless_ctx.onnx", plugin_options());
+    expect_matches_original(beside, original);
+  }
+  // The bytes come first: a path given besides them is not followed.
+  const Config elsewhere = {{"ep.context_source_model_path", (dir_ / "nowhere" / "weightless.onnx").string()}};
+  ASSERT_TRUE(session_failure(dir_ / "weightless_ctx.onnx", plugin_options(elsewhere)));
+  const std::vector<char> bytes = read_bytes(original);
+  Ort::SessionOptions options = plugin_options(elsewhere);
+  Ort::ThrowOnError(Ort::GetApi().SessionOptionsSetWeightlessSourceModelBuffer(options, bytes.data(), bytes.size()));
+  {
+    Ort::Session from_bytes = open_session(dir_ / "weightless_ctx.onnx", options);
+    expect_matches_original(from_bytes, original);
+  }
+  const fs::path out = dir_ / "out";
+  fs::create_directories(out);
+  for (const char* name : {"weightless_ctx.onnx", "weightless_ref.bin"}) fs::rename(dir_ / name, out / name);
+  const auto failure = session_failure(out / "weightless_ctx.onnx", plugin_options());
+  ASSERT_TRUE(failure);
+  EXPECT_NE(failure->message.find("source data"), std::string::npos) << failure->message;
+  EXPECT_NE(failure->message.find("weightless.weights"), std::string::npos) << failure->message;
+  EXPECT_NE(failure->message.find("ep.context_source_model_path"), std::string::npos) << failure->message;
+  {
+    Ort::Session named = open_session(out / "weightless_ctx.onnx",
+                                      plugin_options({{"ep.context_source_model_path", original.string()}}));
+    expect_matches_original(named, original);
+  }
+  // A tensor of the source changed: its bytes are no longer what the model was compiled with.
+  std::vector<char> data = read_bytes(dir_ / "weightless.weights");
+  data[10000] ^= 1;  // inside fc_w, which follows the Conv's weight and bias
+  testing::write_file(dir_ / "weightless.weights", std::string(data.begin(), data.end()));
+  const auto changed = session_failure(out / "weightless_ctx.onnx",
+                                       plugin_options({{"ep.context_source_model_path", original.string()}}));
+  ASSERT_TRUE(changed);
+  EXPECT_NE(changed->message.find("tensor 'fc_w'"), std::string::npos) << changed->message;
+  EXPECT_NE(changed->message.find("changed since it was compiled"), std::string::npos) << changed->message;
+}
+
 // What the CLI writes answers ONNX Runtime's compatibility question before any session exists,
 // as a model compiled through ORT's compile API does.
 TEST_F(CompiledModelTest, CompiledModelsRecordCompatibilityInfoOrtJudgesOptimal) {

@@ -195,8 +195,9 @@ std::filesystem::path copy_model(const std::string& name, const std::filesystem:
   const std::filesystem::path source = testing::generated_models() / name;
   std::filesystem::create_directories(folder);
   std::filesystem::copy_file(source, folder / source.filename());
-  if (name == "external.onnx")
-    std::filesystem::copy_file(source.parent_path() / "external.weights", folder / "external.weights");
+  // External data: <stem>.weights beside the model.
+  const std::filesystem::path data = source.parent_path() / (source.stem().string() + ".weights");
+  if (std::filesystem::exists(data)) std::filesystem::copy_file(data, folder / data.filename());
   return folder / source.filename();
 }
 

@@ -31,7 +31,7 @@ struct Lowered {
 
 std::unique_ptr<Lowered> lower(const Model& m, const Partition& p) {
   auto l = std::make_unique<Lowered>();
-  l->result = refc::lower_partition(m, p, l->store);
+  l->result = refc::lower_partition(m, p, l->store, false);
   return l;
 }
 std::unique_ptr<Lowered> lower(const Model& m) { return lower(m, whole_graph(m)); }
@@ -697,7 +697,7 @@ TEST(RefLower, RefusedNodeOrBrokenPartitionIsAnInternalError) {
   part.outputs = {"y"};
   WeightStore store;
   try {
-    refc::lower_partition(m, part, store);
+    refc::lower_partition(m, part, store, false);
     FAIL() << "lowering a refused node succeeded";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInternal);
@@ -707,7 +707,7 @@ TEST(RefLower, RefusedNodeOrBrokenPartitionIsAnInternalError) {
   Partition missing_input;
   missing_input.nodes = {0};
   missing_input.outputs = {"y"};
-  EXPECT_THROW(refc::lower_partition(ok, missing_input, store), Error);
+  EXPECT_THROW(refc::lower_partition(ok, missing_input, store, false), Error);
 }
 
 TEST(RefLower, CompileFillsTheCompiledGraph) {

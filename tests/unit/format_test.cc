@@ -26,7 +26,10 @@ uint64_t expected_file_size(const BinaryIdentity& id, const std::vector<Compiled
     for (const auto& f : g.fixed_inputs) metadata += 12 + f.io.name.size() + 8 * f.io.dims.size() + 4 + f.value.size();
   }
   metadata += 36 * weights.size();
-  for (const auto& f : files) metadata += 20 + f.path.size();
+  for (const auto& f : files) {
+    metadata += 28 + f.path.size();
+    for (const auto& t : f.tensors) metadata += 4 + t.size();
+  }
   uint64_t cursor = metadata;
   for (const auto& g : graphs) cursor = align64(cursor) + g.program.size();
   for (const auto& w : weights)
@@ -190,17 +193,17 @@ TEST(FormatLayout, FileSizeMatchesTheSpecFormula) {
 // kContextBinaryVersion and update the spec.
 TEST(FormatLayout, WorkedExampleFromTheSpec) {
   const std::string hex =
-      "43545847454e4342030000006c000000c801000000000000452e78b73ad55cbc"
+      "43545847454e4342040000006c000000c8010000000000009c7caf526e444807"
       "6c00000000000000150000000000000081000000000000007800000000000000"
       "f900000000000000480000000000000001000000020000004101000000000000"
-      "1900000000000000010000000300000072656603000000312e30030000006370"
+      "2100000000000000010000000300000072656603000000312e30030000006370"
       "7501000000670100000001000000780100000001000000020000000000000001"
       "0000000100000079010000000100000002000000000000000100000001000000"
       "73070000000000000008000000803e0000000000008001000000000000040000"
       "00000000003fda4c5a612d925a02000000000000000100000002fb6872c57586"
       "3eb8a009dbfd63b42ac0010000000000000800000000000000000000001ce64d"
       "44835004de9004e29d8513b92b80000000000000000400000000000000010000"
-      "0005000000772e62696e000102030405060708090a0b0c0d0e0f000000000000"
+      "0005000000772e62696e00000000000102030405060708090a0b0c0d0e0f0000"
       "0000000000000000000000000000000000000000000000000000000000000000"
       "50524f4700000000000000000000000000000000000000000000000000000000"
       "0000000000000000000000000000000000000000000000000000000000000000"
@@ -211,7 +214,8 @@ TEST(FormatLayout, WorkedExampleFromTheSpec) {
   std::vector<WeightPayload> weights = {make_weight({1, 2, 3, 4, 5, 6, 7, 8}), make_weight({9, 9, 9, 9})};
   weights[1].file = 1;  // held in weights file "w.bin", at offset 128 there
   weights[1].file_offset = 128;
-  const std::vector<WeightFile> files = {{"w.bin", Hash128{0x0706050403020100, 0x0f0e0d0c0b0a0908}}};
+  const std::vector<WeightFile> files = {
+      {"w.bin", WeightFileKind::kWeights, Hash128{0x0706050403020100, 0x0f0e0d0c0b0a0908}, {}}};
   std::vector<CompiledGraph> graphs = {
       make_graph("g", {io("x", 1, {2})}, {io("y", 1, {2})}, {'P', 'R', 'O', 'G'}, {0, 1})};
   graphs[0].fixed_inputs = {{io("s", 7, {}), {0x80, 0x3e, 0, 0, 0, 0, 0, 0}}};

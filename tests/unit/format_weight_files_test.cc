@@ -20,6 +20,8 @@ std::vector<uint8_t> write_bytes(const BinaryIdentity& identity, const std::vect
   return out;
 }
 
+WeightFile weights_file(const std::string& path, Hash128 id) { return {path, WeightFileKind::kWeights, id, {}}; }
+
 // A weights file holding two weights, and a binary using the second of them and one of its own.
 struct Pair {
   std::vector<uint8_t> shared_bytes;
@@ -40,7 +42,7 @@ struct Pair {
     weights[1].file_offset = offset;
     weights[1].blob = Blob::owned(std::vector<uint8_t>(300));  // its size; the bytes are the weights file's
     return write_bytes(kIdentity, {make_graph("g", {io("x", 1, {2})}, {io("y", 1, {2})}, {1, 2, 3}, {0, 1})},
-                       weights, {{path, id}});
+                       weights, {weights_file(path, id)});
   }
 };
 
@@ -58,7 +60,7 @@ TEST(WeightFiles, AWeightInAWeightsFileIsReadFromThere) {
   const fs::path main = write_at(dir.path() / "m.bin", pair.binary("w.bin", pair.shared_id));
   const auto binary = ContextBinary::open(main);
   ASSERT_EQ(binary->weight_files().size(), 1u);
-  EXPECT_EQ(binary->weight_files()[0], (WeightFile{"w.bin", pair.shared_id}));
+  EXPECT_EQ(binary->weight_files()[0], (WeightFile{"w.bin", WeightFileKind::kWeights, pair.shared_id, {}}));
   EXPECT_EQ(binary->weights()[1].file, 1u);
   const std::vector<uint8_t> expected = pattern(300, 2);
   EXPECT_TRUE(std::equal(expected.begin(), expected.end(), binary->weight_data(1)));
@@ -122,7 +124,7 @@ TEST(WeightFiles, AnEmptyWeightSharingAnOffsetDoesNotHideTheOneThere) {
   std::vector<WeightPayload> weights = {make_weight(pattern(8, 3))};
   weights[0].file = 1;
   weights[0].file_offset = held->weights()[1].offset;
-  const fs::path main = write_at(dir.path() / "m.bin", write_bytes(kIdentity, {}, weights, {{"w.bin", held->content_id()}}));
+  const fs::path main = write_at(dir.path() / "m.bin", write_bytes(kIdentity, {}, weights, {weights_file("w.bin", held->content_id())}));
   const auto binary = ContextBinary::open(main);
   const std::vector<uint8_t> expected = pattern(8, 3);
   EXPECT_TRUE(std::equal(expected.begin(), expected.end(), binary->weight_data(0)));
@@ -207,14 +209,14 @@ TEST(WeightFiles, TheWriterRefusesWhatTheReaderWould) {
   const Pair pair;
   std::vector<WeightPayload> weights = {make_weight(pattern(8, 1))};
   weights[0].file = 2;
-  expect_error([&] { write_bytes(kIdentity, {}, weights, {{"w.bin", {}}}); }, ErrorCode::kInternal,
+  expect_error([&] { write_bytes(kIdentity, {}, weights, {weights_file("w.bin", {})}); }, ErrorCode::kInternal,
                {"weight 0 is in weight file 2, but there are only 1"});
   weights[0].file = 1;
   weights[0].file_offset = 3;
-  expect_error([&] { write_bytes(kIdentity, {}, weights, {{"w.bin", {}}}); }, ErrorCode::kInternal,
+  expect_error([&] { write_bytes(kIdentity, {}, weights, {weights_file("w.bin", {})}); }, ErrorCode::kInternal,
                {"not a multiple of 64"});
-  expect_error([&] { write_bytes(kIdentity, {}, {}, {{"", {}}}); }, ErrorCode::kInternal, {"empty path"});
-  expect_error([&] { write_bytes(kIdentity, {}, {}, {{"w.bin", {}}, {"w.bin", {}}}); }, ErrorCode::kInternal,
+  expect_error([&] { write_bytes(kIdentity, {}, {}, {weights_file("", {})}); }, ErrorCode::kInternal, {"empty path"});
+  expect_error([&] { write_bytes(kIdentity, {}, {}, {weights_file("w.bin", {}), weights_file("w.bin", {})}); }, ErrorCode::kInternal,
                {"weight file 'w.bin' appears twice"});
 }
 
@@ -229,7 +231,7 @@ TEST(WeightFiles, DamagedTablesAreRefusedNamingTheField) {
   put_le(bytes, spec::kWeightFileCount, 0xffffffff, 4);
   reseal(bytes);
   expect_error([&] { read_from_memory(bytes); }, ErrorCode::kInvalidBinary,
-               {"weight file count is 4294967295, but the weight file table is only 25 bytes"});
+               {"weight file count is 4294967295, but the weight file table is only 33 bytes"});
   bytes = pair.binary("w.bin", pair.shared_id);
   put_le(bytes, get_le(bytes, spec::kWeightFileTableOffset, 8), 0, 4);  // path length 0, 5 bytes left over
   reseal(bytes);

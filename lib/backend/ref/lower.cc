@@ -54,6 +54,8 @@ struct Draft {
   ref::Program program;
   std::vector<std::string> names;          // per value, for messages
   std::vector<std::optional<Blob>> bytes;  // per value, set for weights
+  // --weightless: the model's external-data files, which the binary will refer to.
+  std::set<const MappedFile*> source_files;
 
   int32_t add(std::string name, ref::DType dtype, std::vector<int64_t> dims, ValueKind kind, uint64_t index = 0) {
     ref::Value v;
@@ -74,6 +76,10 @@ struct Draft {
   ref::Value& value(int32_t id) { return program.values[static_cast<size_t>(id)]; }
   bool is_weight(int32_t id) const { return id >= 0 && bytes[static_cast<size_t>(id)].has_value(); }
   const Blob& weight(int32_t id) const { return *bytes[static_cast<size_t>(id)]; }
+  // A weight the binary will refer to where the model stores it: it keeps that layout.
+  bool in_source_data(int32_t id) const {
+    return is_weight(id) && !weight(id).make && source_files.count(weight(id).file.get()) > 0;
+  }
 };
 
 // ---- building from ONNX ------------------------------------------------------------------------
@@ -797,8 +803,10 @@ void pack_matmul_weights(Draft& d) {
     }
     const auto dims = d.value(b).dims;  // [K, N]
     auto it = packed.find(b);
-    if (it == packed.end() && !d.is_weight(b)) {
-      // Computed once a session (dequantized, widened): transposed once a session after it.
+    if (it == packed.end() && (!d.is_weight(b) || d.in_source_data(b))) {
+      // Computed once a session (dequantized, widened), or where the model stores it (weightless):
+      // transposed once a session. Read as stored, [K, N], decoding ran 1.5 times slower
+      // (docs/cli.md, "--weightless").
       ref::Op t;
       t.type = "Transpose";
       t.attrs = {ints_attr("perm", {1, 0})};
@@ -851,7 +859,7 @@ void pack_conv(Draft& d, ref::Op& op, std::vector<ref::Op>& ops) {
   const std::vector<int64_t> packed_dims = {static_cast<int64_t>(size / sizeof(float))};
   const std::string name = d.names[static_cast<size_t>(w)] + "/packed";
   log().debug("ref: packed Conv weight '{}' for {}", d.names[static_cast<size_t>(w)], runtime::hardware_architecture());
-  if (d.is_weight(w)) {
+  if (d.is_weight(w) && !d.in_source_data(w)) {
     const Blob source = d.weight(w);
     // Made when stored and written, like the MatMul weights.
     const auto pack = [packed, source] {
@@ -1093,9 +1101,12 @@ std::vector<IoSignature> signatures(const Draft& d, const std::vector<int32_t>& 
 
 }  // namespace
 
-LoweredPartition lower_partition(const Model& model, const Partition& partition, WeightStore& store) {
+LoweredPartition lower_partition(const Model& model, const Partition& partition, WeightStore& store, bool weightless) {
   Lowerer lowerer(model, partition);
   Draft draft = lowerer.run();
+  if (weightless)
+    for (const Weight& w : model.weights)
+      if (w.external && w.data.file) draft.source_files.insert(w.data.file.get());
   skip_half_round_trips(draft, lowerer.float_casts());
   move_quantized_values(draft);
   concat_quantized(draft);

@@ -22,6 +22,8 @@ struct LoweredPartition {
 
 // Throws Error(kInternal) when the partition holds a node supports() refuses or is inconsistent
 // with the graph (a value read before it is produced, an output nothing produces).
-LoweredPartition lower_partition(const Model& model, const Partition& partition, WeightStore& store);
+// `weightless`: the weights the model stores in external data keep their layout (the binary will
+// refer to them there); those the runtime needs in another are laid out once a session.
+LoweredPartition lower_partition(const Model& model, const Partition& partition, WeightStore& store, bool weightless);
 
 }  // namespace ctxgen::refc

@@ -22,6 +22,7 @@ class RefBackend final : public Backend {
   }
 
   void target(const std::string& level) const override { runtime::target_cpu(level); }
+  void weightless() const override { weightless_ = true; }
 
   NodeSupport supports(const Model& model, const onnx::NodeProto& node) const override {
     try {
@@ -35,7 +36,7 @@ class RefBackend final : public Backend {
   CompiledGraph compile(const Model& model, const Partition& partition, const std::string& graph_name,
                         WeightStore& store) const override {
     try {
-      auto lowered = refc::lower_partition(model, partition, store);
+      auto lowered = refc::lower_partition(model, partition, store, weightless_);
       CompiledGraph graph;
       graph.name = graph_name;
       graph.inputs = std::move(lowered.inputs);
@@ -48,6 +49,8 @@ class RefBackend final : public Backend {
       throw e.within("partition '" + graph_name + "'");
     }
   }
+ private:
+  mutable bool weightless_ = false;
 };
 
 }  // namespace

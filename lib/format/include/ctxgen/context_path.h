@@ -41,6 +41,14 @@ inline constexpr const char* kExternalInitializersFolderOption = "session.model_
 inline constexpr uint64_t kMaxManifestBytes = uint64_t{16} << 20;
 std::optional<std::filesystem::path> package_root(const std::filesystem::path& folder);
 
+// The folder a weightless binary's source data is in (the source model's), found as ONNX Runtime
+// documents it: the source model's path if the application gives one (ep.context_source_model_path),
+// else the EPContext node's onnx_model_filename in the compiled model's folder `model_folder`, else
+// that folder. Throws Error(kInvalidModel) naming `node` when onnx_model_filename leads outside it.
+std::filesystem::path source_data_folder(const std::filesystem::path& model_folder,
+                                         const std::optional<std::string>& source_model_path,
+                                         const std::optional<std::string>& onnx_model_filename, const std::string& node);
+
 // Opens the file `relative` names inside `folder` (or the package's shared assets). Throws
 // Error(kInvalidModel) naming `node` and the path when `relative` is empty, absolute, leads
 // outside those, or does not name a non-empty regular file. The file judged is the file opened: no

@@ -17,7 +17,7 @@
 
 namespace ctxgen {
 
-inline constexpr uint32_t kContextBinaryVersion = 3;
+inline constexpr uint32_t kContextBinaryVersion = 4;
 inline constexpr uint64_t kPayloadAlignment = 64;
 
 // Who made the binary, in one value: a backend's compiler writes it (Backend::identity), its
@@ -30,14 +30,29 @@ struct BinaryIdentity {
   bool operator==(const BinaryIdentity&) const = default;
 };
 
-// Another context binary whose weights a binary uses in place of holding them (a *weights file*:
-// no graphs, only weights): the weights several binaries share, written once (a model package's
-// shared asset). The path is relative to the binary's folder; the content id pins the file.
+// A file whose bytes a binary uses in place of holding them. Its path is relative to the binary's
+// folder (a weights file) or to the source model's (source data), and follows the path rules of
+// ctxgen/context_path.h.
+enum class WeightFileKind : uint32_t {
+  // Another context binary holding weights only, which several binaries share (a model package's
+  // shared asset), pinned by its content id.
+  kWeights = 0,
+  // An external-data file of the model the binary was compiled from (a weightless binary): the
+  // weights are its tensors' bytes, each pinned by its hash and named, so a changed tensor is named.
+  kSourceData = 1,
+};
+
 struct WeightFile {
   std::string path;
-  Hash128 content_id;
+  WeightFileKind kind = WeightFileKind::kWeights;
+  Hash128 content_id;                // kWeights; zero for kSourceData
+  std::vector<std::string> tensors;  // kSourceData: the tensor of each weight held there, by weight id
   bool operator==(const WeightFile&) const = default;
 };
+
+// A copy of `bytes` aligned as payloads are (kPayloadAlignment), for bytes used in place as a
+// mapped binary's are but found elsewhere (in memory, or at any offset of a source data file).
+std::shared_ptr<const uint8_t> aligned_copy(const uint8_t* bytes, size_t size);
 
 struct WeightPayload {
   // XXH3-128 of the bytes. Absent for bytes made on demand that no one has hashed yet: the writer
@@ -45,7 +60,8 @@ struct WeightPayload {
   std::optional<Hash128> hash;
   Blob blob;
   // For a weight held in weight file `file` (1-based; 0: in this binary): the payload's offset in
-  // that file. Such a weight needs its hash and the blob's size, not its bytes.
+  // that file. Such a weight needs its hash and the blob's size, not its bytes (a source data
+  // file's weight may be at any offset; a weights file's are aligned).
   uint32_t file = 0;
   uint64_t file_offset = 0;
 };
@@ -101,7 +117,7 @@ std::vector<IoSignature> node_inputs(const GraphRecord& graph);
 
 struct WeightRecord {
   Hash128 hash;
-  uint64_t offset = 0;  // from the start of its file, a multiple of kPayloadAlignment
+  uint64_t offset = 0;  // from the start of its file; a multiple of kPayloadAlignment but in source data
   uint64_t size = 0;
   uint32_t file = 0;  // 0: this binary; k: weight_files()[k - 1]
 };
@@ -109,12 +125,16 @@ struct WeightRecord {
 class ContextBinary {
  public:
   // Maps and validates a file, and opens the weight files it names (docs/context-binary-format.md
-  // §6): each must be where the path rules allow (ctxgen/context_path.h), have the recorded content
-  // id and hold each weight used from it. Throws Error(kInvalidBinary) naming the file, the field,
-  // and the value found vs the value expected.
-  static std::shared_ptr<const ContextBinary> open(const std::filesystem::path& path);
+  // §6): each must be where the path rules allow (ctxgen/context_path.h); a weights file must have
+  // the recorded content id and hold each weight used from it; a source data file, looked for in
+  // `source_folder` (the source model's folder; by default the binary's), must hold each weight's
+  // bytes with the recorded hash. Throws Error(kInvalidBinary) naming the file, the field, and the
+  // value found vs the value expected, or Error(kMismatch) naming the tensor whose bytes changed.
+  static std::shared_ptr<const ContextBinary> open(const std::filesystem::path& path,
+                                                   const std::optional<std::filesystem::path>& source_folder = {});
   // The same for the file open on `fd` (the caller keeps it), which `path` names.
-  static std::shared_ptr<const ContextBinary> map(int fd, const std::filesystem::path& path);
+  static std::shared_ptr<const ContextBinary> map(int fd, const std::filesystem::path& path,
+                                                  const std::optional<std::filesystem::path>& source_folder = {});
   // Validates bytes held in memory (embed mode), which cannot name weight files; `owner` keeps them alive.
   static std::shared_ptr<const ContextBinary> from_memory(const uint8_t* data, size_t size,
                                                           std::shared_ptr<const void> owner,
@@ -126,8 +146,12 @@ class ContextBinary {
   const GraphRecord* find_graph(const std::string& name) const;  // nullptr when absent
   const std::vector<WeightRecord>& weights() const { return weights_; }
   const std::vector<WeightFile>& weight_files() const { return weight_files_; }
-  // The opened weight file k (1-based, as WeightRecord::file).
+  // The opened weights file k (1-based, as WeightRecord::file; of kind kWeights).
   const ContextBinary& weight_file(uint32_t k) const { return *linked_.at(k - 1); }
+  // Where weight file k (1-based) was found.
+  std::string weight_file_label(uint32_t k) const {
+    return sources_.at(k - 1) ? sources_[k - 1]->path().string() : linked_.at(k - 1)->label();
+  }
   const uint8_t* weight_data(uint32_t id) const;
   uint64_t file_size() const { return size_; }
   // XXH3-128 of the metadata, which holds every name, signature, program checksum and weight
@@ -143,10 +167,13 @@ class ContextBinary {
  private:
   ContextBinary() = default;
   static std::shared_ptr<const ContextBinary> from_file(std::shared_ptr<const MappedFile> file,
-                                                        const std::filesystem::path& path);
+                                                        const std::filesystem::path& path,
+                                                        const std::optional<std::filesystem::path>& source_folder);
   static std::shared_ptr<ContextBinary> parse(const uint8_t* data, size_t size, std::shared_ptr<const void> owner,
                                               const std::string& label);
-  void link(const std::filesystem::path& folder);
+  void link(const std::filesystem::path& folder, const std::filesystem::path& source_folder);
+  void link_weights_file(uint32_t k, const std::filesystem::path& folder);
+  void link_source_data(uint32_t k, const std::filesystem::path& source_folder);
   std::shared_ptr<const void> owner_;
   const uint8_t* data_ = nullptr;
   uint64_t size_ = 0;
@@ -158,7 +185,10 @@ class ContextBinary {
   std::vector<GraphRecord> graphs_;
   std::vector<WeightRecord> weights_;
   std::vector<WeightFile> weight_files_;
-  std::vector<std::shared_ptr<const ContextBinary>> linked_;  // weight_files_, opened
+  std::vector<std::shared_ptr<const ContextBinary>> linked_;  // weight_files_, opened (kWeights)
+  std::vector<std::shared_ptr<const MappedFile>> sources_;  // weight_files_, mapped (kSourceData)
+  // Source data weights at an offset that is not aligned, copied once: by weight id.
+  std::vector<std::shared_ptr<const uint8_t>> copies_;
 };
 
 }  // namespace ctxgen

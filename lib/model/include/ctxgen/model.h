@@ -143,6 +143,10 @@ Model load_model(const std::filesystem::path& path, const LoadOptions& options =
 // and is where its external data is looked for.
 Model load_model(ParsedModel parsed, const std::filesystem::path& path, const LoadOptions& options = {});
 
+// The folder a model's external data locations are relative to, canonical: where a weightless
+// binary compiled from it finds its weights.
+std::filesystem::path external_data_folder(const std::filesystem::path& model_path);
+
 // The ValueType a declared type gives (tensor types only; other types are unknown).
 ValueType value_type_of(const onnx::TypeProto& type);
 

@@ -47,6 +47,9 @@ struct CompileOptions {
   std::string node_name_prefix;
   bool embed = false;
   std::string external_initializers_file;  // file name beside the outputs; empty = embed them
+  // --weightless: the binary refers to the weights the models store in external data, by offset
+  // and hash, instead of holding them (the models must share one folder).
+  bool weightless = false;
   bool force = false;                       // overwrite existing outputs
   bool allow_empty = false;                 // write models in which nothing compiled
   std::optional<Phase> stop_after;          // write the model after this phase instead of compiling

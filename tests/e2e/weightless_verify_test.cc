@@ -1,0 +1,96 @@
+// --weightless: the binary refers to the weights the model keeps in external data instead of
+// holding them. What it holds, that verify runs it on the original's weights, what it refuses.
+// (ONNX Runtime finding the source model: tests/ort/ort_compiled_test.cc.)
+
+#include "ctxgen/error.h"
+#include "ctxgen/format.h"
+#include "e2e.h"
+
+namespace ctxgen::testing {
+namespace {
+
+TEST(Weightless, TheBinaryHoldsNoWeightTheModelStores) {
+  TempDir dir;
+  const fs::path model = copy_model("weightless.onnx", dir.path());
+  auto r = ctxgen("compile " + quote(model) + " --weightless");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--weightless: 4 weight(s) stay in"), std::string::npos) << r.output;
+  const auto binary = ContextBinary::open(dir / "weightless_ref.bin");
+  ASSERT_EQ(binary->weight_files().size(), 1u);
+  const WeightFile& source = binary->weight_files()[0];
+  EXPECT_EQ(source.kind, WeightFileKind::kSourceData);
+  EXPECT_EQ(source.path, "weightless.weights");
+  EXPECT_EQ(std::set<std::string>(source.tensors.begin(), source.tensors.end()),
+            (std::set<std::string>{"conv_w", "conv_b", "fc_w", "fc_b"}));
+  for (const auto& w : binary->weights()) EXPECT_EQ(w.file, 1u) << "a weight the model stores is in the binary";
+  EXPECT_LT(fs::file_size(dir / "weightless_ref.bin"), fs::file_size(dir / "weightless.weights") / 10);
+
+  r = ctxgen("inspect " + quote(dir / "weightless_ref.bin"));
+  EXPECT_NE(r.output.find("source data weightless.weights: 4 tensor(s) of the source model"), std::string::npos) << r.output;
+  r = ctxgen("verify " + quote(dir / "weightless_ctx.onnx") + " --reference " + quote(model));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("1 of 1 output(s) within tolerance"), std::string::npos) << r.output;
+}
+
+// Outputs elsewhere than the model: --reference names the source model, as
+// ep.context_source_model_path does for ONNX Runtime.
+TEST(Weightless, VerifyFindsTheWeightsThroughTheReference) {
+  TempDir dir;
+  const fs::path model = copy_model("weightless.onnx", dir.path());
+  auto r = ctxgen("compile " + quote(model) + " --weightless --output-dir " + quote(dir / "out"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = ctxgen("verify " + quote(dir / "out" / "weightless_ctx.onnx") + " --reference " + quote(model));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  r = ctxgen("verify " + quote(dir / "out" / "weightless_ctx.onnx"));
+  EXPECT_EQ(r.exit_code, exit_code(ErrorCode::kMismatch)) << r.output;
+  EXPECT_NE(r.output.find("source data: the external data of the model the binary was compiled from"), std::string::npos)
+      << r.output;
+
+  std::string data = read_file(dir / "weightless.weights");
+  data[10000] ^= 1;  // inside fc_w
+  write_file(dir / "weightless.weights", data);
+  r = ctxgen("verify " + quote(dir / "out" / "weightless_ctx.onnx") + " --reference " + quote(model));
+  EXPECT_EQ(r.exit_code, exit_code(ErrorCode::kMismatch)) << r.output;
+  EXPECT_NE(r.output.find("tensor 'fc_w'"), std::string::npos) << r.output;
+}
+
+// Two models reading one external-data file: their weights are referred to once.
+TEST(Weightless, SharedModelsReferToOneDataFile) {
+  TempDir dir;
+  const fs::path first = copy_model("weightless.onnx", dir.path());
+  fs::copy_file(first, dir / "again.onnx");
+  auto r = ctxgen("share " + quote(first) + "," + quote(dir / "again.onnx") + " --weightless");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto binary = ContextBinary::open(dir / "weightless_ref.bin");
+  ASSERT_EQ(binary->weight_files().size(), 1u);
+  EXPECT_EQ(binary->weight_files()[0].tensors.size(), 4u);
+  r = ctxgen("verify " + quote(dir / "weightless_ctx.onnx") + " " + quote(dir / "again_ctx.onnx") + " --reference " +
+             quote(first) + " --reference " + quote(dir / "again.onnx"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+TEST(Weightless, RefusesWhatCannotBeWeightless) {
+  TempDir dir;
+  const fs::path model = copy_model("weightless.onnx", dir.path());
+  auto r = ctxgen("compile " + quote(model) + " --weightless --embed");
+  EXPECT_EQ(r.exit_code, exit_code(ErrorCode::kUsage)) << r.output;
+  EXPECT_NE(r.output.find("--weightless cannot be combined with --embed"), std::string::npos) << r.output;
+  r = ctxgen("compile " + quote(model) + " --weightless --package " + quote(dir / "pkg"));
+  EXPECT_EQ(r.exit_code, exit_code(ErrorCode::kUsage)) << r.output;
+  EXPECT_NE(r.output.find("it takes no --weightless"), std::string::npos) << r.output;
+
+  const fs::path inside = copy_model("cnn.onnx", dir / "inside");
+  r = ctxgen("compile " + quote(inside) + " --weightless");
+  EXPECT_EQ(r.exit_code, exit_code(ErrorCode::kUsage)) << r.output;
+  EXPECT_NE(r.output.find("is stored in external data by"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("save_as_external_data=True"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "inside" / "cnn_ref.bin"));
+
+  const fs::path other = copy_model("weightless.onnx", dir / "other");
+  r = ctxgen("share " + quote(model) + "," + quote(other) + " --weightless --output-dir " + quote(dir / "out"));
+  EXPECT_EQ(r.exit_code, exit_code(ErrorCode::kUsage)) << r.output;
+  EXPECT_NE(r.output.find("must share one folder"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace ctxgen::testing
