@@ -43,24 +43,20 @@ onnx.save_model(onnx.load(source), os.path.join(folder, stem + ".onnx"), save_as
 PY
 }
 
-# measure LABEL FOLDER STEM... [-- COMPILE OPTIONS]: the models FOLDER/STEM.onnx compiled as usual
-# (into FOLDER/usual) and with --weightless (beside them, where their weights are).
+# measure LABEL FOLDER STEM...: the models FOLDER/STEM.onnx compiled as usual (into FOLDER/usual)
+# and with --weightless (beside them, where their weights are).
 measure() {
   local label="$1" folder="$2"
   shift 2
-  local stems=() options=()
-  while (($#)) && [[ "$1" != "--" ]]; do stems+=("$1"); shift; done
-  (($#)) && shift && options=("$@")
-  local list weights usual_bin light_bin pairs_usual=() pairs_light=()
+  local stems=("$@") list usual_bin light_bin pairs_usual=() pairs_light=()
   list=$(printf "$folder/%s.onnx," "${stems[@]}")
-  "$ctxgen" share "${list%,}" "${options[@]}" --output-dir "$folder/usual" --force -q
-  "$ctxgen" share "${list%,}" "${options[@]}" --weightless --force -q 2>/dev/null
-  weights=$(stat -c %s "$folder/${stems[0]}.weights")
+  "$ctxgen" share "${list%,}" --output-dir "$folder/usual" --force -q
+  "$ctxgen" share "${list%,}" --weightless --force -q 2>/dev/null
   usual_bin=$(stat -c %s "$folder/usual/${stems[0]}_ref.bin")
   light_bin=$(stat -c %s "$folder/${stems[0]}_ref.bin")
-  awk -v l="$label" -v w="$weights" -v u="$usual_bin" -v b="$light_bin" 'BEGIN {
-    printf "%s: weights %.1f MB; .bin %.1f MB as usual, %.1f KB weightless = %.2f%% of the weights (target <= 5%%)\n",
-           l, w / 1e6, u / 1e6, b / 1e3, 100 * b / w }'
+  awk -v l="$label" -v u="$usual_bin" -v b="$light_bin" 'BEGIN {
+    printf "%s: .bin %.1f MB as usual (the unique weights), %.1f KB weightless = %.2f%% of it (target <= 5%%)\n",
+           l, u / 1e6, b / 1e3, 100 * b / u }'
   for stem in "${stems[@]}"; do
     pairs_usual+=("$folder/$stem.onnx=$folder/usual/${stem}_ctx.onnx")
     pairs_light+=("$folder/$stem.onnx=$folder/${stem}_ctx.onnx")

@@ -7,8 +7,8 @@ void Backend::target(const std::string& target) const {
   throw Error(ErrorCode::kUsage, "--target-cpu " + target + ": backend '" + name() + "' compiles for one target only");
 }
 
-void Backend::weightless() const {
-  throw Error(ErrorCode::kUsage, "--weightless: backend '" + name() + "' cannot leave weights in the model's files");
+void Backend::weightless(bool on) const {
+  if (on) throw Error(ErrorCode::kUsage, "--weightless: backend '" + name() + "' cannot leave weights in the model's files");
 }
 
 void BackendRegistry::add(std::unique_ptr<Backend> backend) {

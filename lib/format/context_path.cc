@@ -6,6 +6,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -207,17 +208,21 @@ std::filesystem::path source_data_folder(const std::filesystem::path& model_fold
                                          const std::optional<std::string>& source_model_path,
                                          const std::optional<std::string>& onnx_model_filename, const std::string& node) {
   namespace fs = std::filesystem;
-  if (source_model_path) {
+  if (source_model_path && !source_model_path->empty()) {
     const fs::path folder = fs::path(*source_model_path).parent_path();
     return folder.empty() ? fs::path(".") : folder;
   }
   if (!onnx_model_filename) return model_folder;
   // A name the model gives stays inside its folder, as the data paths inside that folder do.
   const fs::path name(*onnx_model_filename);
-  if (name.is_absolute() || std::find(name.begin(), name.end(), "..") != name.end())
+  const fs::path folder = (model_folder / name).parent_path();
+  std::error_code ec;
+  const fs::path root = fs::weakly_canonical(model_folder, ec), real = fs::weakly_canonical(folder, ec);
+  if (name.is_absolute() || std::find(name.begin(), name.end(), "..") != name.end() ||
+      std::mismatch(root.begin(), root.end(), real.begin(), real.end()).first != root.end())
     throw Error(ErrorCode::kInvalidModel, "EPContext node '" + node + "': onnx_model_filename '" + *onnx_model_filename +
                                               "' leads outside the model's folder");
-  return (model_folder / name).parent_path();
+  return folder;
 }
 
 ContextFile open_context_file(const fs::path& folder, const std::string& relative, const std::string& node) {
@@ -227,6 +232,10 @@ ContextFile open_context_file(const fs::path& folder, const std::string& relativ
 
 ContextFile open_weight_file(const fs::path& folder, const std::string& relative, const std::string& binary) {
   return open_relative(folder, relative, binary + ": weight file '" + printable(relative) + "'", "binary's folder");
+}
+
+ContextFile open_source_data(const fs::path& folder, const std::string& relative, const std::string& binary) {
+  return open_relative(folder, relative, binary + ": source data '" + printable(relative) + "'", "source model's folder");
 }
 
 }  // namespace ctxgen

@@ -299,6 +299,7 @@ class Parser {
   void parse_weights(const Section& s) {
     Cursor in(data_, s.offset, s.size, "weight table", fail_);
     weights.resize(weight_count_);
+    held_.assign(weight_file_count_, 0);
     for (uint32_t id = 0; id < weight_count_; ++id) {
       WeightRecord& weight = weights[id];
       weight.hash.low = in.u64("hash low");
@@ -309,6 +310,7 @@ class Parser {
       if (weight.file > weight_file_count_)
         fail_("weight table: weight " + num(id) + " is in weight file " + num(weight.file) + ", but the binary names " +
               num(weight_file_count_) + " weight files");
+      if (weight.file > 0) ++held_[weight.file - 1];
       // A weight in a weight file is checked against that file when it is opened.
       if (weight.file == 0) payloads_.push_back({weight.offset, weight.size, "weight " + num(id)});
     }
@@ -318,14 +320,14 @@ class Parser {
   void parse_weight_files(const Section& s) {
     Cursor in(data_, s.offset, s.size, "weight file table", fail_);
     weight_files.resize(weight_file_count_);
+    std::map<std::string, uint32_t> paths;  // to the first weight file with it
     for (uint32_t i = 0; i < weight_file_count_; ++i) {
       in.set_where("weight file " + num(i + 1));
       WeightFile& file = weight_files[i];
       file.path = in.str("path");
       if (file.path.empty()) fail_(in.prefix() + "path is empty");
-      for (uint32_t j = 0; j < i; ++j)
-        if (weight_files[j].path == file.path)
-          fail_(in.prefix() + "path '" + file.path + "' is also the path of weight file " + num(j + 1));
+      if (const auto [it, added] = paths.emplace(file.path, i + 1); !added)
+        fail_(in.prefix() + "path '" + file.path + "' is also the path of weight file " + num(it->second));
       const uint32_t kind = in.u32("kind");
       if (kind > static_cast<uint32_t>(WeightFileKind::kSourceData))
         fail_(in.prefix() + "kind is " + num(kind) + ", expected 0 (weights file) or 1 (source data)");
@@ -335,8 +337,7 @@ class Parser {
       const bool source = file.kind == WeightFileKind::kSourceData;
       if (source && file.content_id != Hash128{})
         fail_(in.prefix() + "content id is " + file.content_id.hex() + ", expected zero for source data");
-      const uint64_t held = static_cast<uint64_t>(
-          std::count_if(weights.begin(), weights.end(), [&](const WeightRecord& w) { return w.file == i + 1; }));
+      const uint64_t held = held_[i];
       file.tensors.resize(in.count("tensor count", format::kStringPrefixSize));
       if (file.tensors.size() != (source ? held : 0))
         fail_(in.prefix() + "names " + num(file.tensors.size()) + " tensors, expected " + num(source ? held : 0) +
@@ -397,6 +398,7 @@ class Parser {
   std::vector<uint64_t> program_checksums_;
   std::vector<uint64_t> program_offsets_;
   std::vector<PayloadRef> payloads_;
+  std::vector<uint64_t> held_;  // by weight file: how many weights it holds
 };
 
 }  // namespace
@@ -415,22 +417,20 @@ std::shared_ptr<const MappedFile> mapped(Map map) {
 
 }  // namespace
 
-std::shared_ptr<const ContextBinary> ContextBinary::open(const std::filesystem::path& path,
-                                                         const std::optional<std::filesystem::path>& source_folder) {
+std::shared_ptr<const ContextBinary> ContextBinary::open(const std::filesystem::path& path, const SourceFolder& source_folder) {
   return from_file(mapped([&] { return MappedFile::open(path); }), path, source_folder);
 }
 
 std::shared_ptr<const ContextBinary> ContextBinary::map(int fd, const std::filesystem::path& path,
-                                                        const std::optional<std::filesystem::path>& source_folder) {
+                                                        const SourceFolder& source_folder) {
   return from_file(mapped([&] { return MappedFile::map(fd, path); }), path, source_folder);
 }
 
 std::shared_ptr<const ContextBinary> ContextBinary::from_file(std::shared_ptr<const MappedFile> file,
                                                               const std::filesystem::path& path,
-                                                              const std::optional<std::filesystem::path>& source_folder) {
+                                                              const SourceFolder& source_folder) {
   std::shared_ptr<ContextBinary> binary = parse(file->data(), file->size(), file, path.string());
-  const std::filesystem::path folder = path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
-  binary->link(folder, source_folder.value_or(folder));
+  binary->link(path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path(), source_folder);
   return binary;
 }
 
@@ -467,16 +467,24 @@ std::shared_ptr<ContextBinary> ContextBinary::parse(const uint8_t* data, size_t 
   return binary;
 }
 
-void ContextBinary::link(const std::filesystem::path& folder, const std::filesystem::path& source_folder) {
+void ContextBinary::link(const std::filesystem::path& folder, const SourceFolder& source_folder) {
   linked_.resize(weight_files_.size());
   sources_.resize(weight_files_.size());
+  std::optional<std::optional<std::filesystem::path>> source;  // asked once, when there is source data
   for (uint32_t k = 1; k <= weight_files_.size(); ++k) {
-    if (weight_files_[k - 1].kind == WeightFileKind::kWeights) link_weights_file(k, folder);
-    else link_source_data(k, source_folder);
+    if (weight_files_[k - 1].kind == WeightFileKind::kWeights) {
+      link_weights_file(k, folder);
+      continue;
+    }
+    if (!source) source = source_folder ? source_folder() : folder;
+    if (*source) link_source_data(k, **source);
   }
 }
 
 namespace {
+
+// The runtime reads a weight in place when it is aligned for its elements (at most 8 bytes).
+constexpr uintptr_t kSourceDataAlignment = 8;
 
 // A path the binary may not name, or a missing file, is what is wrong with the binary.
 ContextFile open_named(const std::filesystem::path& folder, const std::string& path, const std::string& label) {
@@ -531,39 +539,49 @@ void ContextBinary::link_weights_file(uint32_t k, const std::filesystem::path& f
 void ContextBinary::link_source_data(uint32_t k, const std::filesystem::path& source_folder) {
   const WeightFile& named = weight_files_[k - 1];
   const std::string what = label_ + ": source data '" + named.path + "'";
-  const ContextFile file = [&] {
+  const std::string hint = " (source data: the external data of the model the binary was compiled from, looked for "
+                           "in " + std::filesystem::absolute(source_folder).lexically_normal().string() + "; name that model where it is: ONNX Runtime's "
+                           "ep.context_source_model_path, ctxgen verify --reference)";
+  const std::shared_ptr<const MappedFile> bytes = [&] {
     try {
-      return open_named(source_folder, named.path, label_);
+      const ContextFile file = open_source_data(source_folder, named.path, label_);
+      return MappedFile::map(file.fd.get(), file.path);
     } catch (const Error& e) {
-      throw Error(e.code(), std::string(e.what()) + " (source data: the external data of the model the binary was "
-                                                    "compiled from, looked for in " + source_folder.string() +
-                                                    "; name that model where it is: ONNX Runtime's "
-                                                    "ep.context_source_model_path, ctxgen verify --reference)");
+      throw Error(ErrorCode::kInvalidBinary, std::string(e.what()) + hint);
     }
   }();
-  const auto bytes = mapped([&] { return MappedFile::map(file.fd.get(), file.path); });
+  // A weight no graph reads (another tensor with the bytes of one that is read) is only checked.
+  std::vector<bool> read(weights_.size());
+  for (const GraphRecord& g : graphs_)
+    for (uint32_t id : g.weight_ids) read[id] = true;
   size_t index = 0;
   for (uint32_t id = 0; id < weights_.size(); ++id) {
     const WeightRecord& w = weights_[id];
     if (w.file != k) continue;
     const std::string tensor = "tensor '" + named.tensors[index++] + "'";
     if (w.size > bytes->size() || w.offset > bytes->size() - w.size)
-      throw Error(ErrorCode::kMismatch, what + " (" + file.path.string() + ") is " + std::to_string(bytes->size()) +
+      throw Error(ErrorCode::kMismatch, what + " (" + bytes->path().string() + ") is " + std::to_string(bytes->size()) +
                                             " bytes, but " + tensor + " was compiled from its bytes " +
                                             range(w.offset, w.size) + ": the file changed since the model was compiled");
     const uint8_t* data = bytes->data() + w.offset;
     const Hash128 found = xxh3_128(data, w.size);
     if (found != w.hash)
-      throw Error(ErrorCode::kMismatch, what + " (" + file.path.string() + "): " + tensor + " " + range(w.offset, w.size) +
+      throw Error(ErrorCode::kMismatch, what + " (" + bytes->path().string() + "): " + tensor + " " + range(w.offset, w.size) +
                                             " has XXH3-128 " + found.hex() + ", but the binary was compiled from bytes "
                                             "with " + w.hash.hex() + ": the model's weights changed since it was "
                                             "compiled; compile it again");
-    if (reinterpret_cast<uintptr_t>(data) % kPayloadAlignment != 0) {
+    if (read[id] && reinterpret_cast<uintptr_t>(data) % kSourceDataAlignment != 0) {
       copies_.resize(weights_.size());
       copies_[id] = aligned_copy(data, w.size);
     }
   }
   sources_[k - 1] = bytes;
+}
+
+const ContextBinary& ContextBinary::weight_file(uint32_t k) const {
+  if (k == 0 || k > linked_.size() || !linked_[k - 1])
+    throw Error(ErrorCode::kInternal, label_ + ": weight file " + std::to_string(k) + " is not a weights file");
+  return *linked_[k - 1];
 }
 
 const GraphRecord* ContextBinary::find_graph(const std::string& name) const {
@@ -579,7 +597,11 @@ const uint8_t* ContextBinary::weight_data(uint32_t id) const {
   const WeightRecord& w = weights_[id];
   if (w.file == 0) return data_ + w.offset;
   if (id < copies_.size() && copies_[id]) return copies_[id].get();
-  return sources_[w.file - 1] ? sources_[w.file - 1]->data() + w.offset : linked_[w.file - 1]->data_ + w.offset;
+  if (sources_[w.file - 1]) return sources_[w.file - 1]->data() + w.offset;
+  if (!linked_[w.file - 1])
+    throw Error(ErrorCode::kInvalidBinary, label_ + ": weight " + std::to_string(id) + " is in source data '" +
+                                               weight_files_[w.file - 1].path + "', which was not opened");
+  return linked_[w.file - 1]->data_ + w.offset;
 }
 
 std::shared_ptr<const uint8_t> aligned_copy(const uint8_t* bytes, size_t size) {

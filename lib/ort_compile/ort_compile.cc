@@ -35,6 +35,7 @@ void check_options(const std::vector<fs::path>& inputs, const CompileOptions& op
   refuse(!options.target.empty(), "--target-cpu", "the library's EP compiles for the targets it knows, set by its --ep-option");
   refuse(!options.external_initializers_file.empty(), "--external-initializers-file",
          "ONNX Runtime decides where the initializers of the models it writes go");
+  refuse(options.weightless, "--weightless", "ctxgen writes weightless binaries with its own backends only");
   for (size_t m = 0; m < options.per_model.size(); ++m) {
     const LoadOptions& load = options.per_model[m];
     refuse(!load.input_shapes.empty(), "--input-shape", "ONNX Runtime fixes dims by name only; use --fix-dim");

@@ -36,14 +36,10 @@ std::shared_ptr<const ContextBinary> BinaryRegistry::open(const std::filesystem:
 }
 
 std::shared_ptr<const ContextBinary> BinaryRegistry::open(const ContextFile& file, bool shared,
-                                                          const std::filesystem::path& source_folder) {
-  // A binary is known by its path; with source data looked for elsewhere than beside it (which
-  // only a weightless binary reads), by that folder too.
-  std::error_code ec;
-  const std::filesystem::path source = std::filesystem::weakly_canonical(source_folder, ec);
-  const std::filesystem::path key =
-      source == file.path.parent_path() ? file.path : std::filesystem::path(file.path.string() + " (source data in " + source.string() + ")");
-  return open(key, shared, [&] { return ContextBinary::map(file.fd.get(), file.path, source_folder); });
+                                                          const ContextBinary::SourceFolder& source_folder) {
+  // Known by its path alone: a weightless binary's source data, wherever a session found it, holds
+  // the bytes it was compiled with (each weight's hash is checked), so any session may share it.
+  return open(file.path, shared, [&] { return ContextBinary::map(file.fd.get(), file.path, source_folder); });
 }
 
 std::shared_ptr<const ContextBinary> BinaryRegistry::open(const std::filesystem::path& key, bool shared,

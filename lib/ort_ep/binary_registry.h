@@ -32,10 +32,11 @@ class BinaryRegistry {
  public:
   static BinaryRegistry& instance();
 
-  // Maps `file`, a weightless one with the source data in `source_folder`. With `shared`, returns
-  // the mapping another sharing session holds of its path (with that source folder), if any, and
-  // otherwise publishes the new one for later sharing sessions.
-  std::shared_ptr<const ContextBinary> open(const ContextFile& file, bool shared, const std::filesystem::path& source_folder);
+  // Maps `file`, a weightless one with its source data where `source_folder` says. With `shared`,
+  // returns the mapping another sharing session holds of its path, if any, and otherwise publishes
+  // the new one for later sharing sessions.
+  std::shared_ptr<const ContextBinary> open(const ContextFile& file, bool shared,
+                                            const ContextBinary::SourceFolder& source_folder);
   // Maps the file at `path` for one session.
   std::shared_ptr<const ContextBinary> open(const std::filesystem::path& path);
   // A binary `make` reads another way (the application's read function), known by `key`: with

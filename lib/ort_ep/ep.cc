@@ -150,7 +150,8 @@ const CtxgenEp::LoadedBinary& CtxgenEp::load_main_context(const EpContextNode& n
     if (loaded.label == file.path) return loaded;
   }
   try {
-    return keep({file.path.string(), BinaryRegistry::instance().open(file, config_.share_contexts, source_folder(node, folder))});
+    return keep({file.path.string(), BinaryRegistry::instance().open(file, config_.share_contexts,
+                                                                     [&]() -> std::optional<std::filesystem::path> { return source_folder(node, folder); })});
   } catch (const Error& e) {
     throw e.within(where + ": ep_cache_context '" + node.cache_context + "'");
   }

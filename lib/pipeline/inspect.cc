@@ -25,7 +25,8 @@ nlohmann::json signature_json(const std::vector<IoSignature>& sigs) {
 }
 
 nlohmann::json inspect_binary(const fs::path& path) {
-  auto binary = ContextBinary::open(path);
+  // Only the tables: a weightless binary's source data is checked where its model is run (verify).
+  auto binary = ContextBinary::open(path, [] { return std::nullopt; });
   uint64_t weight_bytes = 0, elsewhere_bytes = 0;
   std::vector<size_t> elsewhere(binary->weight_files().size());
   for (const auto& w : binary->weights()) {
@@ -182,7 +183,7 @@ nlohmann::json context_binaries(const fs::path& path, const onnx::ModelProto& pr
     try {
       // Found as the plugin EP finds it: inside the model's folder, nowhere else.
       const ContextFile file = open_context_file(path.parent_path().empty() ? fs::path(".") : path.parent_path(), *cache, node.name());
-      binary = ContextBinary::map(file.fd.get(), file.path);
+      binary = ContextBinary::map(file.fd.get(), file.path, [] { return std::nullopt; });
     } catch (const Error& e) {  // shown, so the model can still be inspected
       list.push_back({{"path", bin.string()}, {"missing", false}, {"error", e.what()}});
       continue;
@@ -285,7 +286,7 @@ std::string inspect_text(const nlohmann::json& j) {
     for (const auto& f : j["weight_files"]) {
       if (f["kind"] == "source_data")
         out << "  source data " << f["path"].get<std::string>() << ": " << f["weights_used"]
-            << " tensor(s) of the source model, used where it keeps them (" << f["resolved"].get<std::string>() << ")\n";
+            << " tensor(s) of the source model, read where it keeps them (beside it)\n";
       else
         out << "  weight file " << f["path"].get<std::string>() << ": " << f["weights_used"] << " weight(s), id "
             << f["content_id"].get<std::string>() << "\n";

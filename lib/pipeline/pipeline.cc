@@ -207,6 +207,8 @@ void check_options(const std::vector<fs::path>& inputs, const CompileOptions& op
   if (options.weightless && options.embed)
     throw Error(ErrorCode::kUsage, "--weightless cannot be combined with --embed: a binary inside the model cannot "
                                    "refer to the weights' file");
+  if (options.weightless && options.stop_after)
+    throw Error(ErrorCode::kUsage, "--stop-after writes the model before compiling: there is no binary to make --weightless");
   if (options.weightless) {
     // A weightless binary is opened with one source model's folder: its data files are all there.
     for (const auto& in : inputs)
@@ -390,8 +392,12 @@ std::vector<WeightPayload> payloads_of(const WeightStore& store) {
 }
 
 // --weightless: a weight that is the bytes of a tensor in the models' external data stays there,
-// referred to by its file (relative to the models' folder), offset and hash, and named by the tensor.
-std::vector<WeightFile> refer_to_source_data(const std::vector<Job>& jobs, std::vector<WeightPayload>& payloads) {
+// referred to by its file (relative to the models' folder), offset and hash, and named by the
+// tensor. Another tensor of the files with the same bytes, which the compiled graphs read through
+// that weight, is recorded too (after the store's weights, read by no graph), so that it is checked
+// as well when the binary is opened.
+std::vector<WeightFile> refer_to_source_data(const std::vector<Job>& jobs, const WeightStore& store,
+                                             std::vector<WeightPayload>& payloads) {
   const fs::path folder = external_data_folder(jobs.front().model.path);
   std::map<std::tuple<fs::path, size_t, size_t>, std::string> tensors;  // (file, offset, size) -> name
   for (const Job& job : jobs)
@@ -399,24 +405,36 @@ std::vector<WeightFile> refer_to_source_data(const std::vector<Job>& jobs, std::
       if (w.external && w.data.file) tensors.emplace(std::tuple{w.data.file->path(), w.data.file_offset, w.data.size}, w.name);
   std::vector<WeightFile> files;
   std::map<fs::path, uint32_t> file_of;
-  for (WeightPayload& payload : payloads) {
-    const Blob& blob = payload.blob;
-    if (!blob.file || blob.make || !payload.hash) continue;
+  // Makes `payload` the reference to `blob`, when that is a tensor of the files.
+  const auto refer = [&](WeightPayload& payload, const Blob& blob) {
+    if (!blob.file || blob.make || !payload.hash) return false;
     const auto tensor = tensors.find({blob.file->path(), blob.file_offset, blob.size});
-    if (tensor == tensors.end()) continue;
+    if (tensor == tensors.end()) return false;
     const auto [file, added] = file_of.emplace(blob.file->path(), static_cast<uint32_t>(files.size() + 1));
     if (added) files.push_back({blob.file->path().lexically_relative(folder).string(), WeightFileKind::kSourceData, {}, {}});
     payload.file = file->second;
     payload.file_offset = blob.file_offset;
     files[payload.file - 1].tensors.push_back(tensor->second);
+    return true;
+  };
+  std::vector<WeightPayload> also;
+  for (uint32_t id = 0; id < store.size(); ++id) {
+    if (!refer(payloads[id], payloads[id].blob)) continue;
+    for (const Blob& copy : store.entry(id).also_in_files) {
+      WeightPayload check{payloads[id].hash, copy};
+      if (refer(check, copy)) also.push_back(std::move(check));
+    }
   }
+  payloads.insert(payloads.end(), also.begin(), also.end());
   for (const WeightFile& file : files)
-    log().info("--weightless: {} weight(s) stay in {}: the binary reads them there, beside the source model", file.tensors.size(),
-               (folder / file.path).string());
+    log().info("--weightless: {} tensor(s) stay in {}: the binary reads them there, beside the source model",
+               file.tensors.size(), (folder / file.path).string());
   if (files.empty())
-    throw Error(ErrorCode::kUsage, "--weightless: no weight the compiled partitions use is stored in external data by " +
+    throw Error(ErrorCode::kUsage, "--weightless: the compiled partitions read no tensor of " +
                                        jobs.front().model.path.string() + (jobs.size() > 1 ? " or the other models" : "") +
-                                       ", so the binary would hold them all; save the model with external data "
+                                       " as it is stored in external data (embedded weights, and those the compiler "
+                                       "computes, such as a BatchNormalization folded into a Conv, stay in the binary), "
+                                       "so the binary would hold them all; save the model with external data "
                                        "(onnx.save_model(..., save_as_external_data=True)) or compile without --weightless");
   return files;
 }
@@ -481,7 +499,7 @@ void run_pipeline(const std::vector<fs::path>& inputs, const CompileOptions& opt
   check_options(inputs, options);
   const Backend& backend = find_backend(backends, options.backend);
   if (!options.target.empty()) backend.target(options.target);
-  if (options.weightless) backend.weightless();
+  backend.weightless(options.weightless);
   summary.backend = backend.name();
   Plan plan = plan_outputs(inputs, options, backend);
   OutputSet outputs(planned_paths(plan), options.force, read_files(inputs, options));
@@ -553,10 +571,11 @@ void run_pipeline(const std::vector<fs::path>& inputs, const CompileOptions& opt
   if (!options.stop_after) {
     const BinaryIdentity identity = backend.identity();
     std::vector<WeightPayload> payloads = payloads_of(store);
-    const std::vector<WeightFile> weight_files = options.weightless ? refer_to_source_data(jobs, payloads)
-                                                                   : std::vector<WeightFile>{};
     std::vector<CompiledGraph> all_graphs;
     for (const auto& job : jobs) all_graphs.insert(all_graphs.end(), job.graphs.begin(), job.graphs.end());
+    const std::vector<WeightFile> weight_files = options.weightless && !all_graphs.empty()
+                                                     ? refer_to_source_data(jobs, store, payloads)
+                                                     : std::vector<WeightFile>{};
     if (options.embed && !all_graphs.empty()) {
       written = write_to_string(identity, all_graphs, payloads, embedded);
     } else if (!all_graphs.empty()) {

@@ -120,34 +120,40 @@ void call(const ref::Program& program, const Plans& plans, size_t k, const Tenso
   }
 }
 
-// What a session constant is made from: the op and its attributes, the output's type, and each
-// input's type and content (a weight's XXH3-128, an earlier constant's key's).
+// What a session constant is made from, every field sized or counted so that no two differ only in
+// where one field ends: the op and its attributes, the output's type, and each input's type and
+// content (a weight's XXH3-128, an earlier constant's key's).
 std::string constant_key(const ref::Program& program, const ref::Op& op, const std::vector<Hash128>& contents) {
   std::string key;
   const auto put = [&key](const void* data, size_t size) { key.append(static_cast<const char*>(data), size); };
+  const auto put_count = [&put](uint64_t count) { put(&count, sizeof count); };
+  const auto put_text = [&](const std::string& text) {
+    put_count(text.size());
+    key += text;
+  };
   const auto put_value = [&](const ref::Value& v) {
     put(&v.dtype, sizeof v.dtype);
-    const uint64_t rank = v.dims.size();
-    put(&rank, sizeof rank);
+    put_count(v.dims.size());
     put(v.dims.data(), v.dims.size() * sizeof(int64_t));
   };
-  key = op.type + '\0';
+  put_text(op.type);
+  put_count(op.attrs.size());
   for (const ref::Attr& a : op.attrs) {
-    key += a.name + '\0';
+    put_text(a.name);
     put(&a.kind, sizeof a.kind);
     put(&a.i, sizeof a.i);
     put(&a.f, sizeof a.f);
-    const uint64_t counts[2] = {a.ints.size(), a.floats.size()};
-    put(counts, sizeof counts);
+    put_count(a.ints.size());
     put(a.ints.data(), a.ints.size() * sizeof(int64_t));
+    put_count(a.floats.size());
     put(a.floats.data(), a.floats.size() * sizeof(float));
   }
   put_value(program.values[static_cast<size_t>(op.outputs[0])]);
+  put_count(op.inputs.size());
   for (size_t i = 0; i < op.inputs.size(); ++i) {
-    if (op.inputs[i] < 0) {
-      key += '-';
-      continue;
-    }
+    const bool present = op.inputs[i] >= 0;
+    put(&present, sizeof present);
+    if (!present) continue;
     put_value(program.values[static_cast<size_t>(op.inputs[i])]);
     put(&contents[i], sizeof contents[i]);
   }

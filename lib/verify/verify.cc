@@ -76,10 +76,10 @@ std::shared_ptr<const ContextBinary> load_context(const fs::path& model, const o
     const fs::path folder = model.parent_path().empty() ? fs::path(".") : model.parent_path();
     const ContextFile file = open_context_file(folder, cache->s(), node.name());
     const auto* source_model = attribute(node, "onnx_model_filename");
-    auto binary = ContextBinary::map(
-        file.fd.get(), file.path,
-        source_data_folder(folder, reference ? std::optional<std::string>(reference->string()) : std::nullopt,
-                           source_model ? std::optional<std::string>(source_model->s()) : std::nullopt, node.name()));
+    auto binary = ContextBinary::map(file.fd.get(), file.path, [&]() -> std::optional<fs::path> {
+      return source_data_folder(folder, reference ? std::optional<std::string>(reference->string()) : std::nullopt,
+                                source_model ? std::optional<std::string>(source_model->s()) : std::nullopt, node.name());
+    });
     checks.push_back(bin.string() + ": present, format v" + std::to_string(binary->format_version()) + ", metadata and programs intact");
     return binary;
   } catch (const Error& e) {

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstring>
 
 #include "ctxgen/weights.h"
@@ -29,7 +30,7 @@ uint32_t WeightStore::intern(Blob blob) {
     if (!plain_sizes_.contains(blob.size)) {
       const auto id = static_cast<uint32_t>(entries_.size());
       count_new(blob.size);
-      entries_.push_back(Entry{std::nullopt, std::move(blob)});
+      entries_.push_back(Entry{std::nullopt, std::move(blob), {}});
       unhashed_by_size_.emplace(entries_[id].blob.size, id);
       by_source_.emplace(source_hash, std::make_pair(id, entries_[id].blob.source));
       return id;
@@ -74,13 +75,18 @@ uint32_t WeightStore::intern_bytes(Blob blob) {
       ++stats_.tensors_seen;
       stats_.bytes_seen += blob.size;
       blob.release();
+      Entry& entry = entries_[it->second];
+      const auto at = [&blob](const Blob& b) { return b.file->path() == blob.file->path() && b.file_offset == blob.file_offset; };
+      if (blob.file && !blob.make && !(known.file && at(known)) &&
+          std::none_of(entry.also_in_files.begin(), entry.also_in_files.end(), at))
+        entry.also_in_files.push_back(std::move(blob));
       return it->second;
     }
   }
   auto id = static_cast<uint32_t>(entries_.size());
   count_new(blob.size);
   blob.release();
-  entries_.push_back(Entry{hash, std::move(blob)});
+  entries_.push_back(Entry{hash, std::move(blob), {}});
   by_hash_.emplace(hash, id);
   return id;
 }

@@ -240,6 +240,8 @@ RULES = [
      "variant_directory", "session.model_external_initializers_file_folder_path")),
     ("cli.md", r"auto create_options", rule_covered("tests/ort/ort_package_test.cc",
      "CreateModelPackageOptionsFromSessionOptions", "CreateSession", "SelectComponent")),
+    ("cli.md", r"ctxgen compile model.onnx --weightless", rule_covered("tests/e2e/weightless_verify_test.cc",
+     "--weightless", "weightless_ref.bin", "source.kind, WeightFileKind::kSourceData")),
     ("cli.md", r'\{"models"', None),  # a manifest: written to group.json and shared (below)
     ("cli.md", r"ctxgen inspect testdata/exports", rule_run(setup="ctxgen compile testdata/cnn.onnx -q --force")),
     ("conformance.md", r"scripts/conformance.sh +# all four", None),  # line by line (below)

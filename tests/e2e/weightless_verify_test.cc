@@ -14,7 +14,7 @@ TEST(Weightless, TheBinaryHoldsNoWeightTheModelStores) {
   const fs::path model = copy_model("weightless.onnx", dir.path());
   auto r = ctxgen("compile " + quote(model) + " --weightless");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("--weightless: 4 weight(s) stay in"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--weightless: 4 tensor(s) stay in"), std::string::npos) << r.output;
   const auto binary = ContextBinary::open(dir / "weightless_ref.bin");
   ASSERT_EQ(binary->weight_files().size(), 1u);
   const WeightFile& source = binary->weight_files()[0];
@@ -27,6 +27,10 @@ TEST(Weightless, TheBinaryHoldsNoWeightTheModelStores) {
 
   r = ctxgen("inspect " + quote(dir / "weightless_ref.bin"));
   EXPECT_NE(r.output.find("source data weightless.weights: 4 tensor(s) of the source model"), std::string::npos) << r.output;
+  fs::rename(dir / "weightless.weights", dir / "elsewhere.weights");  // inspect reads the binary only
+  r = ctxgen("inspect " + quote(dir / "weightless_ctx.onnx"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  fs::rename(dir / "elsewhere.weights", dir / "weightless.weights");
   r = ctxgen("verify " + quote(dir / "weightless_ctx.onnx") + " --reference " + quote(model));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("1 of 1 output(s) within tolerance"), std::string::npos) << r.output;
@@ -69,6 +73,42 @@ TEST(Weightless, SharedModelsReferToOneDataFile) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
+// Two tensors with the same bytes are one weight of the binary; the second is recorded too, so a
+// change to it is caught when the binary is opened, not run on the first one's bytes.
+TEST(Weightless, EveryTensorReadIsChecked) {
+  TempDir dir;
+  const fs::path script = dir / "twins.py";
+  write_file(script, R"(import sys
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+w = np.random.default_rng(1).standard_normal((16, 16)).astype(np.float32)
+nodes = [helper.make_node("MatMul", ["x", "a"], ["p"]), helper.make_node("MatMul", ["x", "b"], ["q"]),
+         helper.make_node("Add", ["p", "q"], ["y"])]
+g = helper.make_graph(nodes, "twins", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 16])],
+                      [numpy_helper.from_array(w, "a"), numpy_helper.from_array(w, "b")])
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+m.ir_version = 8
+onnx.save_model(m, sys.argv[1], save_as_external_data=True, all_tensors_to_one_file=True, location="twins.weights",
+                size_threshold=0)
+)");
+  const fs::path model = dir / "twins.onnx";
+  ASSERT_EQ(run_command(std::string(CTXGEN_PYTHON) + " " + quote(script) + " " + quote(model)).exit_code, 0);
+  auto r = ctxgen("compile " + quote(model) + " --weightless");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto binary = ContextBinary::open(dir / "twins_ref.bin");
+  ASSERT_EQ(binary->weight_files().size(), 1u);
+  EXPECT_EQ(binary->weight_files()[0].tensors, (std::vector<std::string>{"a", "b"}));
+  std::string data = read_file(dir / "twins.weights");
+  ASSERT_EQ(data.size(), 2048u);
+  data[1500] ^= 1;  // inside b
+  write_file(dir / "twins.weights", data);
+  r = ctxgen("verify " + quote(dir / "twins_ctx.onnx") + " --reference " + quote(model));
+  EXPECT_EQ(r.exit_code, exit_code(ErrorCode::kMismatch)) << r.output;
+  EXPECT_NE(r.output.find("tensor 'b'"), std::string::npos) << r.output;
+}
+
 TEST(Weightless, RefusesWhatCannotBeWeightless) {
   TempDir dir;
   const fs::path model = copy_model("weightless.onnx", dir.path());
@@ -78,11 +118,17 @@ TEST(Weightless, RefusesWhatCannotBeWeightless) {
   r = ctxgen("compile " + quote(model) + " --weightless --package " + quote(dir / "pkg"));
   EXPECT_EQ(r.exit_code, exit_code(ErrorCode::kUsage)) << r.output;
   EXPECT_NE(r.output.find("it takes no --weightless"), std::string::npos) << r.output;
+  r = ctxgen("compile " + quote(model) + " --weightless --stop-after partition");
+  EXPECT_EQ(r.exit_code, exit_code(ErrorCode::kUsage)) << r.output;
+  EXPECT_NE(r.output.find("there is no binary to make --weightless"), std::string::npos) << r.output;
+  r = ctxgen("compile " + quote(model) + " --weightless --ep-lib " + quote(dir / "no_such_lib.so") + " --ep CtxgenRef");
+  EXPECT_EQ(r.exit_code, exit_code(ErrorCode::kUsage)) << r.output;
+  EXPECT_NE(r.output.find("--weightless cannot be used with --ep-lib"), std::string::npos) << r.output;
 
   const fs::path inside = copy_model("cnn.onnx", dir / "inside");
   r = ctxgen("compile " + quote(inside) + " --weightless");
   EXPECT_EQ(r.exit_code, exit_code(ErrorCode::kUsage)) << r.output;
-  EXPECT_NE(r.output.find("is stored in external data by"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("as it is stored in external data"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("save_as_external_data=True"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(dir / "inside" / "cnn_ref.bin"));
 

@@ -11,10 +11,16 @@ namespace fs = std::filesystem;
 
 const BinaryIdentity kIdentity{"ref", "sdk-1", "cpu-avx2"};
 
+std::vector<uint32_t> ids(size_t count) {
+  std::vector<uint32_t> all(count);
+  for (uint32_t id = 0; id < count; ++id) all[id] = id;
+  return all;
+}
+
 std::vector<uint8_t> write_bytes(const std::vector<WeightPayload>& weights, const std::vector<WeightFile>& files) {
   std::vector<uint8_t> out;
   write_context_binary(
-      kIdentity, {make_graph("g", {io("x", 1, {2})}, {io("y", 1, {2})}, {1, 2, 3}, {0, 1, 2})}, weights,
+      kIdentity, {make_graph("g", {io("x", 1, {2})}, {io("y", 1, {2})}, {1, 2, 3}, ids(weights.size()))}, weights,
       [&](const uint8_t* data, size_t size) { out.insert(out.end(), data, data + size); }, {}, files);
   return out;
 }
@@ -41,7 +47,7 @@ struct Weightless {
 
 TEST(SourceData, WeightsAreTheSourceFilesBytesAlignedAsPayloads) {
   Weightless w;
-  const auto binary = ContextBinary::open(w.binary, w.source());
+  const auto binary = ContextBinary::open(w.binary, [&] { return std::optional(w.source()); });
   ASSERT_EQ(binary->weight_files().size(), 1u);
   EXPECT_EQ(binary->weight_files()[0], (WeightFile{"model.onnx.data", WeightFileKind::kSourceData, {}, {"a", "b"}}));
   EXPECT_EQ(binary->weights()[1].offset, 5u);
@@ -56,6 +62,36 @@ TEST(SourceData, WeightsAreTheSourceFilesBytesAlignedAsPayloads) {
   EXPECT_NO_THROW(binary->verify_payloads());
 }
 
+TEST(SourceData, WeightsAlignedForTheirElementsAreReadInPlace) {
+  TempDir dir;
+  const std::vector<uint8_t> data = pattern(1000, 3);
+  dir.write("m.data", data);
+  const fs::path bin = dir.write("m.bin", write_bytes({make_weight(pattern(8, 1)), in_source(data, 8, 16), in_source(data, 40, 16), in_source(data, 60, 8)},
+                                                      {{"m.data", WeightFileKind::kSourceData, {}, {"eight", "forty", "sixty"}}}));
+  const auto binary = ContextBinary::open(bin);
+  EXPECT_EQ(binary->weight_data(2) - binary->weight_data(1), 32) << "both are read from the mapped file";
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(binary->weight_data(1)) % 8, 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(binary->weight_data(3)) % kPayloadAlignment, 0u) << "at 60: copied";
+  EXPECT_TRUE(std::equal(data.begin() + 60, data.begin() + 68, binary->weight_data(3)));
+}
+
+TEST(SourceData, TheSourceFolderIsAskedForOnlyWhenThereIsSourceData) {
+  TempDir dir;
+  const fs::path plain = dir.write("plain.bin", write_to_memory(kIdentity, {}, {make_weight(pattern(8, 1))}));
+  bool asked = false;
+  EXPECT_NO_THROW(ContextBinary::open(plain, [&] {
+    asked = true;
+    return std::optional(dir.path());
+  }));
+  EXPECT_FALSE(asked);
+  // Not opened at all: the tables are read, a weight of the source data cannot be.
+  Weightless w;
+  const auto tables = ContextBinary::open(w.binary, [] { return std::nullopt; });
+  EXPECT_EQ(tables->weight_file_label(1), "");
+  EXPECT_NO_THROW(tables->weight_data(0));
+  expect_error([&] { tables->weight_data(1); }, ErrorCode::kInvalidBinary, {"source data 'model.onnx.data', which was not opened"});
+}
+
 TEST(SourceData, ByDefaultTheDataIsLookedForBesideTheBinary) {
   Weightless w;
   expect_error([&] { ContextBinary::open(w.binary); }, ErrorCode::kInvalidBinary, {"model.onnx.data"});
@@ -68,25 +104,25 @@ TEST(SourceData, AChangedTensorIsNamed) {
   std::vector<uint8_t> changed = w.data;
   changed[600] ^= 1;  // inside 'b'
   w.dir.write("models/model.onnx.data", changed);
-  expect_error([&] { ContextBinary::open(w.binary, w.source()); }, ErrorCode::kMismatch,
+  expect_error([&] { ContextBinary::open(w.binary, [&] { return std::optional(w.source()); }); }, ErrorCode::kMismatch,
                {"source data 'model.onnx.data'", "tensor 'b' (offset 512, size 256)", "changed since it was compiled"});
   changed = w.data;
   changed.resize(700);  // 'b' ends at 768
   w.dir.write("models/model.onnx.data", changed);
-  expect_error([&] { ContextBinary::open(w.binary, w.source()); }, ErrorCode::kMismatch,
+  expect_error([&] { ContextBinary::open(w.binary, [&] { return std::optional(w.source()); }); }, ErrorCode::kMismatch,
                {"is 700 bytes, but tensor 'b' was compiled from its bytes (offset 512, size 256)"});
 }
 
 TEST(SourceData, PathsStayInsideTheSourceFolder) {
   for (const std::string location : {"../models/model.onnx.data", "/etc/passwd"}) {
     Weightless w(location);
-    expect_error([&] { ContextBinary::open(w.binary, w.source()); }, ErrorCode::kInvalidBinary, {location});
+    expect_error([&] { ContextBinary::open(w.binary, [&] { return std::optional(w.source()); }); }, ErrorCode::kInvalidBinary, {location});
   }
   Weightless w;
   fs::remove(w.source() / "model.onnx.data");
   fs::create_symlink(w.dir.path() / "elsewhere.data", w.source() / "model.onnx.data");
   w.dir.write("elsewhere.data", w.data);
-  expect_error([&] { ContextBinary::open(w.binary, w.source()); }, ErrorCode::kInvalidBinary, {"model.onnx.data"});
+  expect_error([&] { ContextBinary::open(w.binary, [&] { return std::optional(w.source()); }); }, ErrorCode::kInvalidBinary, {"model.onnx.data"});
 }
 
 TEST(SourceData, AnInMemoryBinaryCannotNameIt) {

@@ -22,7 +22,7 @@ class RefBackend final : public Backend {
   }
 
   void target(const std::string& level) const override { runtime::target_cpu(level); }
-  void weightless() const override { weightless_ = true; }
+  void weightless(bool on) const override { weightless_ = on; }
 
   NodeSupport supports(const Model& model, const onnx::NodeProto& node) const override {
     try {

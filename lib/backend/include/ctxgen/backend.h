@@ -32,10 +32,10 @@ class Backend {
   // before anything else of the backend. Throws Error(kUsage) for a target it cannot compile for.
   virtual void target(const std::string& target) const;
 
-  // Compiles binaries that refer to the weights a model stores in external data instead of holding
-  // them (--weightless): such a weight is used as stored, never laid out anew in the binary. Called
-  // before compile(). Throws Error(kUsage) when the backend cannot.
-  virtual void weightless() const;
+  // With `on`, compiles binaries that refer to the weights a model stores in external data instead
+  // of holding them (--weightless): such a weight is used as stored, never laid out anew in the
+  // binary. Said before the compile() calls of each run. Throws Error(kUsage) when the backend cannot.
+  virtual void weightless(bool on) const;
   // May this node run on the backend? Called for main-graph nodes only, after shape inference.
   virtual NodeSupport supports(const Model& model, const onnx::NodeProto& node) const = 0;
   // Lowers a partition. Weight bytes (after transforms) are interned in `store`.

@@ -58,5 +58,8 @@ ContextFile open_context_file(const std::filesystem::path& folder, const std::st
 // The same for a weight file that the context binary labelled `binary` in `folder` names.
 ContextFile open_weight_file(const std::filesystem::path& folder, const std::string& relative,
                              const std::string& binary);
+// The same for a weightless binary's source data, in the source model's folder `folder`.
+ContextFile open_source_data(const std::filesystem::path& folder, const std::string& relative,
+                             const std::string& binary);
 
 }  // namespace ctxgen

@@ -124,17 +124,20 @@ struct WeightRecord {
 
 class ContextBinary {
  public:
+  // Where a binary's source data is (the source model's folder), asked only of a binary that has
+  // some; none given: the binary's folder. nullopt: not opened (for a reader of the tables only;
+  // weight_data() of such a weight throws).
+  using SourceFolder = std::function<std::optional<std::filesystem::path>()>;
   // Maps and validates a file, and opens the weight files it names (docs/context-binary-format.md
   // §6): each must be where the path rules allow (ctxgen/context_path.h); a weights file must have
   // the recorded content id and hold each weight used from it; a source data file, looked for in
-  // `source_folder` (the source model's folder; by default the binary's), must hold each weight's
-  // bytes with the recorded hash. Throws Error(kInvalidBinary) naming the file, the field, and the
-  // value found vs the value expected, or Error(kMismatch) naming the tensor whose bytes changed.
-  static std::shared_ptr<const ContextBinary> open(const std::filesystem::path& path,
-                                                   const std::optional<std::filesystem::path>& source_folder = {});
+  // `source_folder`, must hold each weight's bytes with the recorded hash. Throws
+  // Error(kInvalidBinary) naming the file, the field, and the value found vs the value expected, or
+  // Error(kMismatch) naming the tensor whose bytes changed.
+  static std::shared_ptr<const ContextBinary> open(const std::filesystem::path& path, const SourceFolder& source_folder = {});
   // The same for the file open on `fd` (the caller keeps it), which `path` names.
   static std::shared_ptr<const ContextBinary> map(int fd, const std::filesystem::path& path,
-                                                  const std::optional<std::filesystem::path>& source_folder = {});
+                                                  const SourceFolder& source_folder = {});
   // Validates bytes held in memory (embed mode), which cannot name weight files; `owner` keeps them alive.
   static std::shared_ptr<const ContextBinary> from_memory(const uint8_t* data, size_t size,
                                                           std::shared_ptr<const void> owner,
@@ -147,10 +150,11 @@ class ContextBinary {
   const std::vector<WeightRecord>& weights() const { return weights_; }
   const std::vector<WeightFile>& weight_files() const { return weight_files_; }
   // The opened weights file k (1-based, as WeightRecord::file; of kind kWeights).
-  const ContextBinary& weight_file(uint32_t k) const { return *linked_.at(k - 1); }
-  // Where weight file k (1-based) was found.
+  const ContextBinary& weight_file(uint32_t k) const;
+  // Where weight file k (1-based) was found; empty for source data not opened.
   std::string weight_file_label(uint32_t k) const {
-    return sources_.at(k - 1) ? sources_[k - 1]->path().string() : linked_.at(k - 1)->label();
+    if (sources_.at(k - 1)) return sources_[k - 1]->path().string();
+    return linked_.at(k - 1) ? linked_[k - 1]->label() : std::string();
   }
   const uint8_t* weight_data(uint32_t id) const;
   uint64_t file_size() const { return size_; }
@@ -167,11 +171,10 @@ class ContextBinary {
  private:
   ContextBinary() = default;
   static std::shared_ptr<const ContextBinary> from_file(std::shared_ptr<const MappedFile> file,
-                                                        const std::filesystem::path& path,
-                                                        const std::optional<std::filesystem::path>& source_folder);
+                                                        const std::filesystem::path& path, const SourceFolder& source_folder);
   static std::shared_ptr<ContextBinary> parse(const uint8_t* data, size_t size, std::shared_ptr<const void> owner,
                                               const std::string& label);
-  void link(const std::filesystem::path& folder, const std::filesystem::path& source_folder);
+  void link(const std::filesystem::path& folder, const SourceFolder& source_folder);
   void link_weights_file(uint32_t k, const std::filesystem::path& folder);
   void link_source_data(uint32_t k, const std::filesystem::path& source_folder);
   std::shared_ptr<const void> owner_;
@@ -187,7 +190,8 @@ class ContextBinary {
   std::vector<WeightFile> weight_files_;
   std::vector<std::shared_ptr<const ContextBinary>> linked_;  // weight_files_, opened (kWeights)
   std::vector<std::shared_ptr<const MappedFile>> sources_;  // weight_files_, mapped (kSourceData)
-  // Source data weights at an offset that is not aligned, copied once: by weight id.
+  // Source data weights at an offset the runtime cannot read in place (ctxgen's kernels need their
+  // elements' alignment, at most 8), copied once: by weight id.
   std::vector<std::shared_ptr<const uint8_t>> copies_;
 };
 

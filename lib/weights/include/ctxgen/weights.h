@@ -32,6 +32,9 @@ class WeightStore {
     // them as it writes them.
     std::optional<Hash128> hash;
     Blob blob;
+    // Other views of files holding the same bytes (a tensor stored twice, in one model or in two):
+    // a binary that refers to the files instead of holding the bytes checks each of them.
+    std::vector<Blob> also_in_files;
   };
 
   explicit WeightStore(Hasher hasher = xxh3_128);
