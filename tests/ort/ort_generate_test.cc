@@ -160,6 +160,27 @@ TEST_F(GenerateTest, CompileOnlySessionsPrepareNothingToRun) {
   }
 }
 
+// ORT's weightless compilation hands the EP the initializers as node inputs at run time; CtxgenRef
+// does not take that part (`ctxgen compile --weightless` writes its weightless binaries), so it
+// answers no weightless support and ORT refuses before anything is written.
+TEST_F(GenerateTest, WeightlessCompilationIsRefusedBeforeAnythingIsWritten) {
+  const fs::path original = copy_model("weightless.onnx", dir_ / "in");
+  Ort::SessionOptions options = plugin_options();
+  Ort::ModelCompilationOptions compile(Plugin::env(), options);
+  compile.SetInputModelPath(original.c_str());
+  compile.SetOutputModelPath((dir_ / "out_ctx.onnx").c_str());
+  compile.SetWeightlessEnabled(true);
+  try {
+    Ort::ThrowOnError(Ort::CompileModel(Plugin::env(), compile));
+    ADD_FAILURE() << "compiled in ORT's weightless mode";
+  } catch (const Ort::Exception& e) {
+    EXPECT_NE(std::string(e.what()).find("'CtxgenRef' does not implement GetWeightlessSupport"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "out_ctx.onnx"));
+  EXPECT_FALSE(fs::exists(dir_ / "out_ref.bin"));
+}
+
 TEST_F(GenerateTest, WhatCannotBeWrittenIsRefusedSayingWhy) {
   const fs::path original = copy_model("cnn.onnx", dir_ / "in");
   // Compiled from memory to memory, nothing says where the binary could go.
