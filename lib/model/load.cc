@@ -880,8 +880,10 @@ void collect_weights(Model& model, onnx::GraphProto& graph, const std::string& g
     w.origin = main ? WeightOrigin::kInitializer : WeightOrigin::kSubgraphInitializer;
     w.graph = graph_label;
     w.tensor = &t;
-    w.external = t.data_location() == onnx::TensorProto::EXTERNAL && !embedded_span(t, embedded.spans) &&
-                 !held_view(t, embedded.held);
+    const TensorData* held = held_view(t, embedded.held);
+    // A host's view of a file (ORT's external initializer, mapped) is external data too.
+    w.external = held ? held->file != nullptr
+                      : t.data_location() == onnx::TensorProto::EXTERNAL && !embedded_span(t, embedded.spans);
     w.data = take_bytes(t, what, external, embedded, model.path);
     t.clear_external_data();
     t.set_data_location(onnx::TensorProto::EXTERNAL);

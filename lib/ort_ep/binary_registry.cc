@@ -31,8 +31,9 @@ BinaryRegistry& BinaryRegistry::instance() {
   return registry;
 }
 
-std::shared_ptr<const ContextBinary> BinaryRegistry::open(const std::filesystem::path& path) {
-  return counted(ContextBinary::open(path));
+std::shared_ptr<const ContextBinary> BinaryRegistry::open(const std::filesystem::path& path,
+                                                          const ContextBinary::SourceFolder& source_folder) {
+  return counted(ContextBinary::open(path, source_folder));
 }
 
 std::shared_ptr<const ContextBinary> BinaryRegistry::open(const ContextFile& file, bool shared,

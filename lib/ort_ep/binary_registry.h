@@ -37,8 +37,10 @@ class BinaryRegistry {
   // the new one for later sharing sessions.
   std::shared_ptr<const ContextBinary> open(const ContextFile& file, bool shared,
                                             const ContextBinary::SourceFolder& source_folder);
-  // Maps the file at `path` for one session.
-  std::shared_ptr<const ContextBinary> open(const std::filesystem::path& path);
+  // Maps the file at `path` for one session (a weightless one with its source data where
+  // `source_folder` says).
+  std::shared_ptr<const ContextBinary> open(const std::filesystem::path& path,
+                                            const ContextBinary::SourceFolder& source_folder = {});
   // A binary `make` reads another way (the application's read function), known by `key`: with
   // `shared`, the one a sharing session holds under that key, if any, else `make`'s, published.
   std::shared_ptr<const ContextBinary> open(const std::filesystem::path& key, bool shared,

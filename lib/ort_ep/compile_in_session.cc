@@ -63,7 +63,7 @@ void InSessionCompiler::claim(const OrtGraph* graph, OrtEpGraphSupportInfo* supp
   } end_group{*this};
   std::unique_ptr<OrdinaryGraph> analysed;
   try {
-    analysed = std::make_unique<OrdinaryGraph>(graph, *backend_);
+    analysed = std::make_unique<OrdinaryGraph>(graph, *backend_, config_.weightless);
   } catch (const Error& e) {
     // A graph ctxgen cannot read is still one ORT can run: without this EP.
     log(ORT_LOGGING_LEVEL_WARNING, std::string("claims no nodes: ") + e.what());
@@ -106,6 +106,19 @@ std::vector<std::unique_ptr<CompiledNode>> InSessionCompiler::compile(const std:
                                    "embedded context belongs to one model, so the models cannot share one binary");
   const std::string input_model = graph_model_path(graphs.front());
   const GenerationPaths paths = generation_paths(input_model, config_.context_file_path, backend_->name());
+  if (config_.weightless) {
+    // The binary names the source model's external data, which only a binary written as a file
+    // beside one model's compiled model can do.
+    const auto refuse = [](const std::string& why) {
+      throw Error(ErrorCode::kUsage, "weightless mode (ep.enable_weightless=1): " + why);
+    };
+    if (!generate) refuse("CtxgenRef makes weightless binaries only when it writes an EPContext model (ORT's Compile API)");
+    if (config_.embed_mode) refuse("an embedded binary cannot refer to the model's external data; set ep.context_embed_mode=0");
+    if (config_.data.write != nullptr) refuse("a binary given to the application's write function cannot refer to files");
+    if (shared) refuse("the sessions of a shared group (ep.share_ep_contexts=1) write one binary, which is not weightless");
+    if (input_model.empty()) refuse("the model was given from memory, so its external data has no folder");
+  }
+  backend_->weightless(config_.weightless);
   // Named as the CLI names a model's partitions, so a binary ORT compiled reads like one ctxgen wrote.
   std::vector<std::string> names;
   for (size_t i = 0; i < graphs.size(); ++i)
@@ -179,9 +192,13 @@ std::vector<std::unique_ptr<CompiledNode>> InSessionCompiler::compile(const std:
     write_context_data(config_.data, cache_context, payload);
     log(ORT_LOGGING_LEVEL_INFO, "gave context binary '" + cache_context + "' to the application's write function");
   } else if (written && !shared) {
-    write_context_binary_file(paths.binary, identity, workspace.graphs, workspace.store);
+    write_context_binary_file(paths.binary, identity, workspace.graphs, workspace.store,
+                              config_.weightless ? std::vector<const Model*>{&ordinary_->model()} : std::vector<const Model*>{});
     log(ORT_LOGGING_LEVEL_INFO, "wrote context binary " + paths.binary.string());
-    if (config_.cannot_run().empty()) binary = BinaryRegistry::instance().open(paths.binary);
+    if (config_.cannot_run().empty())
+      binary = BinaryRegistry::instance().open(paths.binary, [&]() -> std::optional<fs::path> {
+        return external_data_folder(input_model);
+      });
   }
   if (!binary && config_.cannot_run().empty() && !payload.empty()) {
     // Held in memory, aligned like a mapped file so weights are used in place.

@@ -41,6 +41,7 @@ SessionConfig SessionConfig::read(const OrtSessionOptions* options) {
   config.node_name_prefix = session_config(options, "ep.context_node_name_prefix").value_or("");
   config.stop_share = set("ep.stop_share_ep_contexts");
   config.compile_only = set("session.compile_only");
+  config.weightless = set("ep.enable_weightless");
   config.data = context_data_functions(options);
   const void* source_bytes = nullptr;
   size_t source_size = 0;
@@ -74,6 +75,7 @@ CtxgenEp::CtxgenEp(SessionConfig config, const OrtLogger* logger)
   Compile = CompileImpl;
   ReleaseNodeComputeInfos = ReleaseNodeComputeInfosImpl;
   GetCompiledModelCompatibilityInfo = GetCompiledModelCompatibilityInfoImpl;
+  GetWeightlessSupport = GetWeightlessSupportImpl;
 }
 
 void CtxgenEp::log(OrtLoggingLevel level, const std::string& message) const { log_message(logger_, level, message); }
@@ -284,6 +286,12 @@ void ORT_API_CALL CtxgenEp::ReleaseNodeComputeInfosImpl(OrtEp*, OrtNodeComputeIn
 
 const char* ORT_API_CALL CtxgenEp::GetCompiledModelCompatibilityInfoImpl(OrtEp*, const OrtGraph*) noexcept {
   return compatibility_info().c_str();
+}
+
+// External data only: weights the model embeds stay in the binary (ref lays some out anew there).
+OrtStatus* ORT_API_CALL CtxgenEp::GetWeightlessSupportImpl(const OrtEp* self, OrtWeightlessSupport* support) noexcept {
+  *support = static_cast<const CtxgenEp*>(self)->compiler_ ? OrtWeightlessSupport_EXTERNAL_ONLY : OrtWeightlessSupport_NONE;
+  return nullptr;
 }
 
 }  // namespace ctxgen::ort_ep

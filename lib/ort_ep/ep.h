@@ -47,6 +47,7 @@ class CtxgenEp : public OrtEp {
                                                        size_t count) noexcept;
   static const char* ORT_API_CALL GetCompiledModelCompatibilityInfoImpl(OrtEp* self,
                                                                         const OrtGraph* graph) noexcept;
+  static OrtStatus* ORT_API_CALL GetWeightlessSupportImpl(const OrtEp* self, OrtWeightlessSupport* support) noexcept;
 
   SessionConfig config_;
   const OrtLogger* logger_;

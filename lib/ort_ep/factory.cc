@@ -116,7 +116,14 @@ OrtStatus* ORT_API_CALL CtxgenEpFactory::GetSupportedDevicesImpl(OrtEpFactory* s
   for (size_t i = 0; i < num_devices && *num_ep_devices < max_ep_devices; ++i) {
     if (api().ort->HardwareDevice_Type(devices[i]) != OrtHardwareDeviceType_CPU) continue;
     OrtEpDevice* device = nullptr;
-    if (OrtStatus* status = api().ep->CreateEpDevice(self, devices[i], nullptr, nullptr, &device)) return status;
+    // What GetWeightlessSupport answers, told before a session exists.
+    static const bool compiles = make_session_compiler(SessionConfig{}, nullptr) != nullptr;
+    OrtKeyValuePairs* metadata = nullptr;
+    api().ort->CreateKeyValuePairs(&metadata);
+    api().ort->AddKeyValuePair(metadata, kOrtEpDevice_EpMetadataKey_WeightlessSupport, compiles ? "external_only" : "none");
+    OrtStatus* status = api().ep->CreateEpDevice(self, devices[i], metadata, nullptr, &device);
+    api().ort->ReleaseKeyValuePairs(metadata);  // ORT keeps a copy
+    if (status != nullptr) return status;
     ep_devices[(*num_ep_devices)++] = device;
   }
   // A device standing for a target this machine does not have, to compile for it (cross-compiling);

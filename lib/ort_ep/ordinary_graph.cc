@@ -41,10 +41,10 @@ std::string assigned_ep(const OrtNode* node) {
 // ORT still has both, and a fused node must be a valid cut of ORT's graph. Folded nodes are
 // supported there (their value is a constant of the compiled partition); the backend decides for
 // the others, as it does for the CLI.
-OrdinaryGraph::OrdinaryGraph(const OrtGraph* graph, const Backend& backend) : backend_(backend) {
+OrdinaryGraph::OrdinaryGraph(const OrtGraph* graph, const Backend& backend, bool external_views) : backend_(backend) {
   const std::vector<const OrtNode*> nodes = model_order(graph);
   node_count_ = nodes.size();
-  model_ = load_model(parse_ort_graph(graph), graph_label(graph));
+  model_ = load_model(parse_ort_graph(graph, external_views), graph_label(graph));
   const onnx::GraphProto ort_view = model_.graph();  // node i is nodes[i]
   if (static_cast<size_t>(ort_view.node_size()) != nodes.size())
     throw Error(ErrorCode::kInternal, "ORT's graph has " + std::to_string(nodes.size()) + " nodes, its copy " +

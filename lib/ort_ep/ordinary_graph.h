@@ -20,7 +20,8 @@ namespace ctxgen::ort_ep {
 class OrdinaryGraph {
  public:
   // Throws Error when ctxgen cannot read the graph (the caller then claims nothing).
-  OrdinaryGraph(const OrtGraph* graph, const Backend& backend);
+  // `external_views`: for a weightless binary (parse_ort_graph).
+  OrdinaryGraph(const OrtGraph* graph, const Backend& backend, bool external_views = false);
 
   // The ORT nodes of each partition, to fuse into one node each; valid only during GetCapability.
   // Nodes the specialise stage folded into constants ride along with the partitions around them.
@@ -44,6 +45,9 @@ class OrdinaryGraph {
  private:
   const Backend& backend_;
   Model model_;  // after specialisation
+
+ public:
+  const Model& model() const { return model_; }
   PartitionPlan plan_;
   std::vector<std::vector<const OrtNode*>> groups_;  // groups_[p] is plan_.partitions[p]
   std::unordered_map<std::string, size_t> partition_of_;  // first output of a claimed node -> partition

@@ -64,7 +64,8 @@ onnx::ValueInfoProto value_info(const OrtValueInfo* value) {
 // A tensor's bytes into `tensor`: copied when shape inference may read them (small, or integers
 // for shape arithmetic, the rule the file loader follows) or when there is no `parsed` to hold a
 // view, otherwise a view of ORT's memory.
-void take_tensor(const OrtValue* value, const std::string& name, onnx::TensorProto& tensor, ParsedModel* parsed) {
+void take_tensor(const OrtValue* value, const std::string& name, onnx::TensorProto& tensor, ParsedModel* parsed,
+                 bool view_small = false) {
   tensor.set_name(name);
   const TypeShape info = type_shape_of(value);
   ONNXTensorElementDataType elem = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
@@ -92,7 +93,7 @@ void take_tensor(const OrtValue* value, const std::string& name, onnx::TensorPro
   const void* data = nullptr;
   if (size > 0) check(api().ort->GetTensorData(value, &data), "GetTensorData");
   const bool integer = elem == ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64 || elem == ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32;
-  if (parsed == nullptr || size < kMinEmbeddedView || integer) {
+  if (parsed == nullptr || integer || (size < kMinEmbeddedView && !view_small)) {
     tensor.set_raw_data(static_cast<const char*>(data), size);
     return;
   }
@@ -256,7 +257,43 @@ std::string graph_label(const OrtGraph* graph) {
   return path.empty() ? std::string("<model in memory>") : path;
 }
 
-ParsedModel parse_ort_graph(const OrtGraph* graph) {
+namespace {
+
+using ExternalInfo = std::unique_ptr<OrtExternalInitializerInfo, void (*)(OrtExternalInitializerInfo*)>;
+
+// Where ORT read an initializer from, when that is external data.
+ExternalInfo external_info(const OrtValueInfo* v) {
+  OrtExternalInitializerInfo* info = nullptr;
+  check(api().ort->ValueInfo_GetExternalInitializerInfo(v, &info), "ValueInfo_GetExternalInitializerInfo");
+  return ExternalInfo(info, [](OrtExternalInitializerInfo* i) {
+    if (i != nullptr) api().ort->ReleaseExternalInitializerInfo(i);
+  });
+}
+
+// Makes the view `held` (of ORT's memory) a view of the external data `info` says ORT read it from,
+// when that is a file inside the model's folder.
+void view_external_file(const OrtExternalInitializerInfo* info, const std::filesystem::path& folder, TensorData& held,
+                        std::map<std::filesystem::path, std::shared_ptr<const MappedFile>>& files) {
+  std::error_code ec;
+  const std::filesystem::path file =
+      std::filesystem::weakly_canonical(folder / api().ort->ExternalInitializerInfo_GetFilePath(info), ec);
+  const int64_t offset = api().ort->ExternalInitializerInfo_GetFileOffset(info);
+  const std::filesystem::path inside = file.lexically_relative(folder);
+  if (ec || inside.empty() || *inside.begin() == ".." || offset < 0 ||
+      api().ort->ExternalInitializerInfo_GetByteSize(info) != held.size)
+    return;
+  auto& mapped = files[file];
+  if (!mapped) mapped = MappedFile::open(file);
+  if (static_cast<uint64_t>(offset) > mapped->size() || mapped->size() - static_cast<uint64_t>(offset) < held.size) return;
+  held.data = mapped->data() + offset;
+  held.owner = mapped;
+  held.file = mapped;
+  held.file_offset = static_cast<size_t>(offset);
+}
+
+}  // namespace
+
+ParsedModel parse_ort_graph(const OrtGraph* graph, bool external_views) {
   ParsedModel parsed;
   parsed.proto = std::make_unique<onnx::ModelProto>();
   auto& model = *parsed.proto;
@@ -280,10 +317,17 @@ ParsedModel parse_ort_graph(const OrtGraph* graph) {
 
   for (const OrtValueInfo* v : graph_inputs(graph)) *g.add_input() = value_info(v);
   for (const OrtValueInfo* v : graph_outputs(graph)) *g.add_output() = value_info(v);
+  const std::string model_path = graph_model_path(graph);
+  std::map<std::filesystem::path, std::shared_ptr<const MappedFile>> files;
   for (const OrtValueInfo* v : graph_initializers(graph)) {
     const OrtValue* value = nullptr;
     check(api().ort->ValueInfo_GetInitializerValue(v, &value), "ValueInfo_GetInitializerValue");
-    if (value != nullptr) take_tensor(value, value_name(v), *g.add_initializer(), &parsed);
+    if (value == nullptr) continue;
+    const size_t held = parsed.held.size();
+    ExternalInfo info(nullptr, [](OrtExternalInitializerInfo*) {});
+    if (external_views && !model_path.empty()) info = external_info(v);
+    take_tensor(value, value_name(v), *g.add_initializer(), &parsed, info != nullptr);
+    if (info && parsed.held.size() > held) view_external_file(info.get(), external_data_folder(model_path), parsed.held.back(), files);
   }
 
   bool opaque = false;

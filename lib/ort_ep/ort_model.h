@@ -25,7 +25,9 @@ std::vector<const OrtNode*> model_order(const OrtGraph* graph);
 // model_order(graph); every value typed as ORT inferred it
 // (symbolic dims by name); small and integer initializers copied, as shape inference reads them,
 // larger ones views of ORT's memory, valid while ORT holds them (GetCapability, Compile).
-ParsedModel parse_ort_graph(const OrtGraph* graph);
+// With `external_views`, an initializer ORT keeps in external data (inside the model's folder) is a
+// view of that file, mapped here, as the CLI's loader makes it: a weightless binary refers to it.
+ParsedModel parse_ort_graph(const OrtGraph* graph, bool external_views = false);
 
 // Names the graph in messages and reports: its model file, or "<model in memory>".
 std::string graph_label(const OrtGraph* graph);

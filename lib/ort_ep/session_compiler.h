@@ -25,6 +25,9 @@ struct SessionConfig {
   std::string node_name_prefix;  // ep.context_node_name_prefix
   bool stop_share = false;       // ep.stop_share_ep_contexts=1: the last session of a shared group
   bool compile_only = false;     // session.compile_only=1: the session never runs
+  // ep.enable_weightless=1 (ORT's weightless mode, which ModelCompilationOptions_SetWeightlessEnabled
+  // sets): the binary refers to the weights the model keeps in external data (external only).
+  bool weightless = false;
   ContextDataFunctions data;     // the application's own storage for context binaries, if any
   // Where a weightless binary's source model is: given as bytes (SessionOptionsSetWeightlessSourceModelBuffer),
   // which say nothing of its folder; else where ep.context_source_model_path names it.

@@ -396,12 +396,12 @@ std::vector<WeightPayload> payloads_of(const WeightStore& store) {
 // tensor. Another tensor of the files with the same bytes, which the compiled graphs read through
 // that weight, is recorded too (after the store's weights, read by no graph), so that it is checked
 // as well when the binary is opened.
-std::vector<WeightFile> refer_to_source_data(const std::vector<Job>& jobs, const WeightStore& store,
+std::vector<WeightFile> refer_to_source_data(const std::vector<const Model*>& models, const WeightStore& store,
                                              std::vector<WeightPayload>& payloads) {
-  const fs::path folder = external_data_folder(jobs.front().model.path);
+  const fs::path folder = external_data_folder(models.front()->path);
   std::map<std::tuple<fs::path, size_t, size_t>, std::string> tensors;  // (file, offset, size) -> name
-  for (const Job& job : jobs)
-    for (const Weight& w : job.model.weights)
+  for (const Model* model : models)
+    for (const Weight& w : model->weights)
       if (w.external && w.data.file) tensors.emplace(std::tuple{w.data.file->path(), w.data.file_offset, w.data.size}, w.name);
   std::vector<WeightFile> files;
   std::map<fs::path, uint32_t> file_of;
@@ -431,12 +431,18 @@ std::vector<WeightFile> refer_to_source_data(const std::vector<Job>& jobs, const
                file.tensors.size(), (folder / file.path).string());
   if (files.empty())
     throw Error(ErrorCode::kUsage, "--weightless: the compiled partitions read no tensor of " +
-                                       jobs.front().model.path.string() + (jobs.size() > 1 ? " or the other models" : "") +
+                                       models.front()->path.string() + (models.size() > 1 ? " or the other models" : "") +
                                        " as it is stored in external data (embedded weights, and those the compiler "
                                        "computes, such as a BatchNormalization folded into a Conv, stay in the binary), "
                                        "so the binary would hold them all; save the model with external data "
                                        "(onnx.save_model(..., save_as_external_data=True)) or compile without --weightless");
   return files;
+}
+
+std::vector<const Model*> models_of(const std::vector<Job>& jobs) {
+  std::vector<const Model*> models;
+  for (const Job& job : jobs) models.push_back(&job.model);
+  return models;
 }
 
 WrittenBinary write_to_string(const BinaryIdentity& identity, const std::vector<CompiledGraph>& graphs,
@@ -465,10 +471,14 @@ std::string context_binary_bytes(const BinaryIdentity& identity, const std::vect
 }
 
 void write_context_binary_file(const fs::path& path, const BinaryIdentity& identity,
-                               const std::vector<CompiledGraph>& graphs, const WeightStore& store) {
+                               const std::vector<CompiledGraph>& graphs, const WeightStore& store,
+                               const std::vector<const Model*>& weightless_sources) {
   OutputSet outputs({path}, true);
   OutputFile& file = outputs.open(path);
-  write_context_binary(identity, graphs, payloads_of(store), file.sink(), file.patcher());
+  std::vector<WeightPayload> payloads = payloads_of(store);
+  const std::vector<WeightFile> weight_files =
+      weightless_sources.empty() ? std::vector<WeightFile>{} : refer_to_source_data(weightless_sources, store, payloads);
+  write_context_binary(identity, graphs, payloads, file.sink(), file.patcher(), weight_files);
   outputs.finished(file.finish(path));
   outputs.commit();
 }
@@ -574,7 +584,7 @@ void run_pipeline(const std::vector<fs::path>& inputs, const CompileOptions& opt
     std::vector<CompiledGraph> all_graphs;
     for (const auto& job : jobs) all_graphs.insert(all_graphs.end(), job.graphs.begin(), job.graphs.end());
     const std::vector<WeightFile> weight_files = options.weightless && !all_graphs.empty()
-                                                     ? refer_to_source_data(jobs, store, payloads)
+                                                     ? refer_to_source_data(models_of(jobs), store, payloads)
                                                      : std::vector<WeightFile>{};
     if (options.embed && !all_graphs.empty()) {
       written = write_to_string(identity, all_graphs, payloads, embedded);

@@ -160,25 +160,43 @@ TEST_F(GenerateTest, CompileOnlySessionsPrepareNothingToRun) {
   }
 }
 
-// ORT's weightless compilation hands the EP the initializers as node inputs at run time; CtxgenRef
-// does not take that part (`ctxgen compile --weightless` writes its weightless binaries), so it
-// answers no weightless support and ORT refuses before anything is written.
-TEST_F(GenerateTest, WeightlessCompilationIsRefusedBeforeAnythingIsWritten) {
+// ORT's weightless mode (ModelCompilationOptions_SetWeightlessEnabled): CtxgenRef keeps the
+// initializers itself (EXTERNAL_ONLY, "EP-managed"): its binary refers to the model's external
+// data, as `ctxgen compile --weightless` writes it.
+TEST_F(GenerateTest, WeightlessCompilationRefersToTheModelsExternalData) {
   const fs::path original = copy_model("weightless.onnx", dir_ / "in");
-  Ort::SessionOptions options = plugin_options();
-  Ort::ModelCompilationOptions compile(Plugin::env(), options);
-  compile.SetInputModelPath(original.c_str());
-  compile.SetOutputModelPath((dir_ / "out_ctx.onnx").c_str());
-  compile.SetWeightlessEnabled(true);
-  try {
+  fs::create_directories(dir_ / "out");
+  const auto compile_weightless = [&](bool embed) {
+    Ort::SessionOptions options = plugin_options();
+    Ort::ModelCompilationOptions compile(Plugin::env(), options);
+    compile.SetInputModelPath(original.c_str());
+    compile.SetOutputModelPath((dir_ / "out" / "weightless_ctx.onnx").c_str());
+    compile.SetWeightlessEnabled(true);
+    compile.SetEpContextEmbedMode(embed);
     Ort::ThrowOnError(Ort::CompileModel(Plugin::env(), compile));
-    ADD_FAILURE() << "compiled in ORT's weightless mode";
+  };
+  try {
+    compile_weightless(true);
+    ADD_FAILURE() << "an embedded binary was made weightless";
   } catch (const Ort::Exception& e) {
-    EXPECT_NE(std::string(e.what()).find("'CtxgenRef' does not implement GetWeightlessSupport"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("an embedded binary cannot refer to the model's external data"), std::string::npos)
         << e.what();
   }
-  EXPECT_FALSE(fs::exists(dir_ / "out_ctx.onnx"));
-  EXPECT_FALSE(fs::exists(dir_ / "out_ref.bin"));
+  EXPECT_FALSE(fs::exists(dir_ / "out" / "weightless_ctx.onnx"));
+  compile_weightless(false);
+  const auto binary = ContextBinary::open(dir_ / "out" / "weightless_ref.bin", [&] { return std::optional(dir_ / "in"); });
+  ASSERT_EQ(binary->weight_files().size(), 1u);
+  EXPECT_EQ(binary->weight_files()[0].kind, WeightFileKind::kSourceData);
+  EXPECT_EQ(binary->weight_files()[0].path, "weightless.weights");
+  EXPECT_EQ(binary->weight_files()[0].tensors.size(), 4u);
+  EXPECT_LT(fs::file_size(dir_ / "out" / "weightless_ref.bin"), fs::file_size(dir_ / "in" / "weightless.weights") / 10);
+  Ort::Session session = open_session(dir_ / "out" / "weightless_ctx.onnx",
+                                      plugin_options({{"ep.context_source_model_path", original.string()}}));
+  expect_matches_original(session, original);
+  // Compiled for the session alone (no EPContext model), a binary held in memory cannot refer to files.
+  const auto jit = session_failure(original, plugin_options({{"ep.enable_weightless", "1"}}));
+  ASSERT_TRUE(jit);
+  EXPECT_NE(jit->message.find("only when it writes an EPContext model"), std::string::npos) << jit->message;
 }
 
 TEST_F(GenerateTest, WhatCannotBeWrittenIsRefusedSayingWhy) {
