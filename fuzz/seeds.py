@@ -30,9 +30,11 @@ def seed_models(source, scratch):
 
 def compile_binaries(ctxgen, models, scratch):
     binaries = []
-    # The voice-activity model once more, compiled for one sample rate: a graph with a fixed input.
+    # The voice-activity model once more, compiled for one sample rate: a graph with a fixed input;
+    # the model with external data once more, weightless: a binary naming its source data.
     runs = [[model, "--allow-empty"] for model in models]
     runs += [[model, "--fix-value", "sr=16000"] for model in models if os.path.basename(model) == "vad.onnx"]
+    runs += [[model, "--weightless"] for model in models if os.path.basename(model) == "weightless.onnx"]
     for i, args in enumerate(runs):
         out = os.path.join(scratch, "out%d" % i)
         run = subprocess.run([ctxgen, "-q", "compile"] + args + ["--output-dir", out],
