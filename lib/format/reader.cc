@@ -534,9 +534,9 @@ void ContextBinary::link_weights_file(uint32_t k, const std::filesystem::path& f
   linked_[k - 1] = std::move(opened);
 }
 
-// Every weight is hashed here, once a process opens the binary: the source model's data file is
-// not ours, and a tensor changed in it (a model re-exported under the same name) must not run.
-void ContextBinary::link_source_data(uint32_t k, const std::filesystem::path& source_folder) {
+// Every weight is hashed when a binary is opened: the source model's data file is not ours, and a
+// tensor changed in it (a model re-exported under the same name) must not run.
+std::shared_ptr<const MappedFile> ContextBinary::checked_source_data(uint32_t k, const std::filesystem::path& source_folder) const {
   const WeightFile& named = weight_files_[k - 1];
   const std::string what = label_ + ": source data '" + named.path + "'";
   const std::string hint = " (source data: the external data of the model the binary was compiled from, looked for "
@@ -550,10 +550,6 @@ void ContextBinary::link_source_data(uint32_t k, const std::filesystem::path& so
       throw Error(ErrorCode::kInvalidBinary, std::string(e.what()) + hint);
     }
   }();
-  // A weight no graph reads (another tensor with the bytes of one that is read) is only checked.
-  std::vector<bool> read(weights_.size());
-  for (const GraphRecord& g : graphs_)
-    for (uint32_t id : g.weight_ids) read[id] = true;
   size_t index = 0;
   for (uint32_t id = 0; id < weights_.size(); ++id) {
     const WeightRecord& w = weights_[id];
@@ -563,19 +559,40 @@ void ContextBinary::link_source_data(uint32_t k, const std::filesystem::path& so
       throw Error(ErrorCode::kMismatch, what + " (" + bytes->path().string() + ") is " + std::to_string(bytes->size()) +
                                             " bytes, but " + tensor + " was compiled from its bytes " +
                                             range(w.offset, w.size) + ": the file changed since the model was compiled");
-    const uint8_t* data = bytes->data() + w.offset;
-    const Hash128 found = xxh3_128(data, w.size);
+    const Hash128 found = xxh3_128(bytes->data() + w.offset, w.size);
     if (found != w.hash)
       throw Error(ErrorCode::kMismatch, what + " (" + bytes->path().string() + "): " + tensor + " " + range(w.offset, w.size) +
                                             " has XXH3-128 " + found.hex() + ", but the binary was compiled from bytes "
                                             "with " + w.hash.hex() + ": the model's weights changed since it was "
                                             "compiled; compile it again");
-    if (read[id] && reinterpret_cast<uintptr_t>(data) % kSourceDataAlignment != 0) {
+  }
+  return bytes;
+}
+
+void ContextBinary::link_source_data(uint32_t k, const std::filesystem::path& source_folder) {
+  const std::shared_ptr<const MappedFile> bytes = checked_source_data(k, source_folder);
+  // A weight no graph reads (another tensor with the bytes of one that is read) is only checked.
+  std::vector<bool> read(weights_.size());
+  for (const GraphRecord& g : graphs_)
+    for (uint32_t id : g.weight_ids) read[id] = true;
+  for (uint32_t id = 0; id < weights_.size(); ++id) {
+    const uint8_t* data = bytes->data() + weights_[id].offset;
+    if (weights_[id].file == k && read[id] && reinterpret_cast<uintptr_t>(data) % kSourceDataAlignment != 0) {
       copies_.resize(weights_.size());
-      copies_[id] = aligned_copy(data, w.size);
+      copies_[id] = aligned_copy(data, weights_[id].size);
     }
   }
   sources_[k - 1] = bytes;
+}
+
+void ContextBinary::check_source_data(const SourceFolder& source_folder) const {
+  std::optional<std::optional<std::filesystem::path>> folder;
+  for (uint32_t k = 1; k <= weight_files_.size(); ++k) {
+    if (weight_files_[k - 1].kind != WeightFileKind::kSourceData) continue;
+    if (!folder) folder = source_folder ? source_folder() : std::nullopt;
+    if (!*folder) return;
+    checked_source_data(k, **folder);
+  }
 }
 
 const ContextBinary& ContextBinary::weight_file(uint32_t k) const {

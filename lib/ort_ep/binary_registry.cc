@@ -39,8 +39,14 @@ std::shared_ptr<const ContextBinary> BinaryRegistry::open(const std::filesystem:
 std::shared_ptr<const ContextBinary> BinaryRegistry::open(const ContextFile& file, bool shared,
                                                           const ContextBinary::SourceFolder& source_folder) {
   // Known by its path alone: a weightless binary's source data, wherever a session found it, holds
-  // the bytes it was compiled with (each weight's hash is checked), so any session may share it.
-  return open(file.path, shared, [&] { return ContextBinary::map(file.fd.get(), file.path, source_folder); });
+  // the bytes it was compiled with, so any session may share it once its own source data is checked.
+  bool made = false;
+  auto binary = open(file.path, shared, [&] {
+    made = true;
+    return ContextBinary::map(file.fd.get(), file.path, source_folder);
+  });
+  if (!made) binary->check_source_data(source_folder);
+  return binary;
 }
 
 std::shared_ptr<const ContextBinary> BinaryRegistry::open(const std::filesystem::path& key, bool shared,

@@ -119,6 +119,16 @@ std::vector<std::unique_ptr<CompiledNode>> InSessionCompiler::compile(const std:
     if (input_model.empty()) refuse("the model was given from memory, so its external data has no folder");
   }
   backend_->weightless(config_.weightless);
+  // ORT writes the model, this EP the binary: neither may replace the weights they are made from.
+  if (generate) {
+    for (const fs::path& out : {paths.model, paths.binary}) {
+      std::error_code ec;
+      for (const fs::path& read : ordinary_->external_files())
+        if (!out.empty() && fs::equivalent(out, read, ec))
+          throw Error(ErrorCode::kUsage, out.string() + " would replace " + read.string() + ", which " + input_model +
+                                             " reads its weights from; write the compiled model elsewhere");
+    }
+  }
   // Named as the CLI names a model's partitions, so a binary ORT compiled reads like one ctxgen wrote.
   std::vector<std::string> names;
   for (size_t i = 0; i < graphs.size(); ++i)
@@ -193,7 +203,8 @@ std::vector<std::unique_ptr<CompiledNode>> InSessionCompiler::compile(const std:
     log(ORT_LOGGING_LEVEL_INFO, "gave context binary '" + cache_context + "' to the application's write function");
   } else if (written && !shared) {
     write_context_binary_file(paths.binary, identity, workspace.graphs, workspace.store,
-                              config_.weightless ? std::vector<const Model*>{&ordinary_->model()} : std::vector<const Model*>{});
+                              config_.weightless ? std::vector<WeightlessSource>{ordinary_->weightless_source()}
+                                                 : std::vector<WeightlessSource>{});
     log(ORT_LOGGING_LEVEL_INFO, "wrote context binary " + paths.binary.string());
     if (config_.cannot_run().empty())
       binary = BinaryRegistry::instance().open(paths.binary, [&]() -> std::optional<fs::path> {

@@ -45,6 +45,7 @@ OrdinaryGraph::OrdinaryGraph(const OrtGraph* graph, const Backend& backend, bool
   const std::vector<const OrtNode*> nodes = model_order(graph);
   node_count_ = nodes.size();
   model_ = load_model(parse_ort_graph(graph, external_views), graph_label(graph));
+  external_files_ = external_data_files(graph);
   const onnx::GraphProto ort_view = model_.graph();  // node i is nodes[i]
   if (static_cast<size_t>(ort_view.node_size()) != nodes.size())
     throw Error(ErrorCode::kInternal, "ORT's graph has " + std::to_string(nodes.size()) + " nodes, its copy " +
@@ -144,6 +145,12 @@ size_t OrdinaryGraph::partition_of(const OrtGraph* fused) const {
   }
   if (!partition) throw Error(ErrorCode::kInternal, "a fused graph has no nodes");
   return *partition;
+}
+
+WeightlessSource OrdinaryGraph::weightless_source() const {
+  WeightlessSource source{&model_, {}};
+  for (const Partition& p : plan_.partitions) source.read.insert(source.read.end(), p.constants.begin(), p.constants.end());
+  return source;
 }
 
 CompiledGraph OrdinaryGraph::compile(const OrtGraph* fused, const std::string& name, WeightStore& store,

@@ -14,6 +14,7 @@
 #include "ctxgen/backend.h"
 #include "ctxgen/model.h"
 #include "ctxgen/partition.h"
+#include "ctxgen/pipeline.h"
 
 namespace ctxgen::ort_ep {
 
@@ -22,6 +23,8 @@ class OrdinaryGraph {
   // Throws Error when ctxgen cannot read the graph (the caller then claims nothing).
   // `external_views`: for a weightless binary (parse_ort_graph).
   OrdinaryGraph(const OrtGraph* graph, const Backend& backend, bool external_views = false);
+  // The files the model's initializers are read from, which no output may replace.
+  const std::set<std::filesystem::path>& external_files() const { return external_files_; }
 
   // The ORT nodes of each partition, to fuse into one node each; valid only during GetCapability.
   // Nodes the specialise stage folded into constants ride along with the partitions around them.
@@ -45,9 +48,12 @@ class OrdinaryGraph {
  private:
   const Backend& backend_;
   Model model_;  // after specialisation
+  std::set<std::filesystem::path> external_files_;
 
  public:
   const Model& model() const { return model_; }
+  // The model and the constants its partitions read, for a weightless binary.
+  WeightlessSource weightless_source() const;
   PartitionPlan plan_;
   std::vector<std::vector<const OrtNode*>> groups_;  // groups_[p] is plan_.partitions[p]
   std::unordered_map<std::string, size_t> partition_of_;  // first output of a claimed node -> partition

@@ -293,6 +293,19 @@ void view_external_file(const OrtExternalInitializerInfo* info, const std::files
 
 }  // namespace
 
+std::set<std::filesystem::path> external_data_files(const OrtGraph* graph) {
+  std::set<std::filesystem::path> files;
+  const std::string model_path = graph_model_path(graph);
+  if (model_path.empty()) return files;
+  const std::filesystem::path folder = external_data_folder(model_path);
+  for (const OrtValueInfo* v : graph_initializers(graph)) {
+    const ExternalInfo info = external_info(v);
+    std::error_code ec;
+    if (info) files.insert(std::filesystem::weakly_canonical(folder / api().ort->ExternalInitializerInfo_GetFilePath(info.get()), ec));
+  }
+  return files;
+}
+
 ParsedModel parse_ort_graph(const OrtGraph* graph, bool external_views) {
   ParsedModel parsed;
   parsed.proto = std::make_unique<onnx::ModelProto>();

@@ -3,6 +3,7 @@
 // ordinary model is loaded, specialised, partitioned and compiled by the same code as a model file
 // given to the CLI.
 
+#include <set>
 #include <onnxruntime_c_api.h>
 
 #include <string>
@@ -28,6 +29,9 @@ std::vector<const OrtNode*> model_order(const OrtGraph* graph);
 // With `external_views`, an initializer ORT keeps in external data (inside the model's folder) is a
 // view of that file, mapped here, as the CLI's loader makes it: a weightless binary refers to it.
 ParsedModel parse_ort_graph(const OrtGraph* graph, bool external_views = false);
+
+// The files ORT reads the graph's initializers from (external data), canonical.
+std::set<std::filesystem::path> external_data_files(const OrtGraph* graph);
 
 // Names the graph in messages and reports: its model file, or "<model in memory>".
 std::string graph_label(const OrtGraph* graph);

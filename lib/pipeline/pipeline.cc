@@ -393,23 +393,26 @@ std::vector<WeightPayload> payloads_of(const WeightStore& store) {
 
 // --weightless: a weight that is the bytes of a tensor in the models' external data stays there,
 // referred to by its file (relative to the models' folder), offset and hash, and named by the
-// tensor. Another tensor of the files with the same bytes, which the compiled graphs read through
-// that weight, is recorded too (after the store's weights, read by no graph), so that it is checked
-// as well when the binary is opened.
-std::vector<WeightFile> refer_to_source_data(const std::vector<const Model*>& models, const WeightStore& store,
+// tensor. Every other tensor of those files the compiled partitions read is recorded too, after the
+// store's weights, as a weight no graph reads, so that it is checked when the binary is opened: one
+// with the same bytes as a referred tensor (the graphs read that one), one the compiler transformed
+// into the weights the binary holds (a BatchNormalization folded into a Conv), an integer one.
+std::vector<WeightFile> refer_to_source_data(const std::vector<WeightlessSource>& sources, const WeightStore& store,
                                              std::vector<WeightPayload>& payloads) {
-  const fs::path folder = external_data_folder(models.front()->path);
+  const fs::path folder = external_data_folder(sources.front().model->path);
   std::map<std::tuple<fs::path, size_t, size_t>, std::string> tensors;  // (file, offset, size) -> name
-  for (const Model* model : models)
-    for (const Weight& w : model->weights)
+  for (const WeightlessSource& source : sources)
+    for (const Weight& w : source.model->weights)
       if (w.external && w.data.file) tensors.emplace(std::tuple{w.data.file->path(), w.data.file_offset, w.data.size}, w.name);
   std::vector<WeightFile> files;
   std::map<fs::path, uint32_t> file_of;
-  // Makes `payload` the reference to `blob`, when that is a tensor of the files.
+  std::set<std::tuple<fs::path, size_t, size_t>> recorded;
+  // Makes `payload` the reference to `blob`, when that is a tensor of the files not recorded yet.
   const auto refer = [&](WeightPayload& payload, const Blob& blob) {
     if (!blob.file || blob.make || !payload.hash) return false;
-    const auto tensor = tensors.find({blob.file->path(), blob.file_offset, blob.size});
-    if (tensor == tensors.end()) return false;
+    const std::tuple key{blob.file->path(), blob.file_offset, blob.size};
+    const auto tensor = tensors.find(key);
+    if (tensor == tensors.end() || !recorded.insert(key).second) return false;
     const auto [file, added] = file_of.emplace(blob.file->path(), static_cast<uint32_t>(files.size() + 1));
     if (added) files.push_back({blob.file->path().lexically_relative(folder).string(), WeightFileKind::kSourceData, {}, {}});
     payload.file = file->second;
@@ -417,32 +420,44 @@ std::vector<WeightFile> refer_to_source_data(const std::vector<const Model*>& mo
     files[payload.file - 1].tensors.push_back(tensor->second);
     return true;
   };
-  std::vector<WeightPayload> also;
+  std::vector<WeightPayload> checked;
   for (uint32_t id = 0; id < store.size(); ++id) {
     if (!refer(payloads[id], payloads[id].blob)) continue;
     for (const Blob& copy : store.entry(id).also_in_files) {
       WeightPayload check{payloads[id].hash, copy};
-      if (refer(check, copy)) also.push_back(std::move(check));
+      if (refer(check, copy)) checked.push_back(std::move(check));
     }
   }
-  payloads.insert(payloads.end(), also.begin(), also.end());
-  for (const WeightFile& file : files)
-    log().info("--weightless: {} tensor(s) stay in {}: the binary reads them there, beside the source model",
-               file.tensors.size(), (folder / file.path).string());
   if (files.empty())
     throw Error(ErrorCode::kUsage, "--weightless: the compiled partitions read no tensor of " +
-                                       models.front()->path.string() + (models.size() > 1 ? " or the other models" : "") +
+                                       sources.front().model->path.string() + (sources.size() > 1 ? " or the other models" : "") +
                                        " as it is stored in external data (embedded weights, and those the compiler "
                                        "computes, such as a BatchNormalization folded into a Conv, stay in the binary), "
                                        "so the binary would hold them all; save the model with external data "
                                        "(onnx.save_model(..., save_as_external_data=True)) or compile without --weightless");
+  for (const WeightlessSource& source : sources)
+    for (const std::string& name : source.read) {
+      const Weight* w = source.model->constant(name);
+      if (w == nullptr || !w->external || !w->data.file) continue;
+      const Blob blob = w->data.blob();
+      WeightPayload check{xxh3_128(blob.pin().data, blob.size), blob};
+      blob.release();
+      if (refer(check, blob)) checked.push_back(std::move(check));
+    }
+  payloads.insert(payloads.end(), checked.begin(), checked.end());
+  for (const WeightFile& file : files)
+    log().info("--weightless: {} tensor(s) stay in {}: the binary reads them there, beside the source model",
+               file.tensors.size(), (folder / file.path).string());
   return files;
 }
 
-std::vector<const Model*> models_of(const std::vector<Job>& jobs) {
-  std::vector<const Model*> models;
-  for (const Job& job : jobs) models.push_back(&job.model);
-  return models;
+std::vector<WeightlessSource> sources_of(const std::vector<Job>& jobs) {
+  std::vector<WeightlessSource> sources;
+  for (const Job& job : jobs) {
+    sources.push_back({&job.model, {}});
+    for (const Partition& p : job.plan.partitions) sources.back().read.insert(sources.back().read.end(), p.constants.begin(), p.constants.end());
+  }
+  return sources;
 }
 
 WrittenBinary write_to_string(const BinaryIdentity& identity, const std::vector<CompiledGraph>& graphs,
@@ -472,7 +487,7 @@ std::string context_binary_bytes(const BinaryIdentity& identity, const std::vect
 
 void write_context_binary_file(const fs::path& path, const BinaryIdentity& identity,
                                const std::vector<CompiledGraph>& graphs, const WeightStore& store,
-                               const std::vector<const Model*>& weightless_sources) {
+                               const std::vector<WeightlessSource>& weightless_sources) {
   OutputSet outputs({path}, true);
   OutputFile& file = outputs.open(path);
   std::vector<WeightPayload> payloads = payloads_of(store);
@@ -584,7 +599,7 @@ void run_pipeline(const std::vector<fs::path>& inputs, const CompileOptions& opt
     std::vector<CompiledGraph> all_graphs;
     for (const auto& job : jobs) all_graphs.insert(all_graphs.end(), job.graphs.begin(), job.graphs.end());
     const std::vector<WeightFile> weight_files = options.weightless && !all_graphs.empty()
-                                                     ? refer_to_source_data(models_of(jobs), store, payloads)
+                                                     ? refer_to_source_data(sources_of(jobs), store, payloads)
                                                      : std::vector<WeightFile>{};
     if (options.embed && !all_graphs.empty()) {
       written = write_to_string(identity, all_graphs, payloads, embedded);

@@ -109,6 +109,46 @@ onnx.save_model(m, sys.argv[1], save_as_external_data=True, all_tensors_to_one_f
   EXPECT_NE(r.output.find("tensor 'b'"), std::string::npos) << r.output;
 }
 
+// Tensors the compiler turns into weights the binary holds (a BatchNormalization folded into the
+// Conv before it) are checked on open too: the binary was made from their bytes.
+TEST(Weightless, TensorsFoldedIntoTheBinaryAreCheckedToo) {
+  TempDir dir;
+  const fs::path script = dir / "folded.py";
+  write_file(script, R"(import sys
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+r = np.random.default_rng(2)
+t = lambda name, *shape: numpy_helper.from_array(r.standard_normal(shape).astype(np.float32), name)
+nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["n"]),
+         helper.make_node("Relu", ["n"], ["r"]), helper.make_node("Flatten", ["r"], ["f"]),
+         helper.make_node("MatMul", ["f", "fc"], ["y"])]
+v = numpy_helper.from_array(np.abs(r.standard_normal(8)).astype(np.float32) + 0.5, "v")
+g = helper.make_graph(nodes, "folded", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+                      [t("w", 8, 3, 3, 3), t("s", 8), t("b", 8), t("m", 8), v, t("fc", 512, 4)])
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+m.ir_version = 8
+onnx.save_model(m, sys.argv[1], save_as_external_data=True, all_tensors_to_one_file=True, location="folded.weights",
+                size_threshold=0)
+)");
+  const fs::path model = dir / "folded.onnx";
+  ASSERT_EQ(run_command(std::string(CTXGEN_PYTHON) + " " + quote(script) + " " + quote(model)).exit_code, 0);
+  auto r = ctxgen("compile " + quote(model) + " --weightless");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto binary = ContextBinary::open(dir / "folded_ref.bin");
+  ASSERT_EQ(binary->weight_files().size(), 1u);
+  const auto& tensors = binary->weight_files()[0].tensors;
+  EXPECT_EQ(std::set<std::string>(tensors.begin(), tensors.end()), (std::set<std::string>{"fc", "w", "s", "b", "m", "v"}));
+  std::string data = read_file(dir / "folded.weights");
+  data[3 * 9 * 8 * 4 + 2] ^= 1;  // inside s, after w (8x3x3x3 floats)
+  write_file(dir / "folded.weights", data);
+  r = ctxgen("verify " + quote(dir / "folded_ctx.onnx") + " --reference " + quote(model));
+  EXPECT_EQ(r.exit_code, exit_code(ErrorCode::kMismatch)) << r.output;
+  EXPECT_NE(r.output.find("tensor 's'"), std::string::npos) << r.output;
+}
+
 TEST(Weightless, RefusesWhatCannotBeWeightless) {
   TempDir dir;
   const fs::path model = copy_model("weightless.onnx", dir.path());

@@ -193,10 +193,52 @@ TEST_F(GenerateTest, WeightlessCompilationRefersToTheModelsExternalData) {
   Ort::Session session = open_session(dir_ / "out" / "weightless_ctx.onnx",
                                       plugin_options({{"ep.context_source_model_path", original.string()}}));
   expect_matches_original(session, original);
+  // A session sharing that binary with another is checked against its own source model.
+  fs::create_directories(dir_ / "changed");
+  fs::copy_file(original, dir_ / "changed" / "weightless.onnx");
+  std::string data = testing::read_file(dir_ / "in" / "weightless.weights");
+  data[10000] ^= 1;  // inside fc_w
+  testing::write_file(dir_ / "changed" / "weightless.weights", data);
+  const Config share = {{"ep.share_ep_contexts", "1"}, {"ep.context_source_model_path", original.string()}};
+  Ort::Session first = open_session(dir_ / "out" / "weightless_ctx.onnx", plugin_options(share));
+  Config changed = share;
+  changed["ep.context_source_model_path"] = (dir_ / "changed" / "weightless.onnx").string();
+  const auto second = session_failure(dir_ / "out" / "weightless_ctx.onnx", plugin_options(changed));
+  ASSERT_TRUE(second);
+  EXPECT_NE(second->message.find("tensor 'fc_w'"), std::string::npos) << second->message;
   // Compiled for the session alone (no EPContext model), a binary held in memory cannot refer to files.
   const auto jit = session_failure(original, plugin_options({{"ep.enable_weightless", "1"}}));
   ASSERT_TRUE(jit);
   EXPECT_NE(jit->message.find("only when it writes an EPContext model"), std::string::npos) << jit->message;
+}
+
+// The binary ORT's compile writes beside the model never replaces the model's own external data.
+TEST_F(GenerateTest, OutputsNeverReplaceTheModelsWeights) {
+  const fs::path original = copy_model("external.onnx", dir_.path());
+  fs::rename(dir_ / "external.weights", dir_ / "external_ref.bin");  // named as the binary will be
+  onnx::ModelProto proto;
+  ASSERT_TRUE(proto.ParseFromString(testing::read_file(original)));
+  for (auto& t : *proto.mutable_graph()->mutable_initializer())
+    for (auto& kv : *t.mutable_external_data())
+      if (kv.key() == "location") kv.set_value("external_ref.bin");
+  testing::write_file(original, proto.SerializeAsString());
+  const std::string before = testing::read_file(dir_ / "external_ref.bin");
+  for (bool weightless : {false, true}) {
+    Ort::SessionOptions options = plugin_options();
+    Ort::ModelCompilationOptions compile(Plugin::env(), options);
+    compile.SetInputModelPath(original.c_str());
+    compile.SetOutputModelPath((dir_ / "external_ctx.onnx").c_str());
+    compile.SetWeightlessEnabled(weightless);
+    try {
+      Ort::ThrowOnError(Ort::CompileModel(Plugin::env(), compile));
+      ADD_FAILURE() << "the binary replaced the model's weights";
+    } catch (const Ort::Exception& e) {
+      EXPECT_NE(std::string(e.what()).find("which " + original.string() + " reads its weights from"), std::string::npos)
+          << e.what();
+    }
+    EXPECT_EQ(testing::read_file(dir_ / "external_ref.bin"), before);
+    EXPECT_FALSE(fs::exists(dir_ / "external_ctx.onnx"));
+  }
 }
 
 TEST_F(GenerateTest, WhatCannotBeWrittenIsRefusedSayingWhy) {

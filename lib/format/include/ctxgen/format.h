@@ -163,6 +163,9 @@ class ContextBinary {
   // can tell it apart from a binary of another run (docs/context-binary-format.md §7).
   const Hash128& content_id() const { return content_id_; }
   const std::string& label() const { return label_; }
+  // Checks that the source data where `source_folder` says holds the bytes this binary runs on (a
+  // session using a binary another opened with its own source model); throws as open() does.
+  void check_source_data(const SourceFolder& source_folder) const;
   // Re-hashes every weight payload (those in weight files too) and compares with the table, and
   // checks the padding between payloads is zero; throws Error(kInvalidBinary) naming the first
   // weight or byte that changed.
@@ -177,6 +180,7 @@ class ContextBinary {
   void link(const std::filesystem::path& folder, const SourceFolder& source_folder);
   void link_weights_file(uint32_t k, const std::filesystem::path& folder);
   void link_source_data(uint32_t k, const std::filesystem::path& source_folder);
+  std::shared_ptr<const MappedFile> checked_source_data(uint32_t k, const std::filesystem::path& source_folder) const;
   std::shared_ptr<const void> owner_;
   const uint8_t* data_ = nullptr;
   uint64_t size_ = 0;

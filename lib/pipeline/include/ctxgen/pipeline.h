@@ -142,11 +142,17 @@ PartitionedModel partition_model(const std::filesystem::path& input, const LoadO
 // nothing (a temporary renamed into place, replacing an earlier file; Error kIo naming the path).
 std::string context_binary_bytes(const BinaryIdentity& identity, const std::vector<CompiledGraph>& graphs,
                                  const WeightStore& store);
+// A model compiled into a weightless binary, and the constants its compiled partitions read.
+struct WeightlessSource {
+  const Model* model = nullptr;
+  std::vector<std::string> read;
+};
 // With `weightless_sources` (the models compiled, in one folder), a weightless binary: the weights
-// that are tensors of their external data as stored are referred to there (--weightless).
+// that are tensors of their external data as stored are referred to there, and every tensor of it
+// the partitions read is checked on open (--weightless).
 void write_context_binary_file(const std::filesystem::path& path, const BinaryIdentity& identity,
                                const std::vector<CompiledGraph>& graphs, const WeightStore& store,
-                               const std::vector<const Model*>& weightless_sources = {});
+                               const std::vector<WeightlessSource>& weightless_sources = {});
 
 // "<folder>/<stem>_ctx.onnx" naming: the stem is the file name without its last extension.
 std::string file_stem(const std::filesystem::path& path);
