@@ -429,12 +429,13 @@ std::vector<WeightFile> refer_to_source_data(const std::vector<WeightlessSource>
     }
   }
   if (files.empty())
-    throw Error(ErrorCode::kUsage, "--weightless: the compiled partitions read no tensor of " +
+    throw Error(ErrorCode::kUsage, "weightless binary: the compiled partitions read no tensor of " +
                                        sources.front().model->path.string() + (sources.size() > 1 ? " or the other models" : "") +
                                        " as it is stored in external data (embedded weights, and those the compiler "
                                        "computes, such as a BatchNormalization folded into a Conv, stay in the binary), "
                                        "so the binary would hold them all; save the model with external data "
-                                       "(onnx.save_model(..., save_as_external_data=True)) or compile without --weightless");
+                                       "(onnx.save_model(..., save_as_external_data=True)) or compile without weightless "
+                                       "mode");
   for (const WeightlessSource& source : sources)
     for (const std::string& name : source.read) {
       const Weight* w = source.model->constant(name);
