@@ -9,6 +9,39 @@
 namespace ctxgen::testing {
 namespace {
 
+// DIR/STEM.onnx, the graph `g` the Python code makes, saved with every tensor in DIR/STEM.weights.
+fs::path external_model(const fs::path& dir, const std::string& stem, const std::string& graph_code) {
+  const fs::path script = dir / (stem + ".py"), model = dir / (stem + ".onnx");
+  write_file(script, "import sys\nimport numpy as np\nimport onnx\nfrom onnx import TensorProto, helper, numpy_helper\n" +
+                         graph_code + "m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 13)])\n"
+                         "m.ir_version = 8\nonnx.save_model(m, sys.argv[1], save_as_external_data=True, "
+                         "all_tensors_to_one_file=True, location='" + stem + ".weights', size_threshold=0)\n");
+  const auto r = run_command(std::string(CTXGEN_PYTHON) + " " + quote(script) + " " + quote(model));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return model;
+}
+
+// Compiles `model` --weightless; the tensors its binary names in its one source data file.
+std::vector<std::string> weightless_tensors(const fs::path& model) {
+  const auto r = ctxgen("compile " + quote(model) + " --weightless");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  const auto binary = ContextBinary::open(model.parent_path() / (model.stem().string() + "_ref.bin"));
+  EXPECT_EQ(binary->weight_files().size(), 1u);
+  return binary->weight_files().at(0).tensors;
+}
+
+// Flips the byte at `offset` of the model's <stem>.weights: verify then refuses naming `tensor`.
+void expect_change_refused(const fs::path& model, size_t offset, const std::string& tensor) {
+  const fs::path weights = model.parent_path() / (model.stem().string() + ".weights");
+  std::string data = read_file(weights);
+  data.at(offset) ^= 1;
+  write_file(weights, data);
+  const auto r = ctxgen("verify " + quote(model.parent_path() / (model.stem().string() + "_ctx.onnx")) + " --reference " +
+                        quote(model));
+  EXPECT_EQ(r.exit_code, exit_code(ErrorCode::kMismatch)) << r.output;
+  EXPECT_NE(r.output.find(tensor), std::string::npos) << r.output;
+}
+
 TEST(Weightless, TheBinaryHoldsNoWeightTheModelStores) {
   TempDir dir;
   const fs::path model = copy_model("weightless.onnx", dir.path());
@@ -77,47 +110,24 @@ TEST(Weightless, SharedModelsReferToOneDataFile) {
 // change to it is caught when the binary is opened, not run on the first one's bytes.
 TEST(Weightless, EveryTensorReadIsChecked) {
   TempDir dir;
-  const fs::path script = dir / "twins.py";
-  write_file(script, R"(import sys
-import numpy as np
-import onnx
-from onnx import TensorProto, helper, numpy_helper
+  const fs::path model = external_model(dir.path(), "twins", R"(
 w = np.random.default_rng(1).standard_normal((16, 16)).astype(np.float32)
 nodes = [helper.make_node("MatMul", ["x", "a"], ["p"]), helper.make_node("MatMul", ["x", "b"], ["q"]),
          helper.make_node("Add", ["p", "q"], ["y"])]
 g = helper.make_graph(nodes, "twins", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 16])],
                       [numpy_helper.from_array(w, "a"), numpy_helper.from_array(w, "b")])
-m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
-m.ir_version = 8
-onnx.save_model(m, sys.argv[1], save_as_external_data=True, all_tensors_to_one_file=True, location="twins.weights",
-                size_threshold=0)
 )");
-  const fs::path model = dir / "twins.onnx";
-  ASSERT_EQ(run_command(std::string(CTXGEN_PYTHON) + " " + quote(script) + " " + quote(model)).exit_code, 0);
-  auto r = ctxgen("compile " + quote(model) + " --weightless");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const auto binary = ContextBinary::open(dir / "twins_ref.bin");
-  ASSERT_EQ(binary->weight_files().size(), 1u);
-  EXPECT_EQ(binary->weight_files()[0].tensors, (std::vector<std::string>{"a", "b"}));
-  std::string data = read_file(dir / "twins.weights");
-  ASSERT_EQ(data.size(), 2048u);
-  data[1500] ^= 1;  // inside b
-  write_file(dir / "twins.weights", data);
-  r = ctxgen("verify " + quote(dir / "twins_ctx.onnx") + " --reference " + quote(model));
-  EXPECT_EQ(r.exit_code, exit_code(ErrorCode::kMismatch)) << r.output;
-  EXPECT_NE(r.output.find("tensor 'b'"), std::string::npos) << r.output;
+  EXPECT_EQ(weightless_tensors(model), (std::vector<std::string>{"a", "b"}));
+  ASSERT_EQ(fs::file_size(dir / "twins.weights"), 2048u);
+  expect_change_refused(model, 1500, "tensor 'b'");
 }
 
 // Tensors the compiler turns into weights the binary holds (a BatchNormalization folded into the
 // Conv before it) are checked on open too: the binary was made from their bytes.
 TEST(Weightless, TensorsFoldedIntoTheBinaryAreCheckedToo) {
   TempDir dir;
-  const fs::path script = dir / "folded.py";
-  write_file(script, R"(import sys
-import numpy as np
-import onnx
-from onnx import TensorProto, helper, numpy_helper
+  const fs::path model = external_model(dir.path(), "folded", R"(
 r = np.random.default_rng(2)
 t = lambda name, *shape: numpy_helper.from_array(r.standard_normal(shape).astype(np.float32), name)
 nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
@@ -128,25 +138,10 @@ v = numpy_helper.from_array(np.abs(r.standard_normal(8)).astype(np.float32) + 0.
 g = helper.make_graph(nodes, "folded", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
                       [t("w", 8, 3, 3, 3), t("s", 8), t("b", 8), t("m", 8), v, t("fc", 512, 4)])
-m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
-m.ir_version = 8
-onnx.save_model(m, sys.argv[1], save_as_external_data=True, all_tensors_to_one_file=True, location="folded.weights",
-                size_threshold=0)
 )");
-  const fs::path model = dir / "folded.onnx";
-  ASSERT_EQ(run_command(std::string(CTXGEN_PYTHON) + " " + quote(script) + " " + quote(model)).exit_code, 0);
-  auto r = ctxgen("compile " + quote(model) + " --weightless");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const auto binary = ContextBinary::open(dir / "folded_ref.bin");
-  ASSERT_EQ(binary->weight_files().size(), 1u);
-  const auto& tensors = binary->weight_files()[0].tensors;
+  const std::vector<std::string> tensors = weightless_tensors(model);
   EXPECT_EQ(std::set<std::string>(tensors.begin(), tensors.end()), (std::set<std::string>{"fc", "w", "s", "b", "m", "v"}));
-  std::string data = read_file(dir / "folded.weights");
-  data[3 * 9 * 8 * 4 + 2] ^= 1;  // inside s, after w (8x3x3x3 floats)
-  write_file(dir / "folded.weights", data);
-  r = ctxgen("verify " + quote(dir / "folded_ctx.onnx") + " --reference " + quote(model));
-  EXPECT_EQ(r.exit_code, exit_code(ErrorCode::kMismatch)) << r.output;
-  EXPECT_NE(r.output.find("tensor 's'"), std::string::npos) << r.output;
+  expect_change_refused(model, 3 * 9 * 8 * 4 + 2, "tensor 's'");  // inside s, after w (8x3x3x3 floats)
 }
 
 TEST(Weightless, RefusesWhatCannotBeWeightless) {
