@@ -571,17 +571,14 @@ std::shared_ptr<const MappedFile> ContextBinary::checked_source_data(uint32_t k,
 
 void ContextBinary::link_source_data(uint32_t k, const std::filesystem::path& source_folder) {
   const std::shared_ptr<const MappedFile> bytes = checked_source_data(k, source_folder);
-  // A weight no graph reads (another tensor with the bytes of one that is read) is only checked.
-  std::vector<bool> read(weights_.size());
+  // A weight no graph reads (a tensor recorded to be checked) is never copied.
+  copies_.resize(weights_.size());
   for (const GraphRecord& g : graphs_)
-    for (uint32_t id : g.weight_ids) read[id] = true;
-  for (uint32_t id = 0; id < weights_.size(); ++id) {
-    const uint8_t* data = bytes->data() + weights_[id].offset;
-    if (weights_[id].file == k && read[id] && reinterpret_cast<uintptr_t>(data) % kSourceDataAlignment != 0) {
-      copies_.resize(weights_.size());
-      copies_[id] = aligned_copy(data, weights_[id].size);
+    for (uint32_t id : g.weight_ids) {
+      const uint8_t* data = bytes->data() + weights_[id].offset;
+      if (weights_[id].file == k && !copies_[id] && reinterpret_cast<uintptr_t>(data) % kSourceDataAlignment != 0)
+        copies_[id] = aligned_copy(data, weights_[id].size);
     }
-  }
   sources_[k - 1] = bytes;
 }
 

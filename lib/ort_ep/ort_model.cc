@@ -270,16 +270,23 @@ ExternalInfo external_info(const OrtValueInfo* v) {
   });
 }
 
+// The file `info` names, canonical (its path is relative to the model's canonical `folder`); empty
+// when it cannot be resolved.
+std::filesystem::path external_file(const OrtExternalInitializerInfo* info, const std::filesystem::path& folder) {
+  std::error_code ec;
+  const std::filesystem::path file =
+      std::filesystem::weakly_canonical(folder / api().ort->ExternalInitializerInfo_GetFilePath(info), ec);
+  return ec ? std::filesystem::path() : file;
+}
+
 // Makes the view `held` (of ORT's memory) a view of the external data `info` says ORT read it from,
 // when that is a file inside the model's folder.
 void view_external_file(const OrtExternalInitializerInfo* info, const std::filesystem::path& folder, TensorData& held,
                         std::map<std::filesystem::path, std::shared_ptr<const MappedFile>>& files) {
-  std::error_code ec;
-  const std::filesystem::path file =
-      std::filesystem::weakly_canonical(folder / api().ort->ExternalInitializerInfo_GetFilePath(info), ec);
+  const std::filesystem::path file = external_file(info, folder);
   const int64_t offset = api().ort->ExternalInitializerInfo_GetFileOffset(info);
   const std::filesystem::path inside = file.lexically_relative(folder);
-  if (ec || inside.empty() || *inside.begin() == ".." || offset < 0 ||
+  if (file.empty() || inside.empty() || *inside.begin() == ".." || offset < 0 ||
       api().ort->ExternalInitializerInfo_GetByteSize(info) != held.size)
     return;
   auto& mapped = files[file];
@@ -300,8 +307,7 @@ std::set<std::filesystem::path> external_data_files(const OrtGraph* graph) {
   const std::filesystem::path folder = external_data_folder(model_path);
   for (const OrtValueInfo* v : graph_initializers(graph)) {
     const ExternalInfo info = external_info(v);
-    std::error_code ec;
-    if (info) files.insert(std::filesystem::weakly_canonical(folder / api().ort->ExternalInitializerInfo_GetFilePath(info.get()), ec));
+    if (info) files.insert(external_file(info.get(), folder));
   }
   return files;
 }
@@ -331,6 +337,8 @@ ParsedModel parse_ort_graph(const OrtGraph* graph, bool external_views) {
   for (const OrtValueInfo* v : graph_inputs(graph)) *g.add_input() = value_info(v);
   for (const OrtValueInfo* v : graph_outputs(graph)) *g.add_output() = value_info(v);
   const std::string model_path = graph_model_path(graph);
+  const bool views = external_views && !model_path.empty();
+  const std::filesystem::path folder = views ? external_data_folder(model_path) : std::filesystem::path();
   std::map<std::filesystem::path, std::shared_ptr<const MappedFile>> files;
   for (const OrtValueInfo* v : graph_initializers(graph)) {
     const OrtValue* value = nullptr;
@@ -338,9 +346,9 @@ ParsedModel parse_ort_graph(const OrtGraph* graph, bool external_views) {
     if (value == nullptr) continue;
     const size_t held = parsed.held.size();
     ExternalInfo info(nullptr, [](OrtExternalInitializerInfo*) {});
-    if (external_views && !model_path.empty()) info = external_info(v);
+    if (views) info = external_info(v);
     take_tensor(value, value_name(v), *g.add_initializer(), &parsed, info != nullptr);
-    if (info && parsed.held.size() > held) view_external_file(info.get(), external_data_folder(model_path), parsed.held.back(), files);
+    if (info && parsed.held.size() > held) view_external_file(info.get(), folder, parsed.held.back(), files);
   }
 
   bool opaque = false;
