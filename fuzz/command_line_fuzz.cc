@@ -1,7 +1,6 @@
-// The command-line parser and the option resolution behind it on arbitrary arguments, and the
-// share manifest reader on arbitrary text: Error or a usage message, never a crash. Nothing is
-// run, so no file is touched. Input: NUL-separated arguments, or manifest JSON when it starts
-// with '{'.
+// The command-line parser and the option resolution behind it on arbitrary arguments
+// (NUL-separated): Error or a usage message, never a crash. Nothing is run, so no file is touched.
+// Manifests have their own target (manifest_fuzz.cc).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -13,11 +12,6 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   try {
-    if (!text.empty() && text[0] == '{') {
-      const ctxgen::Manifest manifest = ctxgen::parse_manifest(text, "/nonexistent", "fuzz.json");
-      ctxgen::resolve_shapes(manifest.models, manifest.shapes);
-      return 0;
-    }
     std::vector<std::string> args{"ctxgen"};
     size_t start = 0;
     for (size_t end; (end = text.find('\0', start)) != std::string::npos; start = end + 1)

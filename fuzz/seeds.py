@@ -5,7 +5,8 @@ model_load      the models testdata/generate.py writes and the committed exports
 embedded_weights  the same models
 context_binary  the .bin files ctxgen compiles from those models
 ref_program     every program inside those .bin files (docs/context-binary-format.md §5)
-command_line    NUL-separated argument lists and share manifests
+command_line    NUL-separated argument lists
+manifest        share manifests
 """
 import argparse
 import os
@@ -98,6 +99,11 @@ MANIFESTS = [
     '{"path": "decode.onnx", "fix_value": {"sr": [16000]}}], "output_dir": "dist", "backend": "ref", "target_cpu": "avx2", '
     '"fix_dim": {"batch": 1}, "node_name_prefix": "g_", "external_initializers_file": "w.data", "embed": false}',
     '{"models": [{"path": "a.onnx"}], "fix_value": {"sr": 16000, "flag": true}}',
+    # What testers once got past the reader: a NUL inside a path, a duplicate key, a manifest
+    # naming itself as an output.
+    '{"models": [{"path": "cnn.onnx\\u0000/tp.onnx"}]}',
+    '{"models": [{"path": "a.onnx"}], "output_dir": "x", "output_dir": "y"}',
+    '{"models": [{"path": "a.onnx", "input_shape": {"x": [1, -1, 4294967296]}}], "external_initializers_file": "fuzz.json"}',
 ]
 
 
@@ -131,7 +137,7 @@ def main():
     for i, argv in enumerate(ARGUMENTS):
         write(os.path.join(args.out, "command_line"), "args%d" % i, "\0".join(argv).encode())
     for i, text in enumerate(MANIFESTS):
-        write(os.path.join(args.out, "command_line"), "manifest%d.json" % i, text.encode())
+        write(os.path.join(args.out, "manifest"), "%d.json" % i, text.encode())
     write(args.out, ".seeded", b"")
 
 

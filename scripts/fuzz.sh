@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs one libFuzzer target for SECONDS, from its seed corpus, with ASan + UBSan.
-#   scripts/fuzz.sh TARGET SECONDS       TARGET: model_load, embedded_weights, context_binary, ref_program, command_line
+#   scripts/fuzz.sh TARGET SECONDS       TARGET: model_load, embedded_weights, context_binary, ref_program, command_line, manifest
 #   scripts/fuzz.sh --binary B --corpus C TARGET SECONDS   (ctest's smoke: a built target, its seeds)
 # Builds the sanitizer tree (scripts/sanitize.sh --build-only) unless --binary is given. Findings
 # (crash-*, timeout-*, oom-*) go to build-sanitize/fuzz/findings/TARGET; the grown corpus to

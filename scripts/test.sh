@@ -9,4 +9,15 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build_dir="${BUILD_DIR:-$repo/build}"
 "$repo/scripts/setup.sh" --build-only
-ctest --test-dir "$build_dir" --output-on-failure -j2 "$@"
+if [ $# -gt 0 ]; then
+  exec ctest --test-dir "$build_dir" --output-on-failure -j2 "$@"
+fi
+# The whole suite: the sanitize label's one test would print nothing for most of the run, so the
+# sanitizer build and its suite run here instead, in view (scripts/sanitize.sh is that test).
+status=0
+ctest --test-dir "$build_dir" --output-on-failure -j2 -LE sanitize || status=$?
+if ctest --test-dir "$build_dir" -N -L sanitize | grep -q sanitizer_suite; then
+  echo "test.sh: the suite again under ASan + UBSan (scripts/sanitize.sh; about 10 minutes on two cores)"
+  "$repo/scripts/sanitize.sh" || status=$?
+fi
+exit "$status"
