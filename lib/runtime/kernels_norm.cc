@@ -269,7 +269,8 @@ const Planner plan_nll_loss = plan_as<NllLoss>;
 
 void nll_loss(Ins in, const Output& out) {
   const Dims& x = in[0].dims();
-  int64_t n = x[0], classes = x[1], inner = product(x, 2, x.size());
+  int64_t classes = x[1], inner = product(x, 2, x.size());
+  const int64_t n = inner == 0 ? 0 : x[0];  // no targets: the batch is not walked
   const auto& p = plan_of<NllLoss>(out);
   const float* weight = in.size() > 2 && in[2].present() ? in[2].f32() : nullptr;
   double total = 0, weights = 0;

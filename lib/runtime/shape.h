@@ -45,12 +45,14 @@ using AxisIndex = SmallArray<int64_t>;
 
 // Visits every index of dims[0 .. rank-1) in row-major order, keeping one offset per tensor
 // (offset += strides[t][axis] as the index moves). The innermost axis is left to the caller, who
-// runs a tight loop over it: `body(offsets)` is called once per row.
+// runs a tight loop over it: `body(offsets)` is called once per row. With any axis empty, the
+// innermost included, no row holds an element and nothing is visited: the outer axes of an empty
+// tensor may still span ~10^11 rows.
 template <size_t kTensors, typename Body>
 void for_each_row(const Dims& dims, const Dims* strides, Body&& body) {
   size_t outer_rank = dims.empty() ? 0 : dims.size() - 1;
-  for (size_t a = 0; a < outer_rank; ++a)
-    if (dims[a] == 0) return;
+  for (int64_t d : dims)
+    if (d == 0) return;
   AxisIndex index(outer_rank);
   int64_t offsets[kTensors] = {};
   while (true) {

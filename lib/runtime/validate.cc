@@ -140,9 +140,18 @@ uint64_t saturating_add(uint64_t a, uint64_t b) {
 
 uint64_t elements(const Value& v) { return static_cast<uint64_t>(v.element_count()); }
 
-// An upper bound on the element operations of an op's kernel. Every kernel touches each input and
-// output element a bounded number of times, except those doing a product or a window per output
-// element. An empty output costs nothing: execute() does not run the kernel.
+// The positions an input's non-empty axes span: its elements, or for an empty input what a kernel
+// stepping through its other axes before it meets the empty one would walk.
+uint64_t span(const Value& v) {
+  uint64_t positions = 1;
+  for (int64_t d : v.dims)
+    if (d > 0) positions = saturating_mul(positions, static_cast<uint64_t>(d));
+  return positions;
+}
+
+// An upper bound on the element operations of an op's kernel. Every kernel touches each input
+// position and output element a bounded number of times, except those doing a product or a window
+// per output element. An empty output costs nothing: execute() does not run the kernel.
 uint64_t op_work(const ref::Op& op, const std::vector<const Value*>& in, const Value& out) {
   if (out.element_count() == 0) return 0;
   uint64_t per_output = 1;
@@ -161,7 +170,7 @@ uint64_t op_work(const ref::Op& op, const std::vector<const Value*>& in, const V
   }
   uint64_t work = saturating_mul(elements(out), per_output);
   for (const Value* v : in)
-    if (v) work = saturating_add(work, elements(*v));
+    if (v) work = saturating_add(work, span(*v));
   return work;
 }
 

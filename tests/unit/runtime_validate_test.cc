@@ -478,5 +478,36 @@ TEST(RuntimeValidate, AnOpWithAnEmptyOutputDoesNoWork) {
   EXPECT_TRUE(run_bytes(b.program(), {Bytes{}})[0].empty());
 }
 
+// An empty input with a non-empty output (a reduction to a scalar, a summed loss) once made the
+// kernels walk the input's other axes: [369098755, 514, 0] spun for minutes per run in a checksum-
+// valid binary. Now the walk stops at the empty axis, and the positions such an input spans count
+// as work, so one spanning more than 2^48 is refused.
+TEST(RuntimeValidate, AnEmptyInputIsNotWalkedAndItsSpanCountsAsWork) {
+  const int64_t big = 369098755;
+  for (const char* type : {"ReduceSum", "ReduceMean", "ReduceL2", "ReduceSumSquare"}) {
+    SCOPED_TRACE(type);
+    ProgramBuilder b;
+    int32_t x = b.input({big, 514, 0});
+    int32_t y = b.output({});
+    b.op(type, {x}, y, {ints_attr("axes", {}), int_attr("keepdims", 0)});
+    EXPECT_EQ(run_bytes(b.program(), {Bytes{}})[0].size(), sizeof(float));
+  }
+  {
+    ProgramBuilder b;
+    int32_t x = b.input({big, 514, 0});
+    int32_t t = b.input({big, 0}, ref::DType::kInt64);
+    int32_t y = b.output({});
+    b.op("NegativeLogLikelihoodLoss", {x, t}, y,
+         {int_attr("reduction", 1), int_attr("ignore_index", 0), int_attr("has_ignore_index", 0)});
+    EXPECT_EQ(values_of<float>(run_bytes(b.program(), {Bytes{}, Bytes{}})[0]), std::vector<float>{0.0f});
+  }
+  ProgramBuilder b;
+  const int64_t side = int64_t{1} << 30;
+  int32_t x = b.input({0, side, side});
+  int32_t y = b.output({});
+  b.op("ReduceSum", {x}, y, {ints_attr("axes", {}), int_attr("keepdims", 0)});
+  expect_invalid(b.program(), "op 0 (ReduceSum): the program needs more than 2^48 element operations per run", 0);
+}
+
 }  // namespace
 }  // namespace ctxgen::testing
