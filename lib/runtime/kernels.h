@@ -204,9 +204,10 @@ inline float exp_approx(float x) {
   return x != x ? x : high;
 }
 
-// A Conv weight [M, C/group, k...] as oneDNN counts it, [group, M/group, C/group, k...] when
-// grouped: the dims a packed weight's recorded layout describes (kernels_conv.cc).
-Dims grouped(const Dims& w, int64_t group);
+// A Conv weight [M, C/group, k...], or with `transpose` a ConvTranspose weight [C, M/group, k...],
+// as oneDNN counts it: [M, C/group, k...], [group, M/group, C/group, k...] when grouped; the dims a
+// packed weight's recorded layout describes (kernels_conv.cc).
+Dims onednn_weight_dims(const Dims& w, int64_t group, bool transpose);
 
 // The im2col matrix of one group of one image (rows: channel and kernel position; columns: output
 // position), zero where the window reads padding; for float32 and int32 (kernels_conv.cc).
@@ -407,12 +408,13 @@ void expand(Ins, const Output&);  // a broadcast copy
 void matmul(Ins, const Output&);
 void gemm(Ins, const Output&);
 void conv(Ins, const Output&);  // kernels_conv.cc
+void conv_transpose(Ins, const Output&);  // kernels_conv.cc
+// Conv's and ConvTranspose's.
 std::unique_ptr<OpPlan> plan_conv(const ref::Op&, const std::vector<const ref::Value*>&, const ref::Value&);
 void conv_weight(Ins, const Output&);  // a plain Conv weight laid out as a packed Conv reads it
 std::unique_ptr<OpPlan> plan_conv_weight(const ref::Op&, const std::vector<const ref::Value*>&, const ref::Value&);
 void max_pool(Ins, const Output&);
 void average_pool(Ins, const Output&);
-void conv_transpose(Ins, const Output&);
 void resize(Ins, const Output&);
 std::unique_ptr<OpPlan> plan_resize(const ref::Op&, const std::vector<const ref::Value*>&, const ref::Value&);
 
@@ -475,7 +477,6 @@ extern const Planner plan_trilu, plan_axis, plan_axis_strides, plan_pad, plan_on
 extern const Planner plan_reduction, plan_columns, plan_normalisation, plan_nll_loss, plan_cum_sum,
     plan_arg_extreme;                                                                     // kernels_norm.cc
 extern const Planner plan_window;                                                         // kernels_pool.cc
-extern const Planner plan_conv_transpose;                                                 // kernels_resize.cc
 extern const Planner plan_product;                                                        // kernels_linear.cc
 extern const Planner plan_qlinear_conv;                                                   // kernels_qconv.cc
 extern const Planner plan_quant, plan_matmul_nbits, plan_gather_block_quantized, plan_matmul_integer,

@@ -1,10 +1,12 @@
-// Conv. A weight ctxgen packed at compile time (attribute packed = 1) runs through oneDNN's
-// convolution for this CPU's feature level, in the layout oneDNN chose for it (channels last, or
-// its own blocked layout); any other weight (one computed at run time) runs as im2col + GEMM.
+// Conv and ConvTranspose. A weight ctxgen packed at compile time (attribute packed = 1) runs
+// through oneDNN's convolution (deconvolution) for this CPU's feature level, in the layout oneDNN
+// chose for it (channels last, or its own blocked layout); any other weight (one computed at run
+// time) runs as im2col + GEMM (a scatter loop).
 
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <optional>
@@ -135,18 +137,28 @@ std::optional<std::pair<dnnl::algorithm, std::pair<float, float>>> post_op(const
   }
 }
 
-// The convolution of a packed Conv: its weight, source and destination in whatever layout oneDNN
-// prefers for this CPU (or in the layouts given), and a scratchpad the caller provides. The same
-// function makes it when ctxgen packs the weight and when the runtime plans the op, so both see
-// the same layout.
-using Setup = dnnl::convolution_forward::primitive_desc;
+// The convolution (or deconvolution) of a packed Conv (ConvTranspose): its weight, source and
+// destination in whatever layout oneDNN prefers for this CPU (or in the layouts given), and a
+// scratchpad the caller provides. The same function makes it when ctxgen packs the weight and when
+// the runtime plans the op, so both see the same layout.
+using Setup = dnnl::primitive_desc;
+
+bool transposed(const ref::Op& op) { return op.type == "ConvTranspose"; }
 
 // Where a convolution's windows go; a band of rows has pads of its own.
 struct Geometry {
   Dims strides, pads, dilations;
 };
 
-Geometry geometry_of(const ref::Op& op) { return {op.get_ints("strides"), op.get_ints("pads"), op.get_ints("dilations")}; }
+// A ConvTranspose's output_padding extends the end of each axis: to oneDNN, whose output size
+// follows from the pads, that is less padding at the end.
+Geometry geometry_of(const ref::Op& op) {
+  Geometry g{op.get_ints("strides"), op.get_ints("pads"), op.get_ints("dilations")};
+  const Dims extra = op.get_ints("output_padding");
+  const size_t n = g.strides.size();
+  for (size_t a = 0; a < extra.size() && n + a < g.pads.size(); ++a) g.pads[n + a] -= extra[a];
+  return g;
+}
 
 Desc any_desc(const Dims& d) {
   return Desc(dnnl::memory::dims(d.begin(), d.end()), dnnl::memory::data_type::f32, Tag::any);
@@ -166,11 +178,16 @@ Setup setup(const ref::Op& op, const Geometry& g, const Desc& src, const Desc& w
     ops.append_eltwise(1.0f, p->first, p->second.first, p->second.second);
     attr.set_post_ops(ops);
   }
-  const dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src,
-                                             weight, bias, dst, dnnl::memory::dims(g.strides.begin(), g.strides.end()),
-                                             dilate, pad_begin, pad_end);
+  const dnnl::memory::dims strides(g.strides.begin(), g.strides.end());
   onednn::OneThread one;
-  return Setup(desc, attr, onednn::engine());
+  if (transposed(op)) {
+    const dnnl::deconvolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct,
+                                                 src, weight, bias, dst, strides, dilate, pad_begin, pad_end);
+    return dnnl::deconvolution_forward::primitive_desc(desc, attr, onednn::engine());
+  }
+  const dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src,
+                                             weight, bias, dst, strides, dilate, pad_begin, pad_end);
+  return dnnl::convolution_forward::primitive_desc(desc, attr, onednn::engine());
 }
 
 // A Conv with channels_last = 1 computes on channels-last images (whose rows are contiguous, so
@@ -183,14 +200,34 @@ Setup setup(const ref::Op& op, const Dims& x, const Desc& weight, const Dims& y,
                last ? image_desc(y, true) : any_desc(y));
 }
 
-Desc any_weight(const ref::Op& op, const Dims& w) { return any_desc(grouped(w, op.get_int("group", 1))); }
+Desc any_weight(const ref::Op& op, const Dims& w) {
+  return any_desc(onednn_weight_dims(w, op.get_int("group", 1), transposed(op)));
+}
+
+// A weight as the model holds it, in oneDNN's terms: a Conv's [M, C/group, k...] is row-major;
+// a ConvTranspose's [C, M/group, k...] is oneDNN's [M, C, k...] (grouped [group, M/group,
+// C/group, k...]) with the input channels outer.
+Desc plain_weight(const Dims& w, int64_t group, bool transpose) {
+  const Dims dims = onednn_weight_dims(w, group, transpose);
+  if (!transpose) return plain_desc(dims);
+  const int64_t taps = product(w, 2, w.size()), outs = w[1], ins = w[0] / group;
+  const size_t o = group == 1 ? 0 : 1;  // where oneDNN's output channels are
+  Dims strides(dims.size());
+  if (group != 1) strides[0] = ins * outs * taps;
+  strides[o] = taps;
+  strides[o + 1] = outs * taps;
+  const Dims spatial = strides_of(Dims(w.begin() + 2, w.end()));
+  std::copy(spatial.begin(), spatial.end(), strides.begin() + static_cast<long>(o + 2));
+  return Desc(dnnl::memory::dims(dims.begin(), dims.end()), dnnl::memory::data_type::f32,
+              dnnl::memory::dims(strides.begin(), strides.end()));
+}
 
 // A packed weight's layout, as its Conv records it (attribute weight_layout, over the weight's
 // dims as oneDNN counts them): the padded dims, the strides of their outer indices, then each
 // inner block as (dim, size), outermost first. The rule (ops.cc) has checked that it lies within
 // the weight.
 Desc recorded_weight(const ref::Op& op) {
-  const Dims dims = grouped(op.get_ints("weight_shape"), op.get_int("group", 1));
+  const Dims dims = onednn_weight_dims(op.get_ints("weight_shape"), op.get_int("group", 1), transposed(op));
   const Dims layout = op.get_ints("weight_layout");
   const size_t rank = dims.size();
   if (layout.size() < 2 * rank || layout.size() % 2 != 0 || (layout.size() - 2 * rank) / 2 > DNNL_MAX_NDIMS)
@@ -215,7 +252,7 @@ Desc recorded_weight(const ref::Op& op) {
 
 // A primitive running part of a convolution: its layouts and its scratchpad's.
 struct Part {
-  dnnl::convolution_forward primitive;
+  dnnl::primitive primitive;
   Desc src, weight, bias, dst, scratchpad;
 };
 
@@ -271,12 +308,12 @@ struct ConvPlan final : OpPlan {
   std::unique_ptr<OpState> make_state() const override {
     return packed ? std::make_unique<Memories>(packed->pieces.size()) : nullptr;
   }
-  std::shared_ptr<const Packed> packed;  // absent: im2col + GEMM, scratch_bytes holding the im2col matrix
+  std::shared_ptr<const Packed> packed;  // absent: im2col + GEMM (scatter), scratch_bytes holding the im2col matrix
   FusedActivation act;
-  // The im2col path's geometry (spatial axes).
+  // The unpacked paths' geometry (spatial axes).
   int64_t group = 1;
   bool pointwise = false;
-  Dims strides, pads, dilations, in_spatial, in_strides, out_spatial, kernel;
+  Dims strides, pads, dilations, in_spatial, in_strides, out_spatial, out_strides, kernel;
 };
 
 // The elements one step of `dim`'s outermost index covers, and that index's block, when `dim` is
@@ -317,7 +354,7 @@ constexpr int64_t kMinPieceChannels = 32;
 
 Part whole_part(const Setup& s) {
   onednn::OneThread one;
-  return {dnnl::convolution_forward(s), s.src_desc(), s.weights_desc(), s.bias_desc(), s.dst_desc(), s.scratchpad_desc()};
+  return {dnnl::primitive(s), s.src_desc(0), s.weights_desc(0), s.weights_desc(1), s.dst_desc(0), s.scratchpad_desc()};
 }
 
 // Bands of output rows of a channels-last convolution of one image: band k computes rows
@@ -373,7 +410,7 @@ void cut_into_pieces(const ref::Op& op, const Setup& whole, const Dims& w, const
     p.parts = {whole_part(whole)};
     p.pieces = {Piece{}};
   };
-  const Desc weight = whole.weights_desc(), dst = whole.dst_desc();
+  const Desc weight = whole.weights_desc(0), dst = whole.dst_desc(0);
   const auto ow = outermost(weight, 0);
   const auto od = outermost(dst, 1);
   if (y[0] != 1 || op.get_int("group", 1) != 1 || product(w) * product(y, 2, y.size()) < kMinSplitWork || !ow || !od)
@@ -385,7 +422,7 @@ void cut_into_pieces(const ref::Op& op, const Setup& whole, const Dims& w, const
   if (pieces == 1) return all();
   const int64_t count = y[1] / pieces;
   try {
-    const Setup s = setup(op, geometry_of(op), whole.src_desc(), cut(weight, 0, count, ow->first, ow->second),
+    const Setup s = setup(op, geometry_of(op), whole.src_desc(0), cut(weight, 0, count, ow->first, ow->second),
                           bias ? plain_desc({count}) : Desc(), cut(dst, 1, count, od->first, od->second));
     if (std::string(s.impl_info_str()) != whole.impl_info_str()) return all();
     p.parts = {whole_part(s)};
@@ -451,8 +488,8 @@ std::shared_ptr<const Packed> plan_packed(const ref::Op& op, const Desc& weight,
     const bool last = op.get_int("channels_last", 0) != 0;
     std::optional<Setup> whole;
     if (!last) whole = setup(op, image, weight, y, bias);
-    p->src = whole ? whole->src_desc() : image_desc(image, true);
-    p->dst = whole ? whole->dst_desc() : image_desc(y, true);
+    p->src = whole ? whole->src_desc(0) : image_desc(image, true);
+    p->dst = whole ? whole->dst_desc(0) : image_desc(y, true);
     p->src_given = image_desc(image, src_last);
     p->dst_given = image_desc(y, dst_last);
     p->act_fused = post_op(op).has_value();
@@ -496,10 +533,11 @@ void put(std::string& key, const std::string& text) {
   put(key, text.data(), text.size());
 }
 
-// All a packed Conv's plan is made of: its attributes (geometry, activation, layouts), its image
-// dims and whether it has a bias (the weight's own bytes are only read when it runs).
+// All a packed Conv's plan is made of: its type, its attributes (geometry, activation, layouts),
+// its image dims and whether it has a bias (the weight's own bytes are only read when it runs).
 std::string planned_key(const ref::Op& op, const Dims& x, const Dims& y, bool bias) {
   std::string key;
+  put(key, op.type);
   put(key, op.attrs.size());
   for (const ref::Attr& a : op.attrs) {
     put(key, a.name);
@@ -531,17 +569,19 @@ Kept<Packed>& planned() {
 
 }  // namespace
 
-Dims grouped(const Dims& w, int64_t group) {
-  if (group == 1) return w;
-  Dims g = {group, w[0] / group};
-  g.insert(g.end(), w.begin() + 1, w.end());
+Dims onednn_weight_dims(const Dims& w, int64_t group, bool transpose) {
+  Dims dims = w;
+  if (transpose) dims[0] = w[1] * group, dims[1] = w[0] / group;
+  if (group == 1) return dims;
+  Dims g = {group, dims[0] / group};
+  g.insert(g.end(), dims.begin() + 1, dims.end());
   return g;
 }
 
 std::vector<int64_t> conv_weight_layout(const ref::Op& op, const Dims& x, const Dims& w, const Dims& y, bool bias) {
   dnnl_memory_desc_t d{};
   try {
-    d = setup(op, x, any_weight(op, w), y, bias).weights_desc().data;
+    d = setup(op, x, any_weight(op, w), y, bias).weights_desc(0).data;
   } catch (const dnnl::error& e) {
     throw Error(ErrorCode::kInternal, std::string("oneDNN cannot run this convolution: ") + e.what());
   }
@@ -566,15 +606,17 @@ uint64_t packed_conv_plans_made() { return g_plans_made; }
 namespace {
 
 // A plain weight and its packed layout, as a Conv's attributes (weight_shape, group, weight_layout)
-// give them.
+// give them; a ConvWeight's `transposed` says they are a ConvTranspose's.
 struct WeightLayouts final : OpPlan {
   Desc plain, packed;
 };
 
 WeightLayouts weight_layouts(const ref::Op& op) {
+  ref::Op of = op;
+  if (op.type == "ConvWeight" && op.get_int("transposed", 0) != 0) of.type = "ConvTranspose";
   WeightLayouts w;
-  w.packed = recorded_weight(op);
-  w.plain = plain_desc(grouped(op.get_ints("weight_shape"), op.get_int("group", 1)));
+  w.packed = recorded_weight(of);
+  w.plain = plain_weight(op.get_ints("weight_shape"), op.get_int("group", 1), transposed(of));
   return w;
 }
 
@@ -599,7 +641,7 @@ MadeBytes pack_conv_weight(const ref::Op& op, const uint8_t* weight) {
 }
 
 bool conv_runs_channels_last(const ref::Op& op, const Dims& x, const Dims& w, const Dims& y, bool bias) {
-  if (x.size() != 4) return false;
+  if (x.size() != 4 || transposed(op)) return false;
   try {
     ref::Op last = op;
     last.attrs.push_back(ref::int_attr("channels_last", 1));
@@ -628,8 +670,9 @@ std::unique_ptr<OpPlan> plan_conv(const ref::Op& op, const std::vector<const ref
     plan->in_spatial.assign(x.begin() + 2, x.end());
     plan->in_strides = strides_of(plan->in_spatial);
     plan->out_spatial.assign(out.dims.begin() + 2, out.dims.end());
+    plan->out_strides = strides_of(plan->out_spatial);
     plan->kernel.assign(w.begin() + 2, w.end());
-    if (!plan->pointwise)
+    if (!plan->pointwise && !transposed(op))
       plan->scratch_bytes = static_cast<uint64_t>(product(w, 1, w.size()) * product(out.dims, 2, out.dims.size())) * sizeof(float);
     return plan;
   }
@@ -703,6 +746,58 @@ void conv(Ins in, const Output& out) {
       }
   }
   plan.act.apply(out.f32(), out.size());
+}
+
+// Scatter form: every input element adds x * w[ic, m, k] to the output position it reaches.
+void conv_transpose(Ins in, const Output& out) {
+  const Dims& xd = in[0].dims();
+  const Dims& wd = in[1].dims();
+  const Dims& yd = out.dims();
+  size_t n = xd.size() - 2;
+  const auto& p = plan_of<ConvPlan>(out);
+  if (p.packed) return run_packed(*p.packed, p.act, in, out);
+  const int64_t group = p.group;
+  const Dims &strides = p.strides, &pads = p.pads, &dilations = p.dilations;
+  const Dims &in_spatial = p.in_spatial, &out_spatial = p.out_spatial, &kernel = p.kernel;
+  int64_t in_size = product(in_spatial), out_size = product(out_spatial), k_size = product(kernel);
+  int64_t c_per_group = xd[1] / group, m_per_group = wd[1];
+  std::memset(out.data, 0, static_cast<size_t>(out.value->byte_size()));
+  const Dims& os = p.out_strides;
+  AxisIndex ipos(n);
+  for (int64_t b = 0; b < xd[0]; ++b)
+    for (int64_t g = 0; g < group; ++g)
+      for (int64_t c = 0; c < c_per_group; ++c) {
+        int64_t ic = g * c_per_group + c;
+        const float* x = in[0].f32() + (b * xd[1] + ic) * in_size;
+        for (int64_t i = 0; i < in_size; ++i) {
+          for (int64_t rem = i, a = static_cast<int64_t>(n); a-- > 0;) {
+            ipos[static_cast<size_t>(a)] = rem % in_spatial[static_cast<size_t>(a)];
+            rem /= in_spatial[static_cast<size_t>(a)];
+          }
+          for (int64_t k = 0; k < k_size; ++k) {
+            int64_t offset = 0;
+            bool inside = true;
+            for (int64_t rem = k, a = static_cast<int64_t>(n); a-- > 0;) {
+              auto u = static_cast<size_t>(a);
+              int64_t kp = rem % kernel[u];
+              rem /= kernel[u];
+              int64_t o = ipos[u] * strides[u] + kp * dilations[u] - pads[u];
+              inside = inside && o >= 0 && o < out_spatial[u];
+              offset += o * os[u];
+            }
+            if (!inside) continue;
+            const float* w = in[1].f32() + (ic * m_per_group) * k_size + k;
+            float* y = out.f32() + (b * yd[1] + g * m_per_group) * out_size + offset;
+            for (int64_t m = 0; m < m_per_group; ++m) y[m * out_size] += x[i] * w[m * k_size];
+          }
+        }
+      }
+  if (in.size() > 2 && in[2].present())
+    for (int64_t b = 0; b < yd[0]; ++b)
+      for (int64_t m = 0; m < yd[1]; ++m) {
+        float* plane = out.f32() + (b * yd[1] + m) * out_size;
+        for (int64_t i = 0; i < out_size; ++i) plane[i] += in[2].f32()[m];
+      }
 }
 
 }  // namespace kernels

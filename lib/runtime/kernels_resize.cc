@@ -1,4 +1,4 @@
-// Resize (nearest and N-linear, of float32, uint8 and int8 images) and ConvTranspose. Coordinates
+// Resize (nearest and N-linear, of float32, uint8 and int8 images). Coordinates
 // follow ONNX Runtime's arithmetic (float, the same rounding rules), so a compiled model gives ORT's
 // results.
 
@@ -260,69 +260,6 @@ void resize(Ins in, const Output& out) {
     case ref::DType::kInt8: return resize_8bit<int8_t>(plan, in, out);
     default: return resize_floats(plan, in[0].f32(), out.f32(), out.size(), out.parallel);
   }
-}
-
-// A ConvTranspose's attributes and spatial geometry.
-struct ConvTransposePlan final : OpPlan {
-  ConvTransposePlan(const ref::Op& op, const std::vector<const ref::Value*>& in, const ref::Value& out)
-      : group(op.get_int("group", 1)), strides(op.get_ints("strides")), pads(op.get_ints("pads")),
-        dilations(op.get_ints("dilations")), in_spatial(in[0]->dims.begin() + 2, in[0]->dims.end()),
-        out_spatial(out.dims.begin() + 2, out.dims.end()), kernel(in[1]->dims.begin() + 2, in[1]->dims.end()),
-        out_strides(strides_of(out_spatial)) {}
-  int64_t group;
-  Dims strides, pads, dilations, in_spatial, out_spatial, kernel, out_strides;
-};
-const Planner plan_conv_transpose = plan_as<ConvTransposePlan>;
-
-// Scatter form: every input element adds x * w[ic, m, k] to the output position it reaches.
-void conv_transpose(Ins in, const Output& out) {
-  const Dims& xd = in[0].dims();
-  const Dims& wd = in[1].dims();
-  const Dims& yd = out.dims();
-  size_t n = xd.size() - 2;
-  const auto& p = plan_of<ConvTransposePlan>(out);
-  const int64_t group = p.group;
-  const Dims &strides = p.strides, &pads = p.pads, &dilations = p.dilations;
-  const Dims &in_spatial = p.in_spatial, &out_spatial = p.out_spatial, &kernel = p.kernel;
-  int64_t in_size = product(in_spatial), out_size = product(out_spatial), k_size = product(kernel);
-  int64_t c_per_group = xd[1] / group, m_per_group = wd[1];
-  std::memset(out.data, 0, static_cast<size_t>(out.value->byte_size()));
-  const Dims& os = p.out_strides;
-  AxisIndex ipos(n);
-  for (int64_t b = 0; b < xd[0]; ++b)
-    for (int64_t g = 0; g < group; ++g)
-      for (int64_t c = 0; c < c_per_group; ++c) {
-        int64_t ic = g * c_per_group + c;
-        const float* x = in[0].f32() + (b * xd[1] + ic) * in_size;
-        for (int64_t i = 0; i < in_size; ++i) {
-          for (int64_t rem = i, a = static_cast<int64_t>(n); a-- > 0;) {
-            ipos[static_cast<size_t>(a)] = rem % in_spatial[static_cast<size_t>(a)];
-            rem /= in_spatial[static_cast<size_t>(a)];
-          }
-          for (int64_t k = 0; k < k_size; ++k) {
-            int64_t offset = 0;
-            bool inside = true;
-            for (int64_t rem = k, a = static_cast<int64_t>(n); a-- > 0;) {
-              auto u = static_cast<size_t>(a);
-              int64_t kp = rem % kernel[u];
-              rem /= kernel[u];
-              int64_t o = ipos[u] * strides[u] + kp * dilations[u] - pads[u];
-              inside = inside && o >= 0 && o < out_spatial[u];
-              offset += o * os[u];
-            }
-            if (!inside) continue;
-            const float* w = in[1].f32() + (ic * m_per_group) * k_size + k;
-            float* y = out.f32() + (b * yd[1] + g * m_per_group) * out_size + offset;
-            for (int64_t m = 0; m < m_per_group; ++m) y[m * out_size] += x[i] * w[m * k_size];
-          }
-        }
-      }
-  if (in.size() > 2 && in[2].present())
-    for (int64_t b = 0; b < yd[0]; ++b)
-      for (int64_t m = 0; m < yd[1]; ++m) {
-        float* plane = out.f32() + (b * yd[1] + m) * out_size;
-        for (int64_t i = 0; i < out_size; ++i) plane[i] += in[2].f32()[m];
-      }
 }
 
 }  // namespace kernels

@@ -483,13 +483,31 @@ int64_t packed_layout_span(const OpCheck& c, const Dims& dims) {
   return last + 1;
 }
 
+// A packed weight (Conv, ConvTranspose) is 1-D in the layout oneDNN chose, recorded with it; its
+// logical dims are an attribute (weight_shape). oneDNN convolves 1 to 3 spatial dims.
+Dims weight_dims(const OpCheck& c, const ref::Value& x, bool packed) {
+  if (!packed) return c.in(1).dims;
+  c.expect(c.in(1).dims.size() == 1, [&] { return "packed weight dims " + dims_text(c.in(1).dims) + " are not 1-D"; });
+  c.expect(x.dims.size() >= 3 && x.dims.size() <= 5,
+           [&] { return "a packed convolution over " + std::to_string(x.dims.size() - 2) + " spatial dims"; });
+  return c.ints_attr("weight_shape", x.dims.size(), 1, kMaxElements);
+}
+
+// The recorded layout of a packed weight of these dims (oneDNN's) lies within the weight.
+void expect_packed_layout(const OpCheck& c, const Dims& dims) {
+  const int64_t span = packed_layout_span(c, dims);
+  c.expect(span <= c.in(1).dims[0], [&] {
+    return "attribute 'weight_layout' reaches element " + std::to_string(span - 1) + " of a packed weight of " +
+           std::to_string(c.in(1).dims[0]);
+  });
+}
+
 OutType conv(const OpCheck& c) {
   c.arity(2, 3);
   c.expect_inputs(DType::kFloat32);
-  // A packed weight is 1-D in the layout oneDNN chose, recorded with it; its logical dims are an
-  // attribute. oneDNN convolves 1 to 3 spatial dims. A packed 2-D convolution may
-  // compute channels last (`channels_last`) and then read and write channels-last images
-  // (`src_channels_last`, `dst_channels_last`), so that no reorder runs between such ops.
+  // A packed 2-D convolution may compute channels last (`channels_last`) and then read and write
+  // channels-last images (`src_channels_last`, `dst_channels_last`), so that no reorder runs
+  // between such ops.
   const bool packed = c.int_attr_or("packed", 0, 0, 1) != 0;
   const bool last = c.int_attr_or("channels_last", 0, 0, 1) != 0;
   const bool src_last = c.int_attr_or("src_channels_last", 0, 0, 1) != 0;
@@ -500,13 +518,7 @@ OutType conv(const OpCheck& c) {
   c.expect(!last || x.dims.size() == 4, "channels_last on a convolution that is not 2-D");
   Window w = window(c, x, true);
   int64_t group = c.int_attr("group", 1, kIntMax);
-  if (packed) {
-    c.expect(c.in(1).dims.size() == 1,
-        [&] { return "packed weight dims " + dims_text(c.in(1).dims) + " are not 1-D"; });
-    c.expect(x.dims.size() >= 3 && x.dims.size() <= 5, [&] { return "a packed convolution over " +
-                                                           std::to_string(x.dims.size() - 2) + " spatial dims"; });
-  }
-  const Dims wd = packed ? c.ints_attr("weight_shape", x.dims.size(), 1, kMaxElements) : c.in(1).dims;
+  const Dims wd = weight_dims(c, x, packed);
   c.expect(wd.size() == x.dims.size(), [&] { return "weight dims " + dims_text(wd) + " do not match input rank " +
                                            std::to_string(x.dims.size()); });
   c.expect(Dims(wd.begin() + 2, wd.end()) == w.kernel,
@@ -514,13 +526,7 @@ OutType conv(const OpCheck& c) {
   c.expect(x.dims[1] / group == wd[1] && x.dims[1] % group == 0 && wd[0] % group == 0,
            [&] { return "group " + std::to_string(group) + " does not fit input " + dims_text(x.dims) + " and weight " + dims_text(wd); });
   if (const ref::Value* bias = c.optional_in(2)) c.expect_dims(*bias, {wd[0]}, "bias");
-  if (packed) {
-    const int64_t span = packed_layout_span(c, grouped(wd, group));
-    c.expect(span <= c.in(1).dims[0], [&] {
-      return "attribute 'weight_layout' reaches element " + std::to_string(span - 1) + " of a packed weight of " +
-             std::to_string(c.in(1).dims[0]);
-    });
-  }
+  if (packed) expect_packed_layout(c, onednn_weight_dims(wd, group, false));
   Dims out = {x.dims[0], wd[0]};
   for (size_t a = 0; a < w.kernel.size(); ++a) out.push_back(window_output(c, x, w, a, false));
   // The kernel's im2col scratch holds (C/group x kernel) x output-positions floats.
@@ -533,8 +539,9 @@ OutType conv(const OpCheck& c) {
   return {DType::kFloat32, out};
 }
 
-// A plain Conv weight computed from weights (widened from float16, dequantized) is laid out for its
-// packed Conv once a session, as the compiler lays out a float32 weight in the .bin.
+// A plain Conv (`transposed`: ConvTranspose) weight computed from weights (widened from float16,
+// dequantized) is laid out for its packed op once a session, as the compiler lays out a float32
+// weight in the .bin.
 OutType conv_weight(const OpCheck& c) {
   c.arity(1, 1);
   c.expect_inputs(DType::kFloat32);
@@ -543,8 +550,9 @@ OutType conv_weight(const OpCheck& c) {
   c.expect(c.ints_attr("weight_shape", wd.size(), 1, kMaxElements) == wd,
            [&] { return "attribute 'weight_shape' differs from weight dims " + dims_text(wd); });
   const int64_t group = c.int_attr("group", 1, kIntMax);
+  const bool transposed = c.int_attr_or("transposed", 0, 0, 1) != 0;
   c.expect(wd[0] % group == 0, [&] { return "group " + std::to_string(group) + " does not divide " + std::to_string(wd[0]); });
-  return {DType::kFloat32, {packed_layout_span(c, grouped(wd, group))}};
+  return {DType::kFloat32, {packed_layout_span(c, onednn_weight_dims(wd, group, transposed))}};
 }
 
 // ---- integer products ----------------------------------------------------------------------------
@@ -933,23 +941,31 @@ OutType resize(const OpCheck& c) {
   return {type, out};
 }
 
-// ConvTranspose: W [C, M/group, k...]; `output_padding` adds to the end of each output axis.
+// ConvTranspose: W [C, M/group, k...]; `output_padding` adds to the end of each output axis. A
+// packed weight (as Conv's) runs through oneDNN's deconvolution, which takes output_padding as
+// less padding at the end, so the padding must cover it there.
 OutType conv_transpose(const OpCheck& c) {
   c.arity(2, 3);
   c.expect_inputs(DType::kFloat32);
   const ref::Value& x = c.in(0);
-  const ref::Value& wv = c.in(1);
   c.expect(x.dims.size() >= 3, [&] { return "input 0 has dims " + dims_text(x.dims) + ", expected N x C x D1 ..."; });
+  const bool packed = c.int_attr_or("packed", 0, 0, 1) != 0;
   size_t n = x.dims.size() - 2;
   Dims kernel = c.ints_attr("kernel_shape", n, 1, kMaxWindow), strides = c.ints_attr("strides", n, 1, kMaxWindow);
   Dims pads = c.ints_attr("pads", 2 * n, 0, kMaxWindow), dilations = c.ints_attr("dilations", n, 1, kMaxWindow);
   Dims extra = c.ints_attr("output_padding", n, 0, kMaxWindow);
   int64_t group = c.int_attr("group", 1, kIntMax);
-  c.expect(wv.dims.size() == x.dims.size() && Dims(wv.dims.begin() + 2, wv.dims.end()) == kernel,
-           [&] { return "weight dims " + dims_text(wv.dims) + " do not match kernel " + dims_text(kernel); });
-  c.expect(wv.dims[0] == x.dims[1] && x.dims[1] % group == 0,
-           [&] { return "group " + std::to_string(group) + " does not fit input " + dims_text(x.dims) + " and weight " + dims_text(wv.dims); });
-  int64_t channels = wv.dims[1] * group;
+  const Dims wd = weight_dims(c, x, packed);
+  c.expect(wd.size() == x.dims.size() && Dims(wd.begin() + 2, wd.end()) == kernel,
+           [&] { return "weight dims " + dims_text(wd) + " do not match kernel " + dims_text(kernel); });
+  c.expect(wd[0] == x.dims[1] && x.dims[1] % group == 0,
+           [&] { return "group " + std::to_string(group) + " does not fit input " + dims_text(x.dims) + " and weight " + dims_text(wd); });
+  if (packed) {
+    for (size_t a = 0; a < n; ++a)
+      c.expect(extra[a] <= pads[n + a], "a packed ConvTranspose whose output_padding exceeds its end padding");
+    expect_packed_layout(c, onednn_weight_dims(wd, group, true));
+  }
+  int64_t channels = wd[1] * group;
   if (const ref::Value* bias = c.optional_in(2)) c.expect_dims(*bias, {channels}, "bias");
   Dims out = {x.dims[0], channels};
   for (size_t a = 0; a < n; ++a) {
@@ -1185,7 +1201,7 @@ const std::vector<OpDef>& op_defs() {
       {"Gather", gather, k::gather, true, k::plan_axis},
       {"Pad", pad, k::pad, true, k::plan_pad},
       {"Resize", resize, k::resize, true, k::plan_resize},
-      {"ConvTranspose", conv_transpose, k::conv_transpose, true, k::plan_conv_transpose},
+      {"ConvTranspose", conv_transpose, k::conv_transpose, true, k::plan_conv},
       {"GroupNormalization", group_normalization, k::group_normalization, true, k::plan_normalisation},
       {"ArgMax", arg_extreme, k::arg_max, true, k::plan_arg_extreme},
       {"ArgMin", arg_extreme, k::arg_min, true, k::plan_arg_extreme},

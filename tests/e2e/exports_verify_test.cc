@@ -195,6 +195,54 @@ TEST(FixValue, FixedInputsKeepTheirPlaceAndDefaults) {
       << r.output;
 }
 
+// A segmentation head as detectors end (PaddleOCR's DB head): ConvTranspose upsampling, grouped,
+// with output_padding, down to one channel. Its weights are packed for oneDNN's deconvolution in the
+// .bin (float32) or laid out once a session from float16 (ConvWeight); one whose output_padding
+// exceeds its end padding keeps its plain weight. Each matches ONNX Runtime's CPU run.
+TEST(ConvTranspose, PackedUpsamplingMatchesOrt) {
+  TempDir dir;
+  const std::string script =
+      "import numpy as np, onnx, sys\n"
+      "from onnx import helper as h, numpy_helper as nh, TensorProto as T\n"
+      "half = sys.argv[2] == 'fp16'\n"
+      "r = np.random.default_rng(3)\n"
+      "inits, nodes = [], []\n"
+      "def w(name, shape):\n"
+      "    a = (r.standard_normal(shape) * 0.3).astype(np.float16 if half else np.float32)\n"
+      "    inits.append(nh.from_array(a, name + ('_h' if half else '')))\n"
+      "    if half: nodes.append(h.make_node('Cast', [name + '_h'], [name], to=T.FLOAT))\n"
+      "    return name\n"
+      "def up(x, y, wname, shape, **attrs):\n"
+      "    nodes.append(h.make_node('ConvTranspose', [x, w(wname, shape), w(wname + '_b', [shape[1] * attrs.get('group', 1)])], [y], **attrs))\n"
+      "up('x', 'u1', 'w1', [8, 6, 2, 2], strides=[2, 2])\n"
+      "nodes.append(h.make_node('Relu', ['u1'], ['r1']))\n"
+      "up('r1', 'u2', 'w2', [6, 2, 3, 3], strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1], group=2)\n"
+      "nodes.append(h.make_node('Sigmoid', ['u2'], ['s2']))\n"
+      "up('s2', 'u3', 'w3', [4, 1, 2, 2], strides=[2, 2])\n"
+      "up('u3', 'y', 'w4', [1, 1, 3, 3], strides=[2, 2], output_padding=[1, 1])\n"
+      "g = h.make_graph(nodes, 'head', [h.make_tensor_value_info('x', T.FLOAT, [1, 8, 5, 5])],\n"
+      "                 [h.make_tensor_value_info('y', T.FLOAT, None)], inits)\n"
+      "m = h.make_model(g, opset_imports=[h.make_opsetid('', 17)])\n"
+      "m.ir_version = 8\n"
+      "onnx.save(m, sys.argv[1])\n";
+  write_file(dir / "make.py", script);
+  for (const std::string precision : {"fp32", "fp16"}) {
+    SCOPED_TRACE(precision);
+    const fs::path model = dir / ("head_" + precision + ".onnx");
+    ASSERT_EQ(run_command(std::string(CTXGEN_PYTHON) + " " + quote(dir / "make.py") + " " + quote(model) + " " + precision).exit_code, 0);
+    auto r = ctxgen("compile " + quote(model) + " -v --force --output-dir " + quote(dir / "out") + " --report " + quote(dir / "r.json"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto m = read_json(dir / "r.json")["models"][0];
+    EXPECT_EQ(m["nodes_on_cpu"], 0) << m.dump(2);
+    EXPECT_EQ(m["partitions"].size(), 1u);
+    size_t packed = 0;
+    for (size_t at = 0; (at = r.output.find("packed ConvTranspose weight", at)) != std::string::npos; ++at) ++packed;
+    EXPECT_EQ(packed, 3u) << r.output;
+    EXPECT_NE(r.output.find("ConvTranspose 'y' keeps its plain weight"), std::string::npos) << r.output;
+    expect_verified(quote(dir / "out" / ("head_" + precision + "_ctx.onnx")) + " --reference " + quote(model));
+  }
+}
+
 TEST(FixValue, BadValuesAreUsageErrors) {
   TempDir dir;
   fs::path vad = generated_models() / "vad.onnx";

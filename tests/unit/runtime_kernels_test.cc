@@ -445,7 +445,7 @@ TEST(RuntimeKernels, PackedConvMatchesThePlainOne) {
     SCOPED_TRACE("case " + std::to_string(i));
     // These layouts are dense: the product of the padded dims, which the layout begins with.
     const auto layout = packed_op.get_ints("weight_layout");
-    const size_t rank = runtime::grouped(c.w, c.group).size();
+    const size_t rank = runtime::onednn_weight_dims(c.w, c.group, false).size();
     const Dims padded(layout.begin(), layout.begin() + static_cast<long>(rank));
     EXPECT_EQ(static_cast<size_t>(runtime::product(padded)) * sizeof(float), packed_w.size());
     EXPECT_EQ(runtime::packed_conv_weight_bytes(packed_op), packed_w.size());
@@ -501,6 +501,73 @@ TEST(RuntimeKernels, PackedConvMatchesThePlainOne) {
         expect_near(values_of<float>(run_bytes(q.program(), last_inputs, {}, parallel)[0]), given_last ? to_last(plain, y) : plain,
                     1e-4f);
     }
+  }
+}
+
+// A packed ConvTranspose (its weight laid out for oneDNN's deconvolution) computes what the plain
+// scatter loop does: 1 to 3 spatial dims, strides, uneven pads, output_padding within the end
+// padding, dilations, groups, batches, with and without bias; ConvWeight (transposed) lays a plain
+// weight out as the compiler packs it.
+TEST(RuntimeKernels, PackedConvTransposeMatchesTheScatterLoop) {
+  struct Case {
+    Dims x, w, kernel, strides, pads, extra, dilations;
+    int64_t group;
+    bool bias;
+  };
+  const std::vector<Case> cases = {
+      {{1, 96, 8, 8}, {96, 24, 2, 2}, {2, 2}, {2, 2}, {0, 0, 0, 0}, {0, 0}, {1, 1}, 1, true},
+      {{1, 24, 9, 7}, {24, 1, 2, 2}, {2, 2}, {2, 2}, {0, 0, 0, 0}, {0, 0}, {1, 1}, 1, false},
+      {{2, 8, 5, 6}, {8, 6, 3, 3}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, {1, 1}, 1, true},
+      {{1, 8, 6, 5}, {8, 3, 3, 2}, {3, 2}, {2, 3}, {0, 1, 2, 2}, {1, 2}, {2, 1}, 2, true},
+      {{1, 16, 7, 7}, {16, 1, 3, 3}, {3, 3}, {1, 1}, {1, 1, 1, 1}, {0, 0}, {1, 1}, 16, false},
+      {{1, 4, 11}, {4, 6, 5}, {5}, {3}, {2, 2}, {1}, {1}, 1, true},
+      {{1, 3, 3, 4, 5}, {3, 4, 2, 3, 2}, {2, 3, 2}, {2, 1, 2}, {0, 1, 0, 1, 1, 1}, {0, 0, 1}, {1, 1, 1}, 1, false},
+  };
+  std::mt19937 random(13);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  auto values = [&](const Dims& d) {
+    std::vector<float> v(static_cast<size_t>(runtime::product(d)));
+    for (float& e : v) e = uniform(random);
+    return v;
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE("case " + std::to_string(i));
+    const Case& c = cases[i];
+    std::vector<ref::Attr> attrs = {ints_attr("kernel_shape", c.kernel), ints_attr("strides", c.strides),
+                                    ints_attr("pads", c.pads), ints_attr("dilations", c.dilations),
+                                    ints_attr("output_padding", c.extra), int_attr("group", c.group)};
+    ref::Op op;
+    op.type = "ConvTranspose";
+    op.attrs = attrs;
+    const ref::Value xv{ref::DType::kFloat32, c.x}, wv{ref::DType::kFloat32, c.w};
+    const Dims y = runtime::infer_output(op, {&xv, &wv}, "conv_transpose").dims;
+    const auto x = values(c.x), w = values(c.w), b = values({y[1]});
+    const auto plain = run_op("ConvTranspose", {{c.x, f32(x)}, {c.w, f32(w)}, c.bias ? In{{y[1]}, f32(b)} : In{}}, y, attrs);
+
+    op.attrs.push_back(int_attr("packed", 1));
+    op.attrs.push_back(ints_attr("weight_shape", c.w));
+    EXPECT_FALSE(runtime::conv_runs_channels_last(op, c.x, c.w, y, c.bias));
+    const auto layout = runtime::conv_weight_layout(op, c.x, c.w, y, c.bias);
+    op.attrs.push_back(ints_attr("weight_layout", layout));
+    const auto packed = runtime::pack_conv_weight(op, reinterpret_cast<const uint8_t*>(w.data()));
+    EXPECT_EQ(runtime::packed_conv_weight_bytes(op), packed.size());
+    const int64_t packed_size = static_cast<int64_t>(packed.size() / sizeof(float));
+    ProgramBuilder p;
+    std::vector<int32_t> ids = {p.input(c.x), p.input({packed_size})};
+    std::vector<Bytes> inputs = {f32(x), Bytes(packed.begin(), packed.end())};
+    if (c.bias) {
+      ids.push_back(p.input({y[1]}));
+      inputs.push_back(f32(b));
+    }
+    p.op("ConvTranspose", ids, p.output(y), op.attrs);
+    for (const runtime::ParallelFor& parallel : {runtime::ParallelFor{}, two_threads})
+      expect_near(values_of<float>(run_bytes(p.program(), inputs, {}, parallel)[0]), plain, 1e-4f);
+
+    ProgramBuilder lay;
+    lay.op("ConvWeight", {lay.input(c.w)}, lay.output({packed_size}),
+           {ints_attr("weight_shape", c.w), int_attr("group", c.group), ints_attr("weight_layout", layout),
+            int_attr("transposed", 1)});
+    EXPECT_EQ(run_bytes(lay.program(), {f32(w)})[0], Bytes(packed.begin(), packed.end()));
   }
 }
 

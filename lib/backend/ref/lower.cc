@@ -835,12 +835,19 @@ void pack_matmul_weights(Draft& d) {
   d.program.ops = std::move(ops);
 }
 
-// Packs the weight of one Conv (laid out in the .bin, or by a ConvWeight op the runtime runs once a
-// session when the weight is computed from weights); ConvWeight goes to `ops` before the Conv.
+// Packs the weight of one Conv or ConvTranspose (laid out in the .bin, or by a ConvWeight op the
+// runtime runs once a session when the weight is computed from weights); ConvWeight goes to `ops`
+// before the op. oneDNN's deconvolution takes a ConvTranspose's output_padding out of its end
+// padding, so one whose output_padding exceeds that keeps its plain weight.
 void pack_conv(Draft& d, ref::Op& op, std::vector<ref::Op>& ops) {
   const int32_t w = op.inputs[1];
   const std::vector<int64_t> x = d.value(op.inputs[0]).dims, wd = d.value(w).dims, y = d.value(op.outputs[0]).dims;
   if (x.size() < 3 || x.size() > 5 || d.value(w).dtype != ref::DType::kFloat32) return;
+  const std::vector<int64_t> extra = op.get_ints("output_padding"), pads = op.get_ints("pads");
+  for (size_t a = 0; a < extra.size(); ++a)
+    if (extra[a] > pads[extra.size() + a])
+      return log().debug("ref: ConvTranspose '{}' keeps its plain weight (output_padding exceeds the end padding)",
+                         d.names[static_cast<size_t>(op.outputs[0])]);
   ref::Op packed = op;
   set_attr(packed, int_attr("packed", 1));
   set_attr(packed, ints_attr("weight_shape", wd));
@@ -853,12 +860,12 @@ void pack_conv(Draft& d, ref::Op& op, std::vector<ref::Op>& ops) {
     set_attr(packed, ints_attr("weight_layout", runtime::conv_weight_layout(packed, x, wd, y, bias)));
     size = runtime::packed_conv_weight_bytes(packed);
   } catch (const Error& e) {
-    log().debug("ref: Conv '{}' keeps its plain weight ({})", d.names[static_cast<size_t>(op.outputs[0])], e.what());
+    log().debug("ref: {} '{}' keeps its plain weight ({})", op.type, d.names[static_cast<size_t>(op.outputs[0])], e.what());
     return;
   }
   const std::vector<int64_t> packed_dims = {static_cast<int64_t>(size / sizeof(float))};
   const std::string name = d.names[static_cast<size_t>(w)] + "/packed";
-  log().debug("ref: packed Conv weight '{}' for {}", d.names[static_cast<size_t>(w)], runtime::hardware_architecture());
+  log().debug("ref: packed {} weight '{}' for {}", op.type, d.names[static_cast<size_t>(w)], runtime::hardware_architecture());
   if (d.is_weight(w) && !d.in_source_data(w)) {
     const Blob source = d.weight(w);
     // Made when stored and written, like the MatMul weights.
@@ -874,6 +881,7 @@ void pack_conv(Draft& d, ref::Op& op, std::vector<ref::Op>& ops) {
     lay.type = "ConvWeight";
     lay.attrs = {ints_attr("weight_shape", wd), int_attr("group", op.get_int("group", 1)),
                  ints_attr("weight_layout", packed.get_ints("weight_layout"))};
+    if (op.type == "ConvTranspose") lay.attrs.push_back(int_attr("transposed", 1));
     lay.inputs = {w};
     const ref::Value& v = d.value(w);
     if (runtime::infer_output(lay, {&v}, "ConvWeight").dims != packed_dims) return;
@@ -884,18 +892,20 @@ void pack_conv(Draft& d, ref::Op& op, std::vector<ref::Op>& ops) {
   op = std::move(packed);
 }
 
-// A Conv with a constant weight runs through oneDNN's convolution, which wants the weight in a
-// blocked layout of its own for this CPU's feature level: laying it out here, once, is what an NPU
-// compiler does for its MAC arrays, and the runtime then convolves straight from the mapped .bin.
-// The layout belongs to the CPU level (the binary's hardware architecture names it). A weight the
-// model stores at another precision (float16, int8 through a DequantizeLinear) stays so in the .bin
-// and is laid out by a ConvWeight op the runtime runs once a session. A convolution oneDNN cannot
-// run keeps its plain weight and runs as im2col + GEMM.
+// A Conv (ConvTranspose) with a constant weight runs through oneDNN's convolution
+// (deconvolution), which wants the weight in a blocked layout of its own for this CPU's feature
+// level: laying it out here, once, is what an NPU compiler does for its MAC arrays, and the
+// runtime then convolves straight from the mapped .bin. The layout belongs to the CPU level (the
+// binary's hardware architecture names it). A weight the model stores at another precision
+// (float16, int8 through a DequantizeLinear) stays so in the .bin and is laid out by a ConvWeight
+// op the runtime runs once a session. A convolution oneDNN cannot run keeps its plain weight and
+// runs as im2col + GEMM (a ConvTranspose as a scatter loop).
 void pack_conv_weights(Draft& d) {
   const std::vector<bool> constant = computed_from_weights(d);
   std::vector<ref::Op> ops;
   for (auto& op : d.program.ops) {
-    if (op.type == "Conv" && constant[static_cast<size_t>(op.inputs[1])]) pack_conv(d, op, ops);
+    if ((op.type == "Conv" || op.type == "ConvTranspose") && constant[static_cast<size_t>(op.inputs[1])])
+      pack_conv(d, op, ops);
     ops.push_back(std::move(op));
   }
   d.program.ops = std::move(ops);
