@@ -94,6 +94,15 @@ std::vector<T> values_of(const std::vector<uint8_t>& bytes) {
   return v;
 }
 
+// The output named `name` of a lowered program run on `inputs`.
+std::vector<float> output_named(const Lowered& l, const std::vector<std::vector<uint8_t>>& inputs, const std::string& name) {
+  const auto outs = run_lowered(l, inputs);
+  for (size_t i = 0; i < l.result.outputs.size(); ++i)
+    if (l.result.outputs[i].name == name) return values_of<float>(outs[i]);
+  ADD_FAILURE() << "no output " << name;
+  return {};
+}
+
 std::vector<float> iota_floats(size_t n, float scale) {
   std::vector<float> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = scale * static_cast<float>(static_cast<int>(i % 7) - 3);
@@ -443,6 +452,76 @@ TEST(RefLower, BatchNormStaysWhenConvOutputIsSeenElsewhere) {
   auto t2 = ConvBn().model("");
   t2.node("Neg", {"c"}, {"z"}).output("z");
   EXPECT_EQ(op_types(lower(t2.load())->program()), (std::vector<std::string>{"Conv", "BatchNormalization", "Neg"}));
+}
+
+// Exporters that decompose BatchNorm, or add a learnable affine after each Conv (PaddleOCR v4),
+// write Conv -> Mul(per-channel constant) -> Add(constant): folded into the Conv's weight and bias,
+// a chain at a time, giving what the three ops give. A constant that varies along another axis, or
+// a Conv output read elsewhere, stays.
+TEST(RefLower, PerChannelMulAndAddFoldIntoConv) {
+  const std::vector<float> w = iota_floats(2 * 3 * 3 * 3, 0.25f), bias = {0.5f, -0.25f};
+  const auto model = [&](const std::vector<int64_t>& scale_dims, const std::vector<float>& scale, bool expose) {
+    TestModel t;
+    t.input("x", {1, 3, 6, 6}).floats("w", {2, 3, 3, 3}, w).floats("bias", {2}, bias).floats("s", scale_dims, scale)
+        .floats("t", {1}, {0.75f})
+        .node("Conv", {"x", "w", "bias"}, {"c"})
+        .node("Mul", {"s", "c"}, {"m"})
+        .node("Add", {"m", "t"}, {"y"})
+        .output("y");
+    if (expose) t.output("c");
+    return t.load();
+  };
+  const auto x = bytes_of(iota_floats(3 * 6 * 6, 0.5f));
+  // The expected values: the three ops, computed on their own.
+  const auto want = [&](const std::vector<int64_t>& scale_dims, const std::vector<float>& scale) {
+    return output_named(*lower(model(scale_dims, scale, true)), {x}, "y");
+  };
+  for (const auto& [dims, scale] : std::vector<std::pair<std::vector<int64_t>, std::vector<float>>>{
+           {{1}, {1.5f}}, {{2, 1, 1}, {1.5f, -0.5f}}, {{1, 2, 1, 1}, {0.25f, 2.0f}}}) {
+    auto l = lower(model(dims, scale, false));
+    EXPECT_EQ(op_types(l->program()), std::vector<std::string>{"Conv"});
+    const auto got = output_named(*l, {x}, "y"), expected = want(dims, scale);
+    ASSERT_EQ(got.size(), expected.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], expected[i], 1e-5f * (1 + std::fabs(expected[i]))) << i;
+  }
+  EXPECT_EQ(op_types(lower(model({1}, {1.5f}, true))->program()), (std::vector<std::string>{"Conv", "Mul", "Add"}));
+  EXPECT_EQ(op_types(lower(model({1, 1, 1, 4}, {1, 2, 3, 4}, false))->program()),
+            (std::vector<std::string>{"Conv", "Mul", "Add"}));
+}
+
+// x * Clip(x + 3, 0, 6) / 6 (or * (1/6)), as PaddlePaddle exports HardSwish, is one HardSwish that
+// the Conv before it absorbs; the result is HardSwish's. With a step read elsewhere, or other
+// constants, the ops stay.
+TEST(RefLower, DecomposedHardSwishIsRecognised) {
+  const auto model = [](const std::string& last, float k, float three, bool expose) {
+    TestModel t;
+    t.input("x", {1, 3, 6, 6}).floats("w", {2, 3, 1, 1}, iota_floats(6, 0.5f)).floats("three", {}, {three})
+        .floats("zero", {}, {0.0f}).floats("six", {}, {6.0f}).floats("k", {}, {k})
+        .node("Conv", {"x", "w"}, {"c"})
+        .node("Add", {"c", "three"}, {"a"})
+        .node("Clip", {"a", "zero", "six"}, {"r"})
+        .node("Mul", {"c", "r"}, {"m"})
+        .node(last, {"m", "k"}, {"y"})
+        .output("y");
+    if (expose) t.output("r");
+    return t.load();
+  };
+  const auto x = bytes_of(iota_floats(3 * 6 * 6, 0.75f));
+  for (const auto& [last, k] : std::vector<std::pair<std::string, float>>{{"Div", 6.0f}, {"Mul", 1.0f / 6.0f}}) {
+    SCOPED_TRACE(last);
+    auto l = lower(model(last, k, 3.0f, false));
+    ASSERT_EQ(op_types(l->program()), std::vector<std::string>{"Conv"});
+    EXPECT_EQ(l->program().ops[0].get_int("act", 0), static_cast<int64_t>(ref::Activation::kHardSwish));
+    const auto got = output_named(*l, {x}, "y"), steps = output_named(*lower(model(last, k, 3.0f, true)), {x}, "y");
+    ASSERT_EQ(got.size(), steps.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], steps[i], 1e-6f * (1 + std::fabs(steps[i]))) << i;
+  }
+  EXPECT_EQ(op_types(lower(model("Div", 6.0f, 3.0f, true))->program()),
+            (std::vector<std::string>{"Conv", "Add", "Clip", "Mul", "Div"}));
+  EXPECT_EQ(op_types(lower(model("Div", 6.0f, 2.0f, false))->program()),
+            (std::vector<std::string>{"Conv", "Add", "Clip", "Mul", "Div"}));
+  EXPECT_EQ(op_types(lower(model("Div", 5.0f, 3.0f, false))->program()),
+            (std::vector<std::string>{"Conv", "Add", "Clip", "Mul", "Div"}));
 }
 
 TEST(RefLower, ActivationsFuseOnlyWhenLegal) {

@@ -253,47 +253,120 @@ void drop_ops(Draft& d, const std::vector<bool>& removed) {
   d.program.ops = std::move(kept);
 }
 
-// W'[m] = W[m] * s[m], B'[m] = (B[m] - mean[m]) * s[m] + beta[m] with s = scale / sqrt(var + eps),
-// computed in double so folding adds no error beyond the final rounding.
-void fold_into_conv(Draft& d, ref::Op& conv, const ref::Op& bn) {
+// What a per-output-channel affine after a Conv does to it: y' = y * scale + shift per channel m.
+struct ChannelAffine {
+  std::vector<double> scale, shift;
+};
+
+// W'[m] = W[m] * scale[m], B'[m] = B[m] * scale[m] + shift[m], computed in double so folding adds
+// no error beyond the final rounding.
+void fold_into_conv(Draft& d, ref::Op& conv, const ChannelAffine& a, const std::string& name) {
   auto w = floats_of(d.weight(conv.inputs[1]));
-  auto scale = floats_of(d.weight(bn.inputs[1]));
-  auto beta = floats_of(d.weight(bn.inputs[2]));
-  auto mean = floats_of(d.weight(bn.inputs[3]));
-  auto var = floats_of(d.weight(bn.inputs[4]));
-  size_t channels = scale.size();
+  const size_t channels = a.scale.size();
   std::vector<float> bias = conv.inputs[2] >= 0 ? floats_of(d.weight(conv.inputs[2])) : std::vector<float>(channels, 0.0f);
-  double eps = bn.get_float("epsilon", 1e-5f);
   size_t per_channel = w.size() / channels;
   for (size_t m = 0; m < channels; ++m) {
-    double s = scale[m] / std::sqrt(static_cast<double>(var[m]) + eps);
-    for (size_t k = 0; k < per_channel; ++k) w[m * per_channel + k] = static_cast<float>(w[m * per_channel + k] * s);
-    bias[m] = static_cast<float>((static_cast<double>(bias[m]) - mean[m]) * s + beta[m]);
+    for (size_t k = 0; k < per_channel; ++k) w[m * per_channel + k] = static_cast<float>(w[m * per_channel + k] * a.scale[m]);
+    bias[m] = static_cast<float>(bias[m] * a.scale[m] + a.shift[m]);
   }
   const auto w_dims = d.value(conv.inputs[1]).dims;
-  std::string name = d.names[static_cast<size_t>(bn.outputs[0])];
   conv.inputs[1] = d.add_weight(name + "/folded_weight", ref::DType::kFloat32, w_dims, blob_of(w));
   conv.inputs[2] = d.add_weight(name + "/folded_bias", ref::DType::kFloat32, {static_cast<int64_t>(channels)}, blob_of(bias));
 }
 
-void fold_batch_norms(Draft& d) {
+// BatchNormalization: scale / sqrt(var + eps), and beta - mean times that.
+ChannelAffine batch_norm_affine(const Draft& d, const ref::Op& bn) {
+  const auto scale = floats_of(d.weight(bn.inputs[1])), beta = floats_of(d.weight(bn.inputs[2]));
+  const auto mean = floats_of(d.weight(bn.inputs[3])), var = floats_of(d.weight(bn.inputs[4]));
+  const double eps = bn.get_float("epsilon", 1e-5f);
+  ChannelAffine a;
+  for (size_t m = 0; m < scale.size(); ++m) {
+    a.scale.push_back(scale[m] / std::sqrt(static_cast<double>(var[m]) + eps));
+    a.shift.push_back(beta[m] - mean[m] * a.scale.back());
+  }
+  return a;
+}
+
+// A float32 weight that broadcasts along the channels of a Conv output `y` alone (a scalar, [M],
+// [M, 1, 1], [1, M, 1, 1], ...), as its M values (one repeated for a scalar); nullopt otherwise.
+std::optional<std::vector<double>> per_channel(Draft& d, int32_t v, const std::vector<int64_t>& y) {
+  if (!d.is_weight(v) || d.value(v).dtype != ref::DType::kFloat32) return std::nullopt;
+  const auto& c = d.value(v).dims;
+  if (c.size() > y.size() || y.size() < 2) return std::nullopt;
+  const size_t offset = y.size() - c.size();
+  int64_t count = 1;
+  for (size_t i = 0; i < c.size(); ++i) {
+    if (c[i] == 1) continue;
+    if (offset + i != 1 || c[i] != y[1]) return std::nullopt;
+    count = c[i];
+  }
+  const auto values = floats_of(d.weight(v));
+  std::vector<double> out(static_cast<size_t>(y[1]));
+  for (size_t m = 0; m < out.size(); ++m) out[m] = values[count == 1 ? 0 : m];
+  return out;
+}
+
+// A Mul or Add of a Conv output and a per-channel constant, as exports write a BatchNorm they
+// decomposed or a learnable affine (PaddleOCR v4: x * scale + bias after each Conv).
+std::optional<ChannelAffine> arithmetic_affine(Draft& d, const ref::Op& op, int32_t y) {
+  if ((op.type != "Mul" && op.type != "Add") || op.inputs.size() != 2) return std::nullopt;
+  const auto& dims = d.value(y).dims;
+  if (d.value(op.outputs[0]).dims != dims) return std::nullopt;
+  const int32_t other = op.inputs[0] == y ? op.inputs[1] : op.inputs[0];
+  auto values = per_channel(d, other, dims);
+  if (!values) return std::nullopt;
+  ChannelAffine a;
+  if (op.type == "Mul") {
+    a.scale = std::move(*values);
+    a.shift.assign(a.scale.size(), 0.0);
+  } else {
+    a.shift = std::move(*values);
+    a.scale.assign(a.shift.size(), 1.0);
+  }
+  return a;
+}
+
+// The Conv output `op` reads: its first input for a BatchNormalization, either for a Mul or Add.
+int32_t conv_output_read(const std::vector<int32_t>& producer, const std::vector<ref::Op>& ops, const ref::Op& op) {
+  const size_t count = op.type == "BatchNormalization" ? 1 : std::min<size_t>(op.inputs.size(), 2);
+  for (size_t k = 0; k < count; ++k) {
+    const int32_t v = op.inputs[k];
+    if (v >= 0 && producer[static_cast<size_t>(v)] >= 0 && ops[static_cast<size_t>(producer[static_cast<size_t>(v)])].type == "Conv")
+      return v;
+  }
+  return -1;
+}
+
+// A per-channel affine after a Conv with constant weights (a BatchNormalization, or a Mul or Add by
+// a per-channel constant) and read by nothing else is folded into the Conv's weight and bias, one
+// after another along a chain: the Conv then writes the affine's output.
+void fold_affines_into_convs(Draft& d) {
   auto producer = producers(d);
   auto reads = readers(d);
   auto& ops = d.program.ops;
   std::vector<bool> removed(ops.size(), false);
   for (size_t i = 0; i < ops.size(); ++i) {
-    const ref::Op& bn = ops[i];
-    if (bn.type != "BatchNormalization") continue;
-    int32_t p = producer[static_cast<size_t>(bn.inputs[0])];
-    if (p < 0 || ops[static_cast<size_t>(p)].type != "Conv" || !only_read_by(d, reads, bn.inputs[0], i)) continue;
+    const ref::Op& op = ops[i];
+    const bool bn = op.type == "BatchNormalization";
+    if (!bn && op.type != "Mul" && op.type != "Add") continue;
+    const int32_t y = conv_output_read(producer, ops, op);
+    if (y < 0 || !only_read_by(d, reads, y, i)) continue;
+    const int32_t p = producer[static_cast<size_t>(y)];
     ref::Op& conv = ops[static_cast<size_t>(p)];
-    bool constant = d.is_weight(conv.inputs[1]) && (conv.inputs[2] < 0 || d.is_weight(conv.inputs[2])) &&
-                    std::all_of(bn.inputs.begin() + 1, bn.inputs.end(), [&](int32_t v) { return d.is_weight(v); });
-    if (!constant) continue;
-    log().debug("ref: folded BatchNormalization '{}' into the Conv producing '{}'", d.names[static_cast<size_t>(bn.outputs[0])],
-                d.names[static_cast<size_t>(conv.outputs[0])]);
-    fold_into_conv(d, conv, bn);
-    conv.outputs[0] = bn.outputs[0];
+    if (!d.is_weight(conv.inputs[1]) || d.value(conv.inputs[1]).dtype != ref::DType::kFloat32 ||
+        (conv.inputs[2] >= 0 && !d.is_weight(conv.inputs[2])))
+      continue;
+    std::optional<ChannelAffine> affine;
+    if (!bn)
+      affine = arithmetic_affine(d, op, y);
+    else if (std::all_of(op.inputs.begin() + 1, op.inputs.end(), [&](int32_t v) { return d.is_weight(v); }))
+      affine = batch_norm_affine(d, op);
+    if (!affine) continue;
+    const std::string name = d.names[static_cast<size_t>(op.outputs[0])];
+    log().debug("ref: folded {} '{}' into the Conv producing '{}'", op.type, name, d.names[static_cast<size_t>(y)]);
+    fold_into_conv(d, conv, *affine, name);
+    conv.outputs[0] = op.outputs[0];
+    producer[static_cast<size_t>(op.outputs[0])] = p;
     removed[i] = true;
   }
   drop_ops(d, removed);
@@ -653,6 +726,60 @@ void convinteger_in_float(Draft& d) {
     ops.push_back(std::move(cast));
   }
   d.program.ops = std::move(ops);
+}
+
+// The value of a float32 weight of one element.
+std::optional<float> scalar_weight(const Draft& d, int32_t v) {
+  if (!d.is_weight(v) || d.program.values[static_cast<size_t>(v)].dtype != ref::DType::kFloat32 ||
+      d.program.values[static_cast<size_t>(v)].element_count() != 1)
+    return std::nullopt;
+  return floats_of(d.weight(v))[0];
+}
+
+// Exporters without a HardSwish op (PaddlePaddle's, older opsets) write x * Clip(x + 3, 0, 6) / 6
+// (or * (1/6)): four passes over the image, where HardSwish is one the Conv before it absorbs.
+// Recognised when the intermediate values are read by the chain alone; the result differs from
+// the four ops' by float32 rounding (x/6 + 0.5 in place of (x + 3)/6).
+void recognise_hard_swish(Draft& d) {
+  auto producer = producers(d);
+  auto reads = readers(d);
+  auto& ops = d.program.ops;
+  std::vector<bool> removed(ops.size(), false);
+  const auto op_of = [&](int32_t v, const char* type) -> std::optional<size_t> {
+    if (v < 0 || producer[static_cast<size_t>(v)] < 0) return std::nullopt;
+    const auto at = static_cast<size_t>(producer[static_cast<size_t>(v)]);
+    if (ops[at].type != type || removed[at]) return std::nullopt;
+    return at;
+  };
+  const auto other = [](const ref::Op& op, int32_t v) { return op.inputs[0] == v ? op.inputs[1] : op.inputs[0]; };
+  for (size_t i = 0; i < ops.size(); ++i) {
+    ref::Op& last = ops[i];
+    if ((last.type != "Div" && last.type != "Mul") || last.inputs.size() != 2) continue;
+    const bool div = last.type == "Div";
+    const std::optional<float> k = scalar_weight(d, last.inputs[1]);
+    if (!k || *k != (div ? 6.0f : 1.0f / 6.0f)) continue;
+    const auto mul = op_of(last.inputs[0], "Mul");
+    if (!mul || ops[*mul].inputs.size() != 2 || !only_read_by(d, reads, last.inputs[0], i)) continue;
+    for (const int32_t c : ops[*mul].inputs) {
+      const auto clip = op_of(c, "Clip");
+      if (!clip || ops[*clip].get_float("min", 1) != 0.0f || ops[*clip].get_float("max", 0) != 6.0f ||
+          !only_read_by(d, reads, c, *mul))
+        continue;
+      const int32_t x = other(ops[*mul], c);
+      const auto add = op_of(ops[*clip].inputs[0], "Add");
+      if (!add || ops[*add].inputs.size() != 2 || !only_read_by(d, reads, ops[*clip].inputs[0], *clip)) continue;
+      const ref::Op& plus = ops[*add];
+      if ((plus.inputs[0] != x && plus.inputs[1] != x) || scalar_weight(d, other(plus, x)) != 3.0f) continue;
+      if (d.value(x).dims != d.value(last.outputs[0]).dims || d.value(x).dtype != ref::DType::kFloat32) continue;
+      log().debug("ref: x * Clip(x + 3, 0, 6) / 6 giving '{}' is HardSwish", d.names[static_cast<size_t>(last.outputs[0])]);
+      removed[*mul] = removed[*clip] = removed[*add] = true;
+      last.type = "HardSwish";
+      last.inputs = {x};
+      last.attrs.clear();
+      break;
+    }
+  }
+  drop_ops(d, removed);
 }
 
 void fuse_activations(Draft& d) {
@@ -1123,7 +1250,8 @@ LoweredPartition lower_partition(const Model& model, const Partition& partition,
   fuse_quantized_convs(draft);
   convinteger_in_float(draft);
   matmuls_of_4bit_weights(draft);
-  fold_batch_norms(draft);
+  fold_affines_into_convs(draft);
+  recognise_hard_swish(draft);
   fuse_activations(draft);
   fold_transposes_into_matmuls(draft);
   pack_matmul_weights(draft);
