@@ -46,13 +46,27 @@ using kernels::Reduction;
 
 // Folds every input element into its slot of `acc` (y's size, set to `initial` first) with
 // `combine`, walking the input in memory order so reads are contiguous whichever axes are reduced.
-template <typename Acc, typename Combine>
-void reduce_into(const Tensor& x, const Output& y, Acc* acc, Acc initial, Combine combine) {
+// A row reduced whole (the innermost axis reduced, as a global pool's) folds into kLanes partial
+// results, which `merge` joins: one running result would wait on each step before the next.
+template <typename Acc, typename Combine, typename Merge>
+void reduce_into(const Tensor& x, const Output& y, Acc* acc, Acc initial, Combine combine, Merge merge) {
+  constexpr int64_t kLanes = 8;
   const auto& plan = plan_of<Reduction>(y);
   const Dims& xd = x.dims();
   std::fill(acc, acc + y.size(), initial);
   int64_t inner = xd.empty() ? 1 : xd.back(), so = xd.empty() ? 0 : plan.strides[1].back();
   const float* data = x.f32();
+  if (so == 0 && inner >= 2 * kLanes)
+    return for_each_row(xd, plan.strides, [&](const int64_t* at) {
+      const float* row = data + at[0];
+      Acc part[kLanes];
+      std::fill(part, part + kLanes, initial);
+      int64_t i = 0;
+      for (; i + kLanes <= inner; i += kLanes)
+        for (int64_t k = 0; k < kLanes; ++k) part[k] = combine(part[k], row[i + k]);
+      for (; i < inner; ++i) part[0] = combine(part[0], row[i]);
+      for (const Acc p : part) acc[at[1]] = merge(acc[at[1]], p);
+    });
   for_each_row(xd, plan.strides, [&](const int64_t* at) {
     const float* row = data + at[0];
     Acc* dst = acc + at[1];
@@ -61,11 +75,11 @@ void reduce_into(const Tensor& x, const Output& y, Acc* acc, Acc initial, Combin
 }
 
 // Sums (of what `term` makes of each element) in double, in the run's scratch; then `finish` of
-// each sum, stored.
-template <typename Term, typename Finish>
-void reduce_sums(const Tensor& x, const Output& y, double initial, Term term, Finish finish) {
+// each sum, stored. Partial sums add (`merge`; a product's multiply).
+template <typename Term, typename Finish, typename Merge = std::plus<double>>
+void reduce_sums(const Tensor& x, const Output& y, double initial, Term term, Finish finish, Merge merge = Merge()) {
   auto* sums = reinterpret_cast<double*>(y.scratch);
-  reduce_into<double>(x, y, sums, initial, [&](double a, float b) { return term(a, b); });
+  reduce_into<double>(x, y, sums, initial, [&](double a, float b) { return term(a, b); }, merge);
   const int64_t count = plan_of<Reduction>(y).reduced_count;
   for (int64_t i = 0; i < y.size(); ++i) y.f32()[i] = static_cast<float>(finish(sums[i], count));
 }
@@ -76,9 +90,8 @@ double summed(double a, float b) { return a + b; }
 // Max or min of the reduced elements; a NaN among them wins, as in ONNX Runtime.
 template <typename Better>
 void reduce_extreme(const Tensor& x, const Output& y, float initial, Better better) {
-  reduce_into<float>(x, y, y.f32(), initial, [&](float a, float b) {
-    return std::isnan(a) || (!std::isnan(b) && !better(b, a)) ? a : b;
-  });
+  const auto keep = [&](float a, float b) { return std::isnan(a) || (!std::isnan(b) && !better(b, a)) ? a : b; };
+  reduce_into<float>(x, y, y.f32(), initial, keep, keep);
 }
 
 void exp_of_difference(const float* __restrict x, const float* __restrict peak, float* __restrict y, int64_t cols) {
@@ -339,7 +352,7 @@ void reduce_mean(Ins in, const Output& out) {
 void reduce_sum(Ins in, const Output& out) { reduce_sums(in[0], out, 0.0, summed, plain); }
 
 void reduce_prod(Ins in, const Output& out) {
-  reduce_sums(in[0], out, 1.0, [](double a, float b) { return a * b; }, plain);
+  reduce_sums(in[0], out, 1.0, [](double a, float b) { return a * b; }, plain, std::multiplies<double>());
 }
 
 void reduce_l1(Ins in, const Output& out) {
