@@ -8,6 +8,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -316,9 +317,13 @@ std::unique_ptr<OpPlan> plan_broadcast(const ref::Op&, const std::vector<const r
 
 // The fused activation (attrs act, act_alpha, act_beta) of an op, read once for a whole tensor or
 // for all the pieces of one.
+// The epilogue of a Conv, Gemm or MatMul: an activation, then a Mul and an Add by scalars the
+// lowering folded in (`out_scale`, `out_shift`), each rounded as the op it replaces.
 struct FusedActivation {
   ref::Activation kind = ref::Activation::kNone;
   float alpha = 0, beta = 0;
+  std::optional<float> scale, shift;
+  bool empty() const { return kind == ref::Activation::kNone && !scale && !shift; }
   void apply(float* data, int64_t n) const;  // to data[0, n) in place
 };
 FusedActivation fused_activation_of(const ref::Op& op);

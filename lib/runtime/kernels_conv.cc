@@ -126,8 +126,10 @@ Desc image_desc(const Dims& dims, bool channels_last) {
   return Desc(dnnl::memory::dims(dims.begin(), dims.end()), dnnl::memory::data_type::f32, Tag::nhwc);
 }
 
-// Activations oneDNN applies exactly as ONNX defines them, inside the convolution's own pass.
+// Activations oneDNN applies exactly as ONNX defines them, inside the convolution's own pass; with
+// an output scale or shift after them, the whole epilogue runs after the convolution.
 std::optional<std::pair<dnnl::algorithm, std::pair<float, float>>> post_op(const ref::Op& op) {
+  if (op.attr("out_scale") || op.attr("out_shift")) return std::nullopt;
   const float alpha = op.get_float("act_alpha", 0.0f), beta = op.get_float("act_beta", 0.0f);
   switch (static_cast<ref::Activation>(op.get_int("act", 0))) {
     case ref::Activation::kRelu: return {{dnnl::algorithm::eltwise_relu, {0.0f, 0.0f}}};

@@ -274,11 +274,16 @@ TypedScalar TypedScalar::of(const ref::Op& op, const std::string& name, ref::DTy
 }
 
 FusedActivation fused_activation_of(const ref::Op& op) {
-  return {static_cast<ref::Activation>(op.get_int("act", 0)), op.get_float("act_alpha", 0.0f), op.get_float("act_beta", 0.0f)};
+  FusedActivation a{static_cast<ref::Activation>(op.get_int("act", 0)), op.get_float("act_alpha", 0.0f),
+                    op.get_float("act_beta", 0.0f), std::nullopt, std::nullopt};
+  if (op.attr("out_scale")) a.scale = op.get_float("out_scale", 1.0f);
+  if (op.attr("out_shift")) a.shift = op.get_float("out_shift", 0.0f);
+  return a;
 }
 
-void FusedActivation::apply(float* data, int64_t n) const {
-  const float alpha = this->alpha, beta = this->beta;  // captured by value below
+namespace {
+
+void activate(ref::Activation kind, float alpha, float beta, float* data, int64_t n) {
   switch (kind) {
     case ref::Activation::kNone: return;
     case ref::Activation::kRelu: return in_place(data, n, [](float x) { return std::max(x, 0.0f); });
@@ -290,6 +295,17 @@ void FusedActivation::apply(float* data, int64_t n) const {
       return in_place(data, n, [=](float x) { return hard_sigmoid_of(x, alpha, beta); });
     case ref::Activation::kHardSwish: return in_place(data, n, hard_swish_of);
   }
+}
+
+}  // namespace
+
+void FusedActivation::apply(float* data, int64_t n) const {
+  activate(kind, alpha, beta, data, n);
+  // Without one of them the other is not applied at all: adding 0 would turn -0 into +0.
+  const float s = scale.value_or(1.0f), t = shift.value_or(0.0f);
+  if (scale && shift) return in_place(data, n, [=](float x) { return x * s + t; });  // fp-contract is off: two roundings
+  if (scale) return in_place(data, n, [=](float x) { return x * s; });
+  if (shift) return in_place(data, n, [=](float x) { return x + t; });
 }
 
 namespace kernels {

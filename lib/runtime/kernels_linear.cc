@@ -140,7 +140,7 @@ void matmul(Ins in, const Output& out) {
     const Dims& bd = in[1].dims();
     const int64_t k = p.trans_b ? bd[1] : bd[0], n = p.trans_b ? bd[0] : bd[1], m = product(ad, 0, ad.size() - 1);
     const auto epilogue = [&](int64_t j0, int64_t cols) {
-      if (act.kind != ref::Activation::kNone)
+      if (!act.empty())
         for (int64_t i = 0; i < m; ++i) act.apply(y + i * n + j0, cols);
     };
     gemm_rowmajor(m, n, k, in[0].f32(), in[1].f32(), y, out.parallel, false, p.trans_b, epilogue);

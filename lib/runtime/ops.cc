@@ -152,6 +152,8 @@ OutType cast(const OpCheck& c) {
 // The fused activation of Conv, Gemm and MatMul: `act` optional (none), its parameters required
 // by the activations that read them.
 void fused_activation(const OpCheck& c) {
+  for (const char* name : {"out_scale", "out_shift"})
+    if (c.op().attr(name)) c.float_attr(name);
   if (!c.op().attr("act")) return;
   auto act = static_cast<ref::Activation>(c.int_attr("act", 0, static_cast<int64_t>(ref::Activation::kHardSwish)));
   if (act == ref::Activation::kLeakyRelu || act == ref::Activation::kClip || act == ref::Activation::kHardSigmoid)

@@ -524,6 +524,52 @@ TEST(RefLower, DecomposedHardSwishIsRecognised) {
             (std::vector<std::string>{"Conv", "Add", "Clip", "Mul", "Div"}));
 }
 
+// A Mul and then an Add by scalars after a Conv's (or a MatMul's) fused activation join its
+// epilogue, giving the same bits as the ops; an Add before the Mul, a second Mul, or ops reading a
+// value seen elsewhere, stay.
+TEST(RefLower, ScalarMulThenAddJoinTheEpilogue) {
+  const auto model = [](const std::string& first, const std::string& second, bool expose) {
+    TestModel t;
+    t.input("x", {1, 3, 6, 6}).input("w", {2, 3, 3, 3}).floats("s", {1}, {0.4763231f}).floats("t", {}, {-0.0075732437f})
+        .node("Conv", {"x", "w"}, {"c"})
+        .node("HardSwish", {"c"}, {"h"})
+        .node(first, {"h", first == "Mul" ? "s" : "t"}, {"a"})
+        .node(second, {second == "Mul" ? "s" : "t", "a"}, {"y"})
+        .output("y");
+    if (expose) t.output("h");
+    return t.load();
+  };
+  // The weight is an input: the Conv cannot take the affine into its weights.
+  std::vector<float> xs = iota_floats(3 * 6 * 6, 0.75f), ws = iota_floats(2 * 3 * 3 * 3, 0.125f);
+  xs[5] = -0.0f;
+  const std::vector<std::vector<uint8_t>> in = {bytes_of(xs), bytes_of(ws)};
+  auto l = lower(model("Mul", "Add", false));
+  ASSERT_EQ(op_types(l->program()), std::vector<std::string>{"Conv"});
+  const ref::Op& conv = l->program().ops[0];
+  EXPECT_EQ(conv.get_int("act", 0), static_cast<int64_t>(ref::Activation::kHardSwish));
+  EXPECT_EQ(conv.get_float("out_scale", 0), 0.4763231f);
+  EXPECT_EQ(conv.get_float("out_shift", 0), -0.0075732437f);
+  EXPECT_EQ(bytes_of(output_named(*l, in, "y")), bytes_of(output_named(*lower(model("Mul", "Add", true)), in, "y")));
+  EXPECT_EQ(op_types(lower(model("Mul", "Add", true))->program()), (std::vector<std::string>{"Conv", "Mul", "Add"}));
+  EXPECT_EQ(lower(model("Mul", "Add", true))->program().ops[0].get_int("act", 0), static_cast<int64_t>(ref::Activation::kHardSwish));
+  EXPECT_EQ(op_types(lower(model("Add", "Mul", false))->program()), (std::vector<std::string>{"Conv", "Mul"}));
+  EXPECT_EQ(op_types(lower(model("Mul", "Mul", false))->program()), (std::vector<std::string>{"Conv", "Mul"}));
+  // A MatMul scaled as attention scales its scores.
+  const auto matmul = [](bool expose) {
+    TestModel t;
+    t.input("a", {4, 8}).input("b", {8, 5}).floats("k", {}, {0.125f})
+        .node("MatMul", {"a", "b"}, {"p"})
+        .node("Mul", {"p", "k"}, {"y"})
+        .output("y");
+    if (expose) t.output("p");
+    return lower(t.load());
+  };
+  const std::vector<std::vector<uint8_t>> ab = {bytes_of(iota_floats(32, 0.5f)), bytes_of(iota_floats(40, 0.25f))};
+  ASSERT_EQ(op_types(matmul(false)->program()), std::vector<std::string>{"MatMul"});
+  ASSERT_EQ(op_types(matmul(true)->program()), (std::vector<std::string>{"MatMul", "Mul"}));
+  EXPECT_EQ(bytes_of(output_named(*matmul(false), ab, "y")), bytes_of(output_named(*matmul(true), ab, "y")));
+}
+
 TEST(RefLower, ActivationsFuseOnlyWhenLegal) {
   auto gemm = [](const std::string& act, bool expose) {
     TestModel t;

@@ -814,6 +814,40 @@ void fuse_activations(Draft& d) {
   drop_ops(d, removed);
 }
 
+// A Mul and then an Add by scalar constants after a Conv, Gemm or MatMul (and its fused
+// activation), read by nothing else, join its epilogue (`out_scale`, `out_shift`): PaddleOCR v4's
+// affine after each HardSwish, attention's scaling. Each is rounded as the op it replaces, so the
+// results are the same bits; in any other order (an Add then a Mul, two Muls) the ops stay.
+void fold_scalar_epilogues(Draft& d) {
+  auto producer = producers(d);
+  auto reads = readers(d);
+  auto& ops = d.program.ops;
+  std::vector<bool> removed(ops.size(), false);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const ref::Op& op = ops[i];
+    if ((op.type != "Mul" && op.type != "Add") || op.inputs.size() != 2) continue;
+    for (size_t k = 0; k < 2; ++k) {
+      const int32_t y = op.inputs[k];
+      const std::optional<float> value = scalar_weight(d, op.inputs[1 - k]);
+      if (!value || y < 0 || producer[static_cast<size_t>(y)] < 0 || !only_read_by(d, reads, y, i)) continue;
+      const auto p = static_cast<size_t>(producer[static_cast<size_t>(y)]);
+      ref::Op& target = ops[p];
+      const bool fusable = target.type == "Conv" || target.type == "Gemm" || target.type == "MatMul";
+      if (!fusable || d.value(y).dtype != ref::DType::kFloat32 || d.value(op.outputs[0]).dims != d.value(y).dims ||
+          target.attr("out_shift") || (op.type == "Mul" && target.attr("out_scale")))
+        continue;
+      log().debug("ref: {} by {} giving '{}' joins the epilogue of {} '{}'", op.type, *value,
+                  d.names[static_cast<size_t>(op.outputs[0])], target.type, d.names[static_cast<size_t>(y)]);
+      set_attr(target, float_attr(op.type == "Mul" ? "out_scale" : "out_shift", *value));
+      target.outputs[0] = op.outputs[0];
+      producer[static_cast<size_t>(op.outputs[0])] = static_cast<int32_t>(p);
+      removed[i] = true;
+      break;
+    }
+  }
+  drop_ops(d, removed);
+}
+
 // A Transpose swapping the last two dims of a MatMul's B, and read by nothing else, is the
 // MatMul's transB: exported attention computes Q x K^T so, and the GEMM reads K as it is instead
 // of a transposed copy.
@@ -1253,6 +1287,7 @@ LoweredPartition lower_partition(const Model& model, const Partition& partition,
   fold_affines_into_convs(draft);
   recognise_hard_swish(draft);
   fuse_activations(draft);
+  fold_scalar_epilogues(draft);
   fold_transposes_into_matmuls(draft);
   pack_matmul_weights(draft);
   pack_conv_weights(draft);

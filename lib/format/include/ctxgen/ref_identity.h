@@ -10,8 +10,9 @@ inline constexpr const char* kEpName = "CtxgenRef";       // EPContext `source`,
 // 3.1: a packed Conv may compute on channels-last images (`channels_last`, `src_channels_last`,
 // `dst_channels_last`), which 3.0 cannot run.
 // 3.2: a packed Conv records its weight's layout (`weight_layout`), which 3.2 requires.
-// 3.3: a ConvTranspose's weight may be packed for oneDNN's deconvolution (`packed`), and ConvWeight
-// may lay one out (`transposed`), which 3.2 would misread.
+// 3.3: a ConvTranspose's weight may be packed for oneDNN's deconvolution (`packed`), ConvWeight
+// may lay one out (`transposed`), and Conv, Gemm and MatMul may scale and shift their results
+// (`out_scale`, `out_shift`), which 3.2 would misread or ignore.
 inline constexpr const char* kSdkVersion = "ctxgen-ref 3.3";
 // The hardware architecture is the CPU level packed weights are laid out for, read from the
 // machine: runtime::hardware_architecture().
