@@ -287,8 +287,9 @@ ChannelAffine batch_norm_affine(const Draft& d, const ref::Op& bn) {
   return a;
 }
 
-// A float32 weight that broadcasts along the channels of a Conv output `y` alone (a scalar, [M],
-// [M, 1, 1], [1, M, 1, 1], ...), as its M values (one repeated for a scalar); nullopt otherwise.
+// A float32 weight that broadcasts along the channels of a Conv output `y` alone (a scalar,
+// [M, 1, 1], [1, M, 1, 1], ...: broadcast from the right, so [M] would run along the last axis),
+// as its M values (one repeated for a scalar); nullopt otherwise.
 std::optional<std::vector<double>> per_channel(Draft& d, int32_t v, const std::vector<int64_t>& y) {
   if (!d.is_weight(v) || d.value(v).dtype != ref::DType::kFloat32) return std::nullopt;
   const auto& c = d.value(v).dims;
