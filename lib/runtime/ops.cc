@@ -962,12 +962,17 @@ OutType conv_transpose(const OpCheck& c) {
            [&] { return "weight dims " + dims_text(wd) + " do not match kernel " + dims_text(kernel); });
   c.expect(wd[0] == x.dims[1] && x.dims[1] % group == 0,
            [&] { return "group " + std::to_string(group) + " does not fit input " + dims_text(x.dims) + " and weight " + dims_text(wd); });
+  int64_t channels = 0;
+  c.expect(!__builtin_mul_overflow(wd[1], group, &channels) && channels <= kMaxElements,
+           [&] { return "weight dims " + dims_text(wd) + " in " + std::to_string(group) + " groups make over 2^48 output channels"; });
+  // The Conv kernels this shares its plan with read these; no ConvTranspose the compiler writes has them.
+  for (const char* name : {"channels_last", "src_channels_last", "dst_channels_last", "act", "out_scale", "out_shift"})
+    c.expect(c.op().attr(name) == nullptr, [&] { return std::string("attribute '") + name + "' on a ConvTranspose"; });
   if (packed) {
     for (size_t a = 0; a < n; ++a)
       c.expect(extra[a] <= pads[n + a], "a packed ConvTranspose whose output_padding exceeds its end padding");
     expect_packed_layout(c, onednn_weight_dims(wd, group, true));
   }
-  int64_t channels = wd[1] * group;
   if (const ref::Value* bias = c.optional_in(2)) c.expect_dims(*bias, {channels}, "bias");
   Dims out = {x.dims[0], channels};
   for (size_t a = 0; a < n; ++a) {

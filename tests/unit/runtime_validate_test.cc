@@ -285,6 +285,27 @@ TEST(RuntimeValidate, PackedConvLayoutStaysInsideItsWeight) {
   expect_invalid(unrecorded, "attribute 'weight_layout' (ints) is missing", 1);
 }
 
+// A packed ConvTranspose shares Conv's plan: the attributes only a Conv may carry (channels-last
+// images, an epilogue) are refused on it, as is output_padding its end padding cannot cover, and
+// output channels (weight_shape[1] x group) that would overflow before the layout is checked.
+TEST(RuntimeValidate, PackedConvTransposeCarriesOnlyItsOwnAttributes) {
+  const auto deconv = [](std::vector<ref::Attr> more, Dims weight_shape = {8, 4, 2, 2}, int64_t group = 1,
+                         Dims extra = {0, 0}) {
+    std::vector<ref::Attr> attrs = {ints_attr("kernel_shape", {2, 2}), ints_attr("strides", {2, 2}),
+                                    ints_attr("pads", {0, 0, 0, 0}), ints_attr("dilations", {1, 1}),
+                                    ints_attr("output_padding", extra), int_attr("group", group), int_attr("packed", 1),
+                                    ints_attr("weight_shape", weight_shape), ints_attr("weight_layout", {4, 8, 2, 2, 4, 16, 2, 1})};
+    attrs.insert(attrs.end(), more.begin(), more.end());
+    return single("ConvTranspose", {{{1, 8, 3, 3}, kF}, {{128}, kF}}, {1, 4, 6, 6}, attrs);
+  };
+  EXPECT_NO_THROW(runtime::validate(deconv({}), 1));
+  for (const char* name : {"channels_last", "src_channels_last", "dst_channels_last", "act"})
+    expect_invalid(deconv({int_attr(name, 1)}), std::string("attribute '") + name + "' on a ConvTranspose", 1);
+  expect_invalid(deconv({float_attr("out_scale", 2.0f)}), "attribute 'out_scale' on a ConvTranspose", 1);
+  expect_invalid(deconv({}, {8, 4, 2, 2}, 1, {1, 1}), "a packed ConvTranspose whose output_padding exceeds its end padding", 1);
+  expect_invalid(deconv({}, {8, int64_t{1} << 48, 2, 2}, 8), "make over 2^48 output channels", 1);
+}
+
 TEST(RuntimeValidate, PerOpShapeRules) {
   expect_invalid(single("MatMul", {{{2, 3}, kF}, {{4, 5}, kF}}, {2, 5}, {}), "inner dims differ: [2,3] x [4,5]", 0);
   expect_invalid(single("MatMul", {{{2, 2, 3}, kF}, {{3, 3, 5}, kF}}, {2, 2, 5}, {}), "batch dims of", 0);
