@@ -253,6 +253,29 @@ void drop_ops(Draft& d, const std::vector<bool>& removed) {
   d.program.ops = std::move(kept);
 }
 
+// Folds ops into the op producing one of their inputs. For each op and each input `y` only it
+// reads, `absorb(op, y, target)` (target: the op writing `y`) says whether target took op in; the
+// target then writes op's output, and op goes.
+template <typename Absorb>
+void absorb_into_producers(Draft& d, Absorb absorb) {
+  auto producer = producers(d);
+  const auto reads = readers(d);
+  auto& ops = d.program.ops;
+  std::vector<bool> removed(ops.size(), false);
+  for (size_t i = 0; i < ops.size(); ++i)
+    for (const int32_t y : ops[i].inputs) {
+      if (y < 0 || producer[static_cast<size_t>(y)] < 0 || !only_read_by(d, reads, y, i)) continue;
+      const int32_t p = producer[static_cast<size_t>(y)];
+      ref::Op& target = ops[static_cast<size_t>(p)];
+      if (!absorb(ops[i], y, target)) continue;
+      target.outputs[0] = ops[i].outputs[0];
+      producer[static_cast<size_t>(ops[i].outputs[0])] = p;
+      removed[i] = true;
+      break;
+    }
+  drop_ops(d, removed);
+}
+
 // What a per-output-channel affine after a Conv does to it: y' = y * scale + shift per channel m.
 struct ChannelAffine {
   std::vector<double> scale, shift;
@@ -327,50 +350,27 @@ std::optional<ChannelAffine> arithmetic_affine(Draft& d, const ref::Op& op, int3
   return a;
 }
 
-// The Conv output `op` reads: its first input for a BatchNormalization, either for a Mul or Add.
-int32_t conv_output_read(const std::vector<int32_t>& producer, const std::vector<ref::Op>& ops, const ref::Op& op) {
-  const size_t count = op.type == "BatchNormalization" ? 1 : std::min<size_t>(op.inputs.size(), 2);
-  for (size_t k = 0; k < count; ++k) {
-    const int32_t v = op.inputs[k];
-    if (v >= 0 && producer[static_cast<size_t>(v)] >= 0 && ops[static_cast<size_t>(producer[static_cast<size_t>(v)])].type == "Conv")
-      return v;
-  }
-  return -1;
-}
-
 // A per-channel affine after a Conv with constant weights (a BatchNormalization, or a Mul or Add by
 // a per-channel constant) and read by nothing else is folded into the Conv's weight and bias, one
 // after another along a chain: the Conv then writes the affine's output.
 void fold_affines_into_convs(Draft& d) {
-  auto producer = producers(d);
-  auto reads = readers(d);
-  auto& ops = d.program.ops;
-  std::vector<bool> removed(ops.size(), false);
-  for (size_t i = 0; i < ops.size(); ++i) {
-    const ref::Op& op = ops[i];
+  absorb_into_producers(d, [&](const ref::Op& op, int32_t y, ref::Op& conv) {
     const bool bn = op.type == "BatchNormalization";
-    if (!bn && op.type != "Mul" && op.type != "Add") continue;
-    const int32_t y = conv_output_read(producer, ops, op);
-    if (y < 0 || !only_read_by(d, reads, y, i)) continue;
-    const int32_t p = producer[static_cast<size_t>(y)];
-    ref::Op& conv = ops[static_cast<size_t>(p)];
+    if ((!bn && op.type != "Mul" && op.type != "Add") || (bn && y != op.inputs[0]) || conv.type != "Conv") return false;
     if (!d.is_weight(conv.inputs[1]) || d.value(conv.inputs[1]).dtype != ref::DType::kFloat32 ||
         (conv.inputs[2] >= 0 && !d.is_weight(conv.inputs[2])))
-      continue;
+      return false;
     std::optional<ChannelAffine> affine;
     if (!bn)
       affine = arithmetic_affine(d, op, y);
     else if (std::all_of(op.inputs.begin() + 1, op.inputs.end(), [&](int32_t v) { return d.is_weight(v); }))
       affine = batch_norm_affine(d, op);
-    if (!affine) continue;
+    if (!affine) return false;
     const std::string name = d.names[static_cast<size_t>(op.outputs[0])];
     log().debug("ref: folded {} '{}' into the Conv producing '{}'", op.type, name, d.names[static_cast<size_t>(y)]);
     fold_into_conv(d, conv, *affine, name);
-    conv.outputs[0] = op.outputs[0];
-    producer[static_cast<size_t>(op.outputs[0])] = p;
-    removed[i] = true;
-  }
-  drop_ops(d, removed);
+    return true;
+  });
 }
 
 // A float32 value cast to float16 (or bfloat16) and straight back by the Casts normalise added
@@ -783,20 +783,14 @@ void recognise_hard_swish(Draft& d) {
   drop_ops(d, removed);
 }
 
+// The ops whose kernels run an epilogue (FusedActivation) over their results.
+bool has_epilogue(const ref::Op& op) { return op.type == "Conv" || op.type == "Gemm" || op.type == "MatMul"; }
+
 void fuse_activations(Draft& d) {
-  auto producer = producers(d);
-  auto reads = readers(d);
-  auto& ops = d.program.ops;
-  std::vector<bool> removed(ops.size(), false);
-  for (size_t i = 0; i < ops.size(); ++i) {
-    const ref::Op& act = ops[i];
-    ref::Activation kind = activation_of(act.type);
-    if (kind == ref::Activation::kNone) continue;
-    int32_t p = producer[static_cast<size_t>(act.inputs[0])];
-    if (p < 0 || !only_read_by(d, reads, act.inputs[0], i)) continue;
-    ref::Op& target = ops[static_cast<size_t>(p)];
-    bool fusable = target.type == "Conv" || target.type == "Gemm" || target.type == "MatMul";
-    if (!fusable || target.get_int("act", 0) != 0) continue;
+  absorb_into_producers(d, [&](const ref::Op& act, int32_t y, ref::Op& target) {
+    const ref::Activation kind = activation_of(act.type);
+    if (kind == ref::Activation::kNone || y != act.inputs[0] || !has_epilogue(target) || target.get_int("act", 0) != 0)
+      return false;
     // The normalised activations list their float parameters in act_alpha, act_beta order:
     // LeakyRelu alpha; HardSigmoid alpha, beta; Clip min, max.
     std::vector<float> params;
@@ -804,15 +798,12 @@ void fuse_activations(Draft& d) {
       if (a.kind == ref::Attr::Kind::kFloat) params.push_back(a.f);
     params.resize(2, 0.0f);
     log().debug("ref: fused {} '{}' into {} '{}'", act.type, d.names[static_cast<size_t>(act.outputs[0])], target.type,
-                d.names[static_cast<size_t>(target.outputs[0])]);
+                d.names[static_cast<size_t>(y)]);
     set_attr(target, int_attr("act", static_cast<int64_t>(kind)));
     set_attr(target, float_attr("act_alpha", params[0]));
     set_attr(target, float_attr("act_beta", params[1]));
-    target.outputs[0] = act.outputs[0];
-    producer[static_cast<size_t>(act.outputs[0])] = p;
-    removed[i] = true;
-  }
-  drop_ops(d, removed);
+    return true;
+  });
 }
 
 // A Mul and then an Add by scalar constants after a Conv, Gemm or MatMul (and its fused
@@ -820,33 +811,18 @@ void fuse_activations(Draft& d) {
 // affine after each HardSwish, attention's scaling. Each is rounded as the op it replaces, so the
 // results are the same bits; in any other order (an Add then a Mul, two Muls) the ops stay.
 void fold_scalar_epilogues(Draft& d) {
-  auto producer = producers(d);
-  auto reads = readers(d);
-  auto& ops = d.program.ops;
-  std::vector<bool> removed(ops.size(), false);
-  for (size_t i = 0; i < ops.size(); ++i) {
-    const ref::Op& op = ops[i];
-    if ((op.type != "Mul" && op.type != "Add") || op.inputs.size() != 2) continue;
-    for (size_t k = 0; k < 2; ++k) {
-      const int32_t y = op.inputs[k];
-      const std::optional<float> value = scalar_weight(d, op.inputs[1 - k]);
-      if (!value || y < 0 || producer[static_cast<size_t>(y)] < 0 || !only_read_by(d, reads, y, i)) continue;
-      const auto p = static_cast<size_t>(producer[static_cast<size_t>(y)]);
-      ref::Op& target = ops[p];
-      const bool fusable = target.type == "Conv" || target.type == "Gemm" || target.type == "MatMul";
-      if (!fusable || d.value(y).dtype != ref::DType::kFloat32 || d.value(op.outputs[0]).dims != d.value(y).dims ||
-          target.attr("out_shift") || (op.type == "Mul" && target.attr("out_scale")))
-        continue;
-      log().debug("ref: {} by {} giving '{}' joins the epilogue of {} '{}'", op.type, *value,
-                  d.names[static_cast<size_t>(op.outputs[0])], target.type, d.names[static_cast<size_t>(y)]);
-      set_attr(target, float_attr(op.type == "Mul" ? "out_scale" : "out_shift", *value));
-      target.outputs[0] = op.outputs[0];
-      producer[static_cast<size_t>(op.outputs[0])] = static_cast<int32_t>(p);
-      removed[i] = true;
-      break;
-    }
-  }
-  drop_ops(d, removed);
+  absorb_into_producers(d, [&](const ref::Op& op, int32_t y, ref::Op& target) {
+    if ((op.type != "Mul" && op.type != "Add") || op.inputs.size() != 2) return false;
+    const std::optional<float> value = scalar_weight(d, op.inputs[0] == y ? op.inputs[1] : op.inputs[0]);
+    if (!value || !has_epilogue(target) || d.value(y).dtype != ref::DType::kFloat32 ||
+        d.value(op.outputs[0]).dims != d.value(y).dims || target.attr("out_shift") ||
+        (op.type == "Mul" && target.attr("out_scale")))
+      return false;
+    log().debug("ref: {} by {} giving '{}' joins the epilogue of {} '{}'", op.type, *value,
+                d.names[static_cast<size_t>(op.outputs[0])], target.type, d.names[static_cast<size_t>(y)]);
+    set_attr(target, float_attr(op.type == "Mul" ? "out_scale" : "out_shift", *value));
+    return true;
+  });
 }
 
 // A Transpose swapping the last two dims of a MatMul's B, and read by nothing else, is the
