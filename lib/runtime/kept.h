@@ -7,11 +7,45 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
+#include <vector>
 
 #include "ctxgen/bytes.h"
+#include "ctxgen/ref_program.h"
 
 namespace ctxgen::runtime {
+
+// Keys are the bytes of what a value is made of, lengths before lists and text so that no two
+// different inputs run together into one key.
+inline void put(std::string& key, const void* data, size_t bytes) { key.append(static_cast<const char*>(data), bytes); }
+template <class T>
+  requires std::is_trivially_copyable_v<T>
+void put(std::string& key, const T& value) {
+  put(key, &value, sizeof value);
+}
+template <class T>
+void put(std::string& key, const std::vector<T>& values) {
+  put(key, values.size());
+  put(key, values.data(), values.size() * sizeof(T));
+}
+inline void put(std::string& key, const std::string& text) {
+  put(key, text.size());
+  put(key, text.data(), text.size());
+}
+// An op's type and attributes: with its operands' types and dims, all a plan is made of.
+inline void put(std::string& key, const ref::Op& op) {
+  put(key, op.type);
+  put(key, op.attrs.size());
+  for (const ref::Attr& a : op.attrs) {
+    put(key, a.name);
+    put(key, a.kind);
+    put(key, a.i);
+    put(key, a.f);
+    put(key, a.ints);
+    put(key, a.floats);
+  }
+}
 
 // The `capacity` most recently used values (none when 0), each made once from its key (every byte
 // the value depends on). Values are immutable and shared: a session holds its own reference, so

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -467,8 +466,6 @@ void run_packed(const Packed& p, const FusedActivation& act, Ins in, const Outpu
   if (!p.act_fused) act.apply(out.f32(), out.size());
 }
 
-std::atomic<uint64_t> g_plans_made{0};
-
 Error cannot_run(const dnnl::error& e) {
   return Error(ErrorCode::kInvalidBinary,
                std::string("oneDNN cannot run this packed convolution on ") + onednn::architecture() + ": " + e.what());
@@ -483,7 +480,7 @@ std::shared_ptr<const Packed> plan_packed(const ref::Op& op, const Desc& weight,
   const Dims image = src_last ? Dims{x[0], x[4], x[2], x[3]} : x;
   const Dims y = dst_last ? Dims{out[0], out[4], out[2], out[3]} : out;
   auto p = std::make_shared<Packed>();
-  ++g_plans_made;
+  onednn::plan_made();
   try {
     // A convolution computing channels last reads and writes nhwc; else oneDNN chooses (blocked).
     // The given image layouts are reordered when they are not the primitive's.
@@ -520,35 +517,11 @@ std::shared_ptr<const Packed> plan_packed(const ref::Op& op, const Desc& weight,
   return p;
 }
 
-void put(std::string& key, const void* data, size_t bytes) { key.append(static_cast<const char*>(data), bytes); }
-template <class T>
-void put(std::string& key, const T& value) {
-  put(key, &value, sizeof value);
-}
-template <class T>
-void put(std::string& key, const std::vector<T>& values) {
-  put(key, values.size());
-  put(key, values.data(), values.size() * sizeof(T));
-}
-void put(std::string& key, const std::string& text) {
-  put(key, text.size());
-  put(key, text.data(), text.size());
-}
-
 // All a packed Conv's plan is made of: its type, its attributes (geometry, activation, layouts),
 // its image dims and whether it has a bias (the weight's own bytes are only read when it runs).
 std::string planned_key(const ref::Op& op, const Dims& x, const Dims& y, bool bias) {
   std::string key;
-  put(key, op.type);
-  put(key, op.attrs.size());
-  for (const ref::Attr& a : op.attrs) {
-    put(key, a.name);
-    put(key, a.kind);
-    put(key, a.i);
-    put(key, a.f);
-    put(key, a.ints);
-    put(key, a.floats);
-  }
+  put(key, op);
   put(key, x);
   put(key, y);
   put(key, bias);
@@ -561,11 +534,9 @@ std::string planned_key(const ref::Op& op, const Dims& x, const Dims& y, bool bi
 // session of the process had described already. Plans are immutable (a run keeps its buffers in
 // its own state), so the process keeps them, keyed by all they are made of (planned_key), and a
 // session loading a model the process has loaded before, or one with the same convolutions, shares
-// them. A plan holds its primitives' code (~0.12 MB a plan: 1000 plans kept 123 MB), so the
-// process keeps the 256 most recently used, and none when the host turned oneDNN's own primitive
-// cache off (ONEDNN_PRIMITIVE_CACHE_CAPACITY=0) to keep memory down.
+// them (1000 plans kept 123 MB: onednn::kept_plans() says how many).
 Kept<Packed>& planned() {
-  static Kept<Packed> kept(std::min<size_t>(256, static_cast<size_t>(dnnl::get_primitive_cache_capacity())));
+  static Kept<Packed> kept(onednn::kept_plans());
   return kept;
 }
 
@@ -603,7 +574,7 @@ std::vector<int64_t> conv_weight_layout(const ref::Op& op, const Dims& x, const 
 
 uint64_t packed_conv_weight_bytes(const ref::Op& op) { return recorded_weight(op).get_size(); }
 
-uint64_t packed_conv_plans_made() { return g_plans_made; }
+uint64_t conv_plans_made() { return onednn::plans_made(); }
 
 namespace {
 

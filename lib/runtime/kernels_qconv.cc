@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "ctxgen/error.h"
+#include "kept.h"
 #include "kernels.h"
 #include "onednn.h"
 
@@ -82,8 +83,8 @@ struct Int8Geometry {
   Desc src_given, src, weight_given, weight_any;
 };
 
-struct QConvPlan final : OpPlan {
-  QConvPlan(const ref::Op& op, const std::vector<const ref::Value*>& in, const ref::Value& out)
+struct QConv {
+  QConv(const ref::Op& op, const std::vector<const ref::Value*>& in, const ref::Value& out)
       : count(product(out.dims)), y_zero_point(static_cast<float>(op.get_int("y_zero_point", 0))), unsigned_out(out.dtype == ref::DType::kUInt8) {
     if (!onednn::exact_int8_convolution())
       throw Error(ErrorCode::kInvalidBinary, "QLinearConv needs exact int8 convolutions (VNNI), which " +
@@ -121,8 +122,6 @@ struct QConvPlan final : OpPlan {
     scratch_bytes = pad_at + pad.get_size();
   }
 
-  std::unique_ptr<OpState> make_state() const override { return std::make_unique<State>(); }
-
   // The weight in the primitive's layout, made from the binary's on the first run of a run state
   // (kept only once made whole), and oneDNN's memory objects around the run's buffers, made again
   // only for a buffer that moved.
@@ -137,13 +136,13 @@ struct QConvPlan final : OpPlan {
   Desc src_given, src, dst, quantized, dst_given, weight_given, weight, bias, pad;
   dnnl::convolution_forward primitive;
   dnnl::reorder to_src, to_weight, to_dst;
-  uint64_t src_at = 0, dst_at = 0, quantized_at = 0, pad_at = 0;
+  uint64_t src_at = 0, dst_at = 0, quantized_at = 0, pad_at = 0, scratch_bytes = 0;
 };
 
 // ConvInteger's convolutions (see the top of the file): `first` on the weight's clamped part,
 // `rest` adding the sums of each further part to its output.
-struct Int8ConvIntegerPlan final : OpPlan {
-  Int8ConvIntegerPlan(const ref::Op& op, const std::vector<const ref::Value*>& in, const ref::Value& out)
+struct Int8ConvInteger {
+  Int8ConvInteger(const ref::Op& op, const std::vector<const ref::Value*>& in, const ref::Value& out)
       : x_zero_point(in.size() > 2 && in[2] != nullptr) {
     const Int8Geometry g(op, *in[0], in[1]->dims);
     src_given = g.src_given;
@@ -178,8 +177,6 @@ struct Int8ConvIntegerPlan final : OpPlan {
     pad_at = dst_at + aligned(dst.get_size());
     scratch_bytes = pad_at + pad.get_size();
   }
-
-  std::unique_ptr<OpState> make_state() const override { return std::make_unique<State>(); }
 
   struct State final : OpState, Memories<8> {
     enum Slot : size_t { kGivenSrc, kSrc, kDst, kPad, kGivenDst, kParts };
@@ -222,8 +219,38 @@ struct Int8ConvIntegerPlan final : OpPlan {
   Desc src_given, src, dst, dst_given, weight_given, weight, pad;
   dnnl::convolution_forward first, rest;
   dnnl::reorder to_src, to_weight, to_dst;
-  uint64_t dst_at = 0, pad_at = 0;
+  uint64_t dst_at = 0, pad_at = 0, scratch_bytes = 0;
 };
+
+// Describing an 8-bit convolution to oneDNN costs what a packed Conv's does (~10 µs a primitive,
+// and there are four: 7% of a session on the quantized CNN), so its primitives are kept for the
+// process the same way (kernels_conv.cc, planned()), keyed by all they are made of; a run's
+// buffers and laid-out weights are in its own state.
+template <class Conv>
+struct KeptPlan final : OpPlan {
+  std::shared_ptr<const Conv> conv;
+  std::unique_ptr<OpState> make_state() const override { return std::make_unique<typename Conv::State>(); }
+};
+
+template <class Conv>
+std::unique_ptr<OpPlan> plan_kept(const ref::Op& op, const std::vector<const ref::Value*>& in, const ref::Value& out) {
+  static Kept<Conv> kept(onednn::kept_plans());
+  std::string key;
+  put(key, op);
+  for (const ref::Value* v : {in[0], in[1], in.size() > 2 ? in[2] : nullptr, &out}) {
+    put(key, v != nullptr);
+    if (v == nullptr) continue;
+    put(key, v->dtype);
+    put(key, v->dims);
+  }
+  auto plan = std::make_unique<KeptPlan<Conv>>();
+  plan->conv = kept.find(key, [&] {
+    onednn::plan_made();
+    return std::make_shared<const Conv>(op, in, out);
+  });
+  plan->scratch_bytes = plan->conv->scratch_bytes;
+  return plan;
+}
 
 }  // namespace
 
@@ -232,19 +259,19 @@ std::unique_ptr<OpPlan> plan_int8_conv_integer(const ref::Op& op, const std::vec
                        (in.size() < 4 || in[3] == nullptr || in[3]->kind == ref::ValueKind::kWeight);
   if (!onednn::exact_int8_convolution() || in[0]->dims.size() != 4 || !weights) return nullptr;
   try {
-    return std::make_unique<Int8ConvIntegerPlan>(op, in, out);
+    return plan_kept<Int8ConvInteger>(op, in, out);
   } catch (const dnnl::error&) {
     return nullptr;  // a geometry oneDNN has no int8 kernel for: the integer loops run it
   }
 }
 
 void int8_conv_integer(const OpPlan& plan, Ins in, const Output& out) {
-  const auto& p = static_cast<const Int8ConvIntegerPlan&>(plan);
+  const Int8ConvInteger& p = *static_cast<const KeptPlan<Int8ConvInteger>&>(plan).conv;
   onednn::OneThread one;
-  std::optional<Int8ConvIntegerPlan::State> own;  // called without a run state (a test): made for this run alone
-  auto& state = out.state ? static_cast<Int8ConvIntegerPlan::State&>(*out.state) : own.emplace();
+  std::optional<Int8ConvInteger::State> own;  // called without a run state (a test): made for this run alone
+  auto& state = out.state ? static_cast<Int8ConvInteger::State&>(*out.state) : own.emplace();
   if (state.parts.empty()) p.lay_out(in, state);
-  using Slot = Int8ConvIntegerPlan::State::Slot;
+  using Slot = Int8ConvInteger::State::Slot;
   uint8_t* scratch = out.scratch;
   const dnnl::memory& src = state.at(Slot::kSrc, p.src, scratch);
   const dnnl::memory& dst = state.at(Slot::kDst, p.dst, scratch + p.dst_at);
@@ -263,14 +290,14 @@ void int8_conv_integer(const OpPlan& plan, Ins in, const Output& out) {
 
 namespace kernels {
 
-const Planner plan_qlinear_conv = plan_as<QConvPlan>;
+const Planner plan_qlinear_conv = plan_kept<QConv>;
 
 void qlinear_conv(Ins in, const Output& out) {
-  const auto& p = plan_of<QConvPlan>(out);
+  const QConv& p = *plan_of<KeptPlan<QConv>>(out).conv;
   onednn::OneThread one;
-  std::optional<QConvPlan::State> own;  // called without a run state (a test): made for this run alone
-  auto& state = out.state ? static_cast<QConvPlan::State&>(*out.state) : own.emplace();
-  using Slot = QConvPlan::State::Slot;
+  std::optional<QConv::State> own;  // called without a run state (a test): made for this run alone
+  auto& state = out.state ? static_cast<QConv::State&>(*out.state) : own.emplace();
+  using Slot = QConv::State::Slot;
   if (!state.weight) {
     const size_t bytes = aligned(p.weight.get_size());
     Laid laid(static_cast<uint8_t*>(std::aligned_alloc(kAlign, bytes)));

@@ -1,5 +1,7 @@
 #include "onednn.h"
 
+#include <algorithm>
+#include <atomic>
 #include <omp.h>
 
 #include <optional>
@@ -94,6 +96,12 @@ std::string level_names() {
 }
 
 }  // namespace
+
+std::atomic<uint64_t> g_plans_made{0};
+void plan_made() { ++g_plans_made; }
+uint64_t plans_made() { return g_plans_made; }
+
+size_t kept_plans() { return std::min<size_t>(256, static_cast<size_t>(dnnl::get_primitive_cache_capacity())); }
 
 bool exact_int8_convolution() {
   const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();

@@ -34,6 +34,14 @@ class OneThread {
 void execute(const dnnl::primitive& primitive, const dnnl_exec_arg_t* args, int count);
 void reorder(const dnnl::reorder& primitive, const dnnl::memory& from, const dnnl::memory& to);
 
+// How many plans of primitives the process keeps (kept.h): each holds its primitives' code
+// (~0.12 MB a packed Conv's), so the 256 most recently used, and none when the host turned oneDNN's
+// own primitive cache off (ONEDNN_PRIMITIVE_CACHE_CAPACITY=0) to keep memory down.
+size_t kept_plans();
+// Counts the plans made (runtime.h, conv_plans_made()).
+void plan_made();
+uint64_t plans_made();
+
 // Whether oneDNN's 8-bit convolutions sum exactly on this CPU: with VNNI's int32 dot products.
 // Without it, oneDNN 2.6 halves int8 weights (for a signed image) or saturates 16-bit pair sums (for
 // an unsigned one).

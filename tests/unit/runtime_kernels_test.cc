@@ -626,10 +626,10 @@ TEST(RuntimeKernels, PackedConvPlansAreSharedOnlyByEqualConvs) {
           inputs.push_back(f32(bs));
         }
         p.op("Conv", ids, p.output(y), op.attrs);
-        const uint64_t before = runtime::packed_conv_plans_made();
+        const uint64_t before = runtime::conv_plans_made();
         expect_near(values_of<float>(run_bytes(p.program(), inputs, {}, two_threads)[0]), plain, 1e-4f);
         // Made in the first round, unless an earlier test of this process planned the same Conv.
-        EXPECT_LE(runtime::packed_conv_plans_made() - before, round == 0 ? 1u : 0u);
+        EXPECT_LE(runtime::conv_plans_made() - before, round == 0 ? 1u : 0u);
       }
     }
   }

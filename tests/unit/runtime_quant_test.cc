@@ -436,8 +436,6 @@ TEST(RuntimeQuant, QLinearConvIsExactInteger) {
     const DType x_type = DType::kUInt8, y_type = DType::kUInt8;
     Bytes x(static_cast<size_t>(n * c * h * w));
     for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<uint8_t>((i * 73 + 5) % 256);
-    std::vector<int8_t> wt(static_cast<size_t>(m * (c / group) * kh * kw));
-    for (size_t i = 0; i < wt.size(); ++i) wt[i] = static_cast<int8_t>((i * 31 + 9) % 256 - 128);
     const std::vector<int32_t> bias = {100, -250, 0, 77};
     const std::vector<float> scales = {0.001f, 0.0005f, 0.002f, 0.00125f};
     ProgramBuilder b;
@@ -454,26 +452,37 @@ TEST(RuntimeQuant, QLinearConvIsExactInteger) {
          {ints_attr("kernel_shape", {kh, kw}), ints_attr("strides", {stride, stride}), ints_attr("pads", {1, 1, 1, 1}),
           ints_attr("dilations", {1, 1}), int_attr("group", group), sc, int_attr("x_zero_point", x_zero),
           int_attr("y_zero_point", y_zero), int_attr("dtype", static_cast<int64_t>(y_type))});
-    const Bytes got = run_bytes(b.program(), {x}, {bytes_of(wt), bytes_of(bias)})[0];
-    const auto value = [&](size_t i) { return static_cast<int>(x[i]); };
-    for (int64_t ni = 0; ni < n; ++ni)
-      for (int64_t mi = 0; mi < m; ++mi)
-        for (int64_t i = 0; i < oh; ++i)
-          for (int64_t j = 0; j < ow; ++j) {
-            int32_t acc = bias[static_cast<size_t>(mi)];
-            const int64_t g = mi / (m / group);
-            for (int64_t ci = 0; ci < c / group; ++ci)
-              for (int64_t a = 0; a < kh; ++a)
-                for (int64_t bb = 0; bb < kw; ++bb) {
-                  const int64_t yy = i * stride + a - 1, xx = j * stride + bb - 1;
-                  if (yy < 0 || yy >= h || xx < 0 || xx >= w) continue;
-                  acc += (value(static_cast<size_t>(((ni * c + g * (c / group) + ci) * h + yy) * w + xx)) - x_zero) *
-                         wt[static_cast<size_t>(((mi * (c / group) + ci) * kh + a) * kw + bb)];
-                }
-            const float q = std::nearbyint(static_cast<float>(acc) * scales[static_cast<size_t>(mi)]) + static_cast<float>(y_zero);
-            const int want = static_cast<int>(std::clamp(q, 0.0f, 255.0f));
-            EXPECT_EQ(static_cast<int>(got[static_cast<size_t>(((ni * m + mi) * oh + i) * ow + j)]), want) << ni << mi << i << j;
-          }
+    // Two weights through the same program: the second session shares the first's plan (its
+    // primitives, made once for the process) but convolves with its own weight.
+    for (int weights = 0; weights < 2; ++weights) {
+      SCOPED_TRACE("weight " + std::to_string(weights));
+      std::vector<int8_t> wt(static_cast<size_t>(m * (c / group) * kh * kw));
+      for (size_t i = 0; i < wt.size(); ++i) wt[i] = static_cast<int8_t>((i * (weights == 0 ? 31 : 17) + 9) % 256 - 128);
+      const uint64_t plans_before = runtime::conv_plans_made();
+      const Bytes got = run_bytes(b.program(), {x}, {bytes_of(wt), bytes_of(bias)})[0];
+      if (weights == 1) {
+        EXPECT_EQ(runtime::conv_plans_made(), plans_before);
+      }
+      const auto value = [&](size_t i) { return static_cast<int>(x[i]); };
+      for (int64_t ni = 0; ni < n; ++ni)
+        for (int64_t mi = 0; mi < m; ++mi)
+          for (int64_t i = 0; i < oh; ++i)
+            for (int64_t j = 0; j < ow; ++j) {
+              int32_t acc = bias[static_cast<size_t>(mi)];
+              const int64_t g = mi / (m / group);
+              for (int64_t ci = 0; ci < c / group; ++ci)
+                for (int64_t a = 0; a < kh; ++a)
+                  for (int64_t bb = 0; bb < kw; ++bb) {
+                    const int64_t yy = i * stride + a - 1, xx = j * stride + bb - 1;
+                    if (yy < 0 || yy >= h || xx < 0 || xx >= w) continue;
+                    acc += (value(static_cast<size_t>(((ni * c + g * (c / group) + ci) * h + yy) * w + xx)) - x_zero) *
+                           wt[static_cast<size_t>(((mi * (c / group) + ci) * kh + a) * kw + bb)];
+                  }
+              const float q = std::nearbyint(static_cast<float>(acc) * scales[static_cast<size_t>(mi)]) + static_cast<float>(y_zero);
+              const int want = static_cast<int>(std::clamp(q, 0.0f, 255.0f));
+              EXPECT_EQ(static_cast<int>(got[static_cast<size_t>(((ni * m + mi) * oh + i) * ow + j)]), want) << ni << mi << i << j;
+            }
+    }
   }
 }
 

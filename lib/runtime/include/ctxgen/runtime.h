@@ -126,9 +126,10 @@ uint64_t packed_conv_weight_bytes(const ref::Op& op);
 // writes channels-last images (src_channels_last, dst_channels_last) without reordering them.
 bool conv_runs_channels_last(const ref::Op& op, const std::vector<int64_t>& x, const std::vector<int64_t>& w,
                              const std::vector<int64_t>& y, bool bias);
-// How many packed Convs this process has planned (their oneDNN primitives made): a plan is kept
-// for the process and shared by every later Conv with the same attributes and image dims.
-uint64_t packed_conv_plans_made();
+// How many convolutions this process has planned (their oneDNN primitives made: packed Convs,
+// QLinearConvs, ConvIntegers): a plan is kept for the process and shared by every later op with
+// the same attributes and operand types and dims.
+uint64_t conv_plans_made();
 
 // The float32 matrix [rows, cols] at `from` (any alignment) as [cols, rows]: a MatMul weight as
 // the `ref` compiler stores it. Runs on all of oneDNN's threads.
