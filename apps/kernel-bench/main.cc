@@ -1,5 +1,5 @@
 // The ref runtime's kernels other than GEMM, one op at a time on the shapes the bench models run
-// (the exported CNN at 32 x 32, the LLM pair's prefill), each as CtxgenRef runs it: a one-graph
+// (the exported CNN at 32 x 32, the LLM pair's prefill, PaddleOCR's classifier), each as CtxgenRef runs it: a one-graph
 // context binary held in memory, its op planned once by runtime::Executable, run on one thread.
 // docs/benchmarks.md has the figures; ctxgen-gemm-bench covers the GEMMs.
 #include <benchmark/benchmark.h>
@@ -65,10 +65,12 @@ std::vector<Case> cases() {
        {int_attr("axis", 1), float_attr("epsilon", 1e-5f), int_attr("output", 0)}},
       {"", "Softmax", {{16, 128, 128}}, {16, 128, 128}, {int_attr("axis", 2), int_attr("coerce_2d", 0)}},
       {"", "Transpose", {{128, 16, 64}}, {16, 128, 64}, {ints_attr("perm", {1, 0, 2})}},
+      // The squeeze-and-excite pools of PaddleOCR's direction classifier.
+      {"", "ReduceMean", {{1, 200, 2, 96}}, {1, 200, 1, 1}, {ints_attr("axes", {2, 3}), int_attr("keepdims", 1)}},
   };
   static const char* const kNames[] = {"cnn_resize_nearest", "cnn_resize_linear", "cnn_maxpool_2x2", "cnn_maxpool_4x4",
                                        "cnn_concat", "llm_add", "llm_add_bias", "llm_erf", "llm_layernorm",
-                                       "llm_softmax", "llm_transpose_heads"};
+                                       "llm_softmax", "llm_transpose_heads", "ocr_global_pool"};
   for (size_t i = 0; i < all.size(); ++i) all[i].name = kNames[i];
   return all;
 }

@@ -813,31 +813,35 @@ TEST(RuntimeKernels, ReduceMeanAndSum) {
 
 // Rows reduced whole (a global pool over H x W) fold into partial results joined at the end: the
 // same values as one running result, a NaN still winning a max or min, a product still a product.
+// Rows shorter than the lanes (all in the tail), with a tail, and of several rounds of lanes.
 TEST(RuntimeKernels, WholeRowReductionsMatchOneRunningResult) {
-  const int64_t rows = 3, n = 37;
-  std::vector<float> x(static_cast<size_t>(rows * n));
-  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.5f + 0.03125f * static_cast<float>((i * 7) % 23);
-  x[static_cast<size_t>(n + 30)] = std::numeric_limits<float>::quiet_NaN();  // row 1, past the first lanes
-  const auto reduce = [&](const std::string& type) {
-    return run_op(type, {{{rows, n}, f32(x)}}, {rows}, {ints_attr("axes", {1}), int_attr("keepdims", 0)});
-  };
-  const auto sum = reduce("ReduceSum"), prod = reduce("ReduceProd"), max = reduce("ReduceMax"), min = reduce("ReduceMin");
-  for (int64_t r = 0; r < rows; ++r) {
-    double s = 0, p = 1;
-    float hi = -INFINITY, lo = INFINITY;
-    for (int64_t i = 0; i < n; ++i) {
-      const float v = x[static_cast<size_t>(r * n + i)];
-      s += v, p *= v, hi = std::max(hi, v), lo = std::min(lo, v);
+  for (const int64_t n : {16, 37, 100, 200}) {
+    SCOPED_TRACE("rows of " + std::to_string(n));
+    const int64_t rows = 3;
+    std::vector<float> x(static_cast<size_t>(rows * n));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = 0.5f + 0.03125f * static_cast<float>((i * 7) % 23);
+    x[static_cast<size_t>(2 * n - 3)] = std::numeric_limits<float>::quiet_NaN();  // row 1, past the first lanes
+    const auto reduce = [&](const std::string& type) {
+      return run_op(type, {{{rows, n}, f32(x)}}, {rows}, {ints_attr("axes", {1}), int_attr("keepdims", 0)});
+    };
+    const auto sum = reduce("ReduceSum"), prod = reduce("ReduceProd"), max = reduce("ReduceMax"), min = reduce("ReduceMin");
+    for (int64_t r = 0; r < rows; ++r) {
+      double s = 0, p = 1;
+      float hi = -INFINITY, lo = INFINITY;
+      for (int64_t i = 0; i < n; ++i) {
+        const float v = x[static_cast<size_t>(r * n + i)];
+        s += v, p *= v, hi = std::max(hi, v), lo = std::min(lo, v);
+      }
+      const auto at = static_cast<size_t>(r);
+      if (r == 1) {
+        EXPECT_TRUE(std::isnan(sum[at]) && std::isnan(prod[at]) && std::isnan(max[at]) && std::isnan(min[at]));
+        continue;
+      }
+      EXPECT_NEAR(sum[at], s, 1e-5 * std::fabs(s));
+      EXPECT_NEAR(prod[at], p, 1e-5 * std::fabs(p));
+      EXPECT_EQ(max[at], hi);
+      EXPECT_EQ(min[at], lo);
     }
-    const auto at = static_cast<size_t>(r);
-    if (r == 1) {
-      EXPECT_TRUE(std::isnan(sum[at]) && std::isnan(prod[at]) && std::isnan(max[at]) && std::isnan(min[at]));
-      continue;
-    }
-    EXPECT_NEAR(sum[at], s, 1e-5 * std::fabs(s));
-    EXPECT_NEAR(prod[at], p, 1e-5 * std::fabs(p));
-    EXPECT_EQ(max[at], hi);
-    EXPECT_EQ(min[at], lo);
   }
 }
 
