@@ -114,6 +114,9 @@ Parsed parse(int argc, const char* const* argv, bool with_verify, const std::str
     cmd->add_option("--fix-value", line.shapes.fix_values,
                     "Replace an input by a constant: [MODEL:]INPUT=V[,V...], MODEL a file stem (repeatable)");
     cmd->add_option("--report", given.report_file, "Write a JSON report of the run to this file");
+    cmd->add_option("--cache", given.cache_dir,
+                    "Keep each partition's compile result in this folder and reuse it in later runs (default: $CTXGEN_CACHE)")
+        ->envname("CTXGEN_CACHE");
     if (with_verify) {
       cmd->add_option("--ep-lib", line.ep_lib, "Compile with an ONNX Runtime plugin EP library, through ORT's Compile API");
       cmd->add_option("--ep", line.ep, "With --ep-lib: the EP of the library to compile with");
@@ -240,6 +243,17 @@ Parsed parse(int argc, const char* const* argv, bool with_verify, const std::str
     parsed.err = "error: --ep, --ep-option and --session-config need --ep-lib LIB (see 'ctxgen help " + cmd->get_name() + "')\n";
     return parsed;
   }
+  if (compiling && !line.ep_lib.empty() && !line.given.cache_dir.empty()) {
+    // Asked for on the command line it is an error; CTXGEN_CACHE, set for every run of a CI
+    // machine, does not apply.
+    if (std::any_of(argv + 1, argv + argc, [](const char* a) { return std::string(a).rfind("--cache", 0) == 0; })) {
+      parsed.exit_code = exit_code(ErrorCode::kUsage);
+      parsed.err = "error: --cache keeps what a built-in backend compiles; with --ep-lib the library's EP compiles (see "
+                   "'ctxgen help " + cmd->get_name() + "')\n";
+      return parsed;
+    }
+    line.given.cache_dir.clear();
+  }
   if (compiling && !line.ep_lib.empty() && cmd->count("--backend") > 0) {
     parsed.exit_code = exit_code(ErrorCode::kUsage);
     parsed.err = "error: -e names a built-in backend; with --ep-lib the library's EP (--ep) compiles (see 'ctxgen help " +
@@ -295,6 +309,7 @@ std::vector<fs::path> compile_options(const CommandLine& line, const Manifest* m
   options.allow_empty = line.given.allow_empty;
   options.output_file = line.given.output_file;
   options.report_file = line.given.report_file;
+  options.cache_dir = line.given.cache_dir;
   if (manifest != nullptr) options.read_files = {line.manifest_path};
   if (!line.stop_after.empty()) options.stop_after = parse_phase(line.stop_after);
   // Command-line shape options override the manifest's, name by name.

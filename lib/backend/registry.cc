@@ -11,6 +11,11 @@ void Backend::weightless(bool on) const {
   if (on) throw Error(ErrorCode::kUsage, "--weightless: backend '" + name() + "' cannot leave weights in the model's files");
 }
 
+std::optional<std::vector<uint8_t>> Backend::renumber_weights(const std::vector<uint8_t>&,
+                                                             const std::function<uint32_t(uint32_t)>&) const {
+  return std::nullopt;
+}
+
 void BackendRegistry::add(std::unique_ptr<Backend> backend) {
   if (!backend) throw Error(ErrorCode::kInternal, "backend registry: null backend");
   if (find(backend->name()))

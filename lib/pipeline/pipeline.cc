@@ -12,6 +12,7 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
+#include "compile_cache.h"
 #include "ctxgen/epcontext.h"
 #include "ctxgen/error.h"
 #include "ctxgen/format.h"
@@ -260,12 +261,14 @@ void phase_partition(Job& job, const Backend& backend) {
   });
 }
 
-void phase_compile(Job& job, const Backend& backend, const std::string& stem, WeightStore& store) {
+void phase_compile(Job& job, const Backend& backend, const std::string& stem, WeightStore& store, CompileCache* cache) {
   // Output names are unique (OutputSet checks), so stems and graph names are unique too.
   for (size_t p = 0; p < job.plan.partitions.size(); ++p) {
     std::string name = stem + "_" + backend.name() + "_" + std::to_string(p);
     try {
-      job.graphs.push_back(backend.compile(job.model, job.plan.partitions[p], name, store));
+      const Partition& partition = job.plan.partitions[p];
+      job.graphs.push_back(cache ? cache->compile(job.model, partition, name, store)
+                                 : backend.compile(job.model, partition, name, store));
     } catch (const Error& e) {
       throw e.within(job.model.path.string() + ": partition '" + name + "'");
     }
@@ -534,8 +537,10 @@ void run_pipeline(const std::vector<fs::path>& inputs, const CompileOptions& opt
   // Compiling hashes every weight a partition reads: on a large model that is the long part of
   // the stage, so the hasher tells the progress display how far it got.
   std::function<void(uint64_t)> hashed;
-  WeightStore store([&hashed](const uint8_t* data, size_t size) {
-    const Hash128 hash = xxh3_128(data, size);
+  std::unique_ptr<CompileCache> cache;
+  if (!options.cache_dir.empty() && !options.stop_after) cache = std::make_unique<CompileCache>(options.cache_dir, backend, options.weightless);
+  WeightStore store([&hashed, &cache](const uint8_t* data, size_t size) {
+    const Hash128 hash = cache ? cache->hash(data, size) : xxh3_128(data, size);
     if (hashed) hashed(size);
     return hash;
   });
@@ -585,11 +590,13 @@ void run_pipeline(const std::vector<fs::path>& inputs, const CompileOptions& opt
     }
     stage("compile", [&] {
       if (options.progress) hashed = hash_progress(job, options, inputs[m], m + 1, inputs.size());
-      phase_compile(job, backend, options.node_name_prefix + file_stem(inputs[m]), store);
+      if (cache) cache->add_files(job.model);
+      phase_compile(job, backend, options.node_name_prefix + file_stem(inputs[m]), store, cache.get());
       hashed = nullptr;
     });
   }
   summary.weights = store.stats();
+
 
   // Context binary first: in embed mode its bytes go into the models.
   std::string embedded;
@@ -663,6 +670,7 @@ void run_pipeline(const std::vector<fs::path>& inputs, const CompileOptions& opt
     summary.models.push_back(summarize(jobs[m], weight_summary(jobs[m], store, counted)));
   }
   timer.lap("write_models");
+  if (cache) summary.cache = cache->stats();  // the binary's writer may have found damaged entries
   if (!plan.report.empty()) {
     // The report describes the other outputs, so it is written last; it lands with them or not at all.
     summary.outputs = outputs.written();
@@ -670,6 +678,7 @@ void run_pipeline(const std::vector<fs::path>& inputs, const CompileOptions& opt
   }
   outputs.commit();
   summary.outputs = outputs.written();
+  if (cache) cache->save();
 }
 
 bool is_report(const fs::path& path) {

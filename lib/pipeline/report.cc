@@ -52,6 +52,7 @@ nlohmann::json options_json(const std::vector<std::filesystem::path>& inputs, co
           {"force", o.force},
           {"allow_empty", o.allow_empty},
           {"stop_after", o.stop_after ? nlohmann::json(phase_name(*o.stop_after)) : nlohmann::json()},
+          {"cache", path_or_null(o.cache_dir)},
           {"report", path_or_null(o.report_file)},
           {"per_model", per_model}};
 }
@@ -120,6 +121,10 @@ nlohmann::json report_json(const std::vector<std::filesystem::path>& inputs, con
   report["outputs"] = files;
   report["context_binary_weights"] = stats_json(summary.weights);
   report["external_initializer_weights"] = stats_json(summary.external_weights);
+  const CacheStats& c = summary.cache;
+  report["cache"] = c.used ? nlohmann::json{{"hits", c.hits}, {"misses", c.misses}, {"damaged", c.damaged},
+                                            {"bytes_read", c.bytes_read}, {"bytes_written", c.bytes_written}}
+                           : nlohmann::json();
   return report;
 }
 
@@ -140,6 +145,9 @@ std::string report_text(const RunSummary& summary) {
         << " unique, " << human_bytes(w.bytes_unique) << "\n";
   else
     out << "weights: in " << summary.backend << "'s own context binaries, which ctxgen does not read\n";
+  if (summary.cache.used)
+    out << "cache: " << summary.cache.hits << " of " << summary.cache.hits + summary.cache.misses << " partitions from cache"
+        << (summary.cache.damaged ? ", " + std::to_string(summary.cache.damaged) + " damaged entries removed" : "") << "\n";
   for (const auto& f : summary.outputs) out << "wrote " << f.path.string() << " (" << human_bytes(f.size) << ")\n";
   return out.str();
 }

@@ -6,8 +6,10 @@
 #include <onnx/checker.h>
 
 #include <cctype>
+#include <map>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "test_util.h"
 
@@ -38,6 +40,39 @@ inline std::vector<const onnx::NodeProto*> epcontext_nodes(const onnx::ModelProt
   for (const auto& n : model.graph().node())
     if (n.op_type() == "EPContext") nodes.push_back(&n);
   return nodes;
+}
+
+// Every file under `dir`, by its path relative to it, with its bytes.
+inline std::map<std::string, std::string> file_contents(const fs::path& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& name : files_in(dir)) files[name] = read_file(dir / name);
+  return files;
+}
+
+// The same files with the same bytes.
+inline void expect_same_files(const std::map<std::string, std::string>& a, const std::map<std::string, std::string>& b) {
+  ASSERT_FALSE(a.empty());
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [name, bytes] : a) {
+    ASSERT_TRUE(b.count(name)) << name << " is missing";
+    EXPECT_TRUE(b.at(name) == bytes) << name << " differs";
+  }
+}
+
+// A share group of testdata's float, float16 and quantized models.
+inline std::vector<fs::path> mixed_group() {
+  const fs::path exports = fs::path(CTXGEN_SOURCE_DIR) / "testdata" / "exports";
+  const fs::path quantized = fs::path(CTXGEN_SOURCE_DIR) / "testdata" / "quantized";
+  return {exports / "decoder_prefill.onnx", exports / "decoder_decode.onnx", exports / "cnn_upsample.onnx",
+          quantized / "cnn_upsample_fp16.onnx", quantized / "cnn_upsample_qdq_u8s8.onnx",
+          quantized / "decoder_prefill_matmulnbits.onnx"};
+}
+// Its dims, scoped to the models' stems (each after `prefix`); with `decode`, the decode step's
+// too (without them its nodes stay on CPU).
+inline std::string mixed_group_shapes(const std::string& prefix = "", bool decode = true) {
+  return "--fix-dim batch=1 --fix-dim " + prefix + "decoder_prefill:seq=16 --fix-dim " + prefix +
+         "decoder_prefill_matmulnbits:seq=16" +
+         (decode ? " --fix-dim " + prefix + "decoder_decode:seq=1 --fix-dim " + prefix + "decoder_decode:past=15" : "");
 }
 
 // Copies a generated model (and its external data) into `dir`.

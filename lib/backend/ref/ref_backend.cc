@@ -49,6 +49,15 @@ class RefBackend final : public Backend {
       throw e.within("partition '" + graph_name + "'");
     }
   }
+
+  std::optional<std::vector<uint8_t>> renumber_weights(const std::vector<uint8_t>& program,
+                                                       const std::function<uint32_t(uint32_t)>& id_of) const override {
+    ref::Program p = ref::deserialize(program.data(), program.size());
+    for (ref::Value& v : p.values)
+      if (v.kind == ref::ValueKind::kWeight) v.index = id_of(static_cast<uint32_t>(v.index));
+    return ref::serialize(p);
+  }
+
  private:
   mutable bool weightless_ = false;
 };

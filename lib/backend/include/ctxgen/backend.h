@@ -4,7 +4,9 @@
 // not change.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,6 +43,11 @@ class Backend {
   // Lowers a partition. Weight bytes (after transforms) are interned in `store`.
   virtual CompiledGraph compile(const Model& model, const Partition& partition,
                                 const std::string& graph_name, WeightStore& store) const = 0;
+  // `program` (one compile() returned) with each weight id w replaced by id_of(w): the compile
+  // cache keeps a program numbered by its own weights and renumbers it into each run's store.
+  // nullopt from a backend that cannot: its partitions are never cached.
+  virtual std::optional<std::vector<uint8_t>> renumber_weights(const std::vector<uint8_t>& program,
+                                                               const std::function<uint32_t(uint32_t)>& id_of) const;
 };
 
 class BackendRegistry {

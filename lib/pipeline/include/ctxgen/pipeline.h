@@ -59,6 +59,8 @@ struct CompileOptions {
   // Files the run reads besides the models (a manifest): no output, the report included, may be one.
   std::vector<std::filesystem::path> read_files;
   std::function<void(const Progress&)> progress;  // called as stages start and files are written
+  // --cache: the compile cache's folder (docs/cli.md, "Compile cache"); empty: none.
+  std::filesystem::path cache_dir;
 };
 
 struct PartitionSummary {
@@ -104,6 +106,14 @@ struct StageTiming {
   double milliseconds = 0;
 };
 
+// What the compile cache did in a run.
+struct CacheStats {
+  bool used = false;
+  uint64_t hits = 0, misses = 0;     // partitions taken from the cache, compiled (and stored)
+  uint64_t damaged = 0;              // entries found damaged: removed, their partitions compiled anew
+  uint64_t bytes_read = 0, bytes_written = 0;  // of entries
+};
+
 struct RunSummary {
   std::string backend;
   std::vector<ModelSummary> models;
@@ -112,6 +122,7 @@ struct RunSummary {
   bool weights_known = true;           // false: another EP wrote binaries ctxgen cannot read (--ep-lib)
   WeightStoreStats external_weights;   // the external initializers file's store, if any
   std::vector<StageTiming> timings;    // in the order the stages ran
+  CacheStats cache;
 };
 
 // Throws Error; on any failure no output file exists (outputs appear together at the end) but the

@@ -1,0 +1,605 @@
+#include "compile_cache.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <map>
+#include <random>
+#include <tuple>
+#include <unordered_map>
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <nlohmann/json.hpp>
+
+#include "ctxgen/error.h"
+#include "ctxgen/log.h"
+
+namespace fs = std::filesystem;
+
+namespace ctxgen {
+namespace {
+
+constexpr char kEntryMagic[8] = {'C', 'T', 'X', 'G', 'C', 'C', '0', '1'};
+constexpr char kHashesMagic[8] = {'C', 'T', 'X', 'G', 'C', 'H', '0', '1'};
+// A file changed this recently may still be changing within the same timestamp: its hashes are
+// used but not remembered (ccache's rule for the same race).
+constexpr int64_t kSettledNanoseconds = 2'000'000'000;
+
+// Bytes a key is made of; lengths before text and lists, so that different inputs never run together.
+class KeyBytes {
+ public:
+  void put(const void* data, size_t size) { bytes_.append(static_cast<const char*>(data), size); }
+  void put(uint64_t v) { put(&v, sizeof v); }
+  void put(const std::string& s) {
+    put(static_cast<uint64_t>(s.size()));
+    put(s.data(), s.size());
+  }
+  void put(const Hash128& h) {
+    put(h.low);
+    put(h.high);
+  }
+  void put(const std::vector<int64_t>& v) {
+    put(static_cast<uint64_t>(v.size()));
+    put(v.data(), v.size() * sizeof(int64_t));
+  }
+  Hash128 hash() const { return xxh3_128(reinterpret_cast<const uint8_t*>(bytes_.data()), bytes_.size()); }
+
+ private:
+  std::string bytes_;
+};
+
+std::string deterministic(const google::protobuf::MessageLite& message) {
+  std::string bytes;
+  google::protobuf::io::StringOutputStream stream(&bytes);
+  google::protobuf::io::CodedOutputStream coded(&stream);
+  coded.SetSerializationDeterministic(true);
+  message.SerializeToCodedStream(&coded);
+  return bytes;
+}
+
+int64_t nanoseconds(const struct timespec& t) { return static_cast<int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_nsec; }
+
+// Writes `bytes` to `path` whole or not at all: a temporary beside it, renamed over it. Concurrent
+// runs writing one entry write the same bytes, so whichever rename lands last is as good.
+bool publish(const fs::path& path, const std::string& bytes) {
+  std::error_code ec;
+  fs::create_directories(path.parent_path(), ec);
+  static std::mt19937_64 random(std::random_device{}());
+  const fs::path temporary = path.parent_path() / (".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(random()));
+  {
+    std::ofstream out(temporary, std::ios::binary);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    if (!out.flush()) {
+      fs::remove(temporary, ec);
+      return false;
+    }
+  }
+  fs::rename(temporary, path, ec);
+  if (ec) fs::remove(temporary, ec);
+  return !ec;
+}
+
+struct Damaged {
+  std::string why;
+};
+
+struct HashOrder {
+  bool operator()(const std::pair<Hash128, uint64_t>& a, const std::pair<Hash128, uint64_t>& b) const {
+    return std::tie(a.first.high, a.first.low, a.second) < std::tie(b.first.high, b.first.low, b.second);
+  }
+};
+
+// A source file of weights: its identity, and the hashes of its byte ranges known so far.
+struct KnownFile {
+  std::string identity;  // empty: not remembered (changed too recently)
+  const uint8_t* begin = nullptr;
+  size_t size = 0;
+  std::map<std::pair<uint64_t, uint64_t>, Hash128> hashes;  // (offset, size) -> hash
+  bool changed = false;
+};
+
+// How a cached weight is made again: one of the partition's constants (by content), bytes the
+// entry holds, or a transform of another such weight whose result the entry holds.
+struct BlobRecipe {
+  enum class Kind { kConstant, kBytes, kMade } kind = Kind::kBytes;
+  uint64_t size = 0;
+  Hash128 hash;            // of the bytes (kConstant, kBytes, kMade: of the made bytes)
+  uint64_t offset = 0;     // kBytes, kMade: where the entry holds them
+  std::string transform;   // kMade
+  std::unique_ptr<BlobRecipe> source;  // kMade
+};
+
+nlohmann::json recipe_json(const BlobRecipe& r) {
+  static const char* const kKinds[] = {"constant", "bytes", "made"};
+  nlohmann::json j = {{"kind", kKinds[static_cast<int>(r.kind)]}, {"size", r.size}, {"hash", r.hash.hex()}, {"offset", r.offset}};
+  if (r.kind == BlobRecipe::Kind::kMade) {
+    j["transform"] = r.transform;
+    j["source"] = recipe_json(*r.source);
+  }
+  return j;
+}
+
+Hash128 parse_hash(const std::string& hex) {
+  if (hex.size() != 32 || hex.find_first_not_of("0123456789abcdef") != std::string::npos) throw Damaged{"a hash is not 32 hex digits"};
+  return {std::stoull(hex.substr(16), nullptr, 16), std::stoull(hex.substr(0, 16), nullptr, 16)};
+}
+
+BlobRecipe recipe_from(const nlohmann::json& j, uint64_t held, int depth = 0) {
+  if (depth > 8) throw Damaged{"weights nest too deep"};
+  BlobRecipe r;
+  const std::string kind = j.at("kind");
+  r.kind = kind == "constant" ? BlobRecipe::Kind::kConstant : kind == "bytes" ? BlobRecipe::Kind::kBytes : BlobRecipe::Kind::kMade;
+  if (kind != "constant" && kind != "bytes" && kind != "made") throw Damaged{"a weight of kind '" + kind + "'"};
+  r.size = j.at("size");
+  r.hash = parse_hash(j.at("hash"));
+  r.offset = j.at("offset");
+  if (r.kind != BlobRecipe::Kind::kConstant && (r.offset > held || r.size > held - r.offset))
+    throw Damaged{"a weight reaches past the entry's end"};
+  if (r.kind == BlobRecipe::Kind::kMade) {
+    r.transform = j.at("transform");
+    r.source = std::make_unique<BlobRecipe>(recipe_from(j.at("source"), held, depth + 1));
+  }
+  return r;
+}
+
+}  // namespace
+
+struct CompileCache::Impl {
+  fs::path folder;
+  const Backend& backend;
+  bool weightless;
+  int64_t started = 0;
+  CacheStats stats;
+  std::vector<KnownFile> files;
+  std::unordered_map<const MappedFile*, size_t> file_index;
+
+  Impl(const fs::path& f, const Backend& b, bool w) : folder(f), backend(b), weightless(w) {
+    struct timespec now {};
+    clock_gettime(CLOCK_REALTIME, &now);
+    started = nanoseconds(now);
+  }
+
+  fs::path hashes_path(const std::string& identity) const {
+    const Hash128 h = xxh3_128(reinterpret_cast<const uint8_t*>(identity.data()), identity.size());
+    return folder / "hashes" / h.hex();
+  }
+  fs::path entry_path(const Hash128& key) const {
+    const std::string hex = key.hex();
+    return folder / "entries" / hex.substr(0, 2) / hex;
+  }
+
+  void load_hashes(KnownFile& file) const {
+    std::ifstream in(hashes_path(file.identity), std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // magic, the identity's length and text, records of (offset, size, low, high), a hash of all before it.
+    const size_t record = 4 * sizeof(uint64_t);
+    if (bytes.size() < sizeof kHashesMagic + sizeof(uint64_t) + 16 || std::memcmp(bytes.data(), kHashesMagic, 8) != 0) return;
+    const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
+    const Hash128 sum = xxh3_128(data, bytes.size() - 16);
+    Hash128 stored;
+    std::memcpy(&stored.low, data + bytes.size() - 16, 8);
+    std::memcpy(&stored.high, data + bytes.size() - 8, 8);
+    uint64_t identity_size = 0;
+    std::memcpy(&identity_size, data + 8, 8);
+    if (!(sum == stored) || identity_size != file.identity.size() || 16 + identity_size + 16 > bytes.size() ||
+        bytes.compare(16, identity_size, file.identity) != 0 || (bytes.size() - 32 - identity_size) % record != 0)
+      return;  // another file's, or damaged: hashed again
+    for (size_t at = 16 + identity_size; at + 16 < bytes.size(); at += record) {
+      uint64_t v[4];
+      std::memcpy(v, data + at, record);
+      file.hashes[{v[0], v[1]}] = Hash128{v[2], v[3]};
+    }
+  }
+
+  void save_hashes(const KnownFile& file) const {
+    std::string bytes(kHashesMagic, 8);
+    const uint64_t identity_size = file.identity.size();
+    bytes.append(reinterpret_cast<const char*>(&identity_size), 8);
+    bytes += file.identity;
+    for (const auto& [range, hash] : file.hashes) {
+      const uint64_t v[4] = {range.first, range.second, hash.low, hash.high};
+      bytes.append(reinterpret_cast<const char*>(v), sizeof v);
+    }
+    const Hash128 sum = xxh3_128(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+    bytes.append(reinterpret_cast<const char*>(&sum.low), 8);
+    bytes.append(reinterpret_cast<const char*>(&sum.high), 8);
+    if (!publish(hashes_path(file.identity), bytes))
+      log().warn("--cache: cannot write {}: the weights' hashes are not remembered", hashes_path(file.identity).string());
+  }
+
+  void add_file(const std::shared_ptr<const MappedFile>& mapped) {
+    if (!mapped || file_index.count(mapped.get())) return;
+    KnownFile file;
+    file.begin = mapped->data();
+    file.size = mapped->size();
+    struct stat st {};
+    if (::stat(mapped->path().c_str(), &st) == 0 && static_cast<uint64_t>(st.st_size) == mapped->size() &&
+        started - nanoseconds(st.st_mtim) > kSettledNanoseconds && started - nanoseconds(st.st_ctim) > kSettledNanoseconds) {
+      file.identity = std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + ":" + std::to_string(st.st_size) + ":" +
+                      std::to_string(nanoseconds(st.st_mtim)) + ":" + std::to_string(nanoseconds(st.st_ctim));
+      load_hashes(file);
+    }
+    file_index[mapped.get()] = files.size();
+    files.push_back(std::move(file));
+  }
+
+  Hash128 hash(const uint8_t* data, size_t size) {
+    for (KnownFile& file : files) {
+      if (data < file.begin || data + size > file.begin + file.size || file.identity.empty()) continue;
+      const std::pair<uint64_t, uint64_t> range{static_cast<uint64_t>(data - file.begin), size};
+      if (auto it = file.hashes.find(range); it != file.hashes.end()) return it->second;
+      const Hash128 h = xxh3_128(data, size);
+      file.hashes[range] = h;
+      file.changed = true;
+      return h;
+    }
+    return xxh3_128(data, size);
+  }
+
+  Hash128 content_hash(const Blob& blob) {
+    const PinnedBytes bytes = blob.pin();
+    const Hash128 h = hash(bytes.data, bytes.size);
+    blob.release();
+    return h;
+  }
+
+  // The partition's constants by (content hash, size): a cached entry takes its weights from them.
+  using ByContent = std::map<std::pair<Hash128, uint64_t>, Blob, HashOrder>;
+  // Everything backend.compile() reads of the model for this partition, hashed.
+  Hash128 key(const Model& model, const Partition& partition, ByContent& by_content);
+
+  // A weight an entry holds as a transform made it, and what makes it again when it is damaged.
+  struct MadeWeight {
+    fs::path entry;
+    const Model* model;
+    const Partition* partition;
+    const uint8_t* at;
+    uint64_t size;
+    Hash128 hash;
+    std::string transform;
+    Hash128 source_hash;
+    bool damaged = false;  // found so once: its bytes are made by compiling anew from then on
+  };
+  MadeBytes made_bytes(MadeWeight& w);
+  std::optional<CompiledGraph> replay(const fs::path& path, const Model& model, const Partition& partition,
+                                      const std::string& graph_name, WeightStore& store, const ByContent& by_content);
+  BlobRecipe recipe(const Blob& blob, const std::optional<Hash128>& known, const ByContent& by_content, std::string& held);
+  void store_entry(const fs::path& path, const CompiledGraph& graph, const WeightStore& store, const ByContent& by_content);
+};
+
+Hash128 CompileCache::Impl::key(const Model& model, const Partition& partition, ByContent& by_content) {
+  KeyBytes k;
+  k.put(std::string("ctxgen compile cache 1, ctxgen ") + CTXGEN_VERSION);
+  const BinaryIdentity id = backend.identity();
+  for (const std::string& s : {id.backend, id.sdk_version, id.hardware_architecture}) k.put(s);
+  k.put(uint64_t{id.format_version});
+  k.put(uint64_t{weightless});
+  std::vector<std::pair<std::string, int64_t>> opsets;
+  for (const auto& o : model.proto->opset_import()) opsets.emplace_back(o.domain(), o.version());
+  std::sort(opsets.begin(), opsets.end());
+  k.put(static_cast<uint64_t>(opsets.size()));
+  for (const auto& [domain, version] : opsets) {
+    k.put(domain);
+    k.put(static_cast<uint64_t>(version));
+  }
+  k.put(static_cast<uint64_t>(model.proto->ir_version()));
+  std::vector<std::string> names;
+  const auto put_names = [&](const std::vector<std::string>& list) {
+    k.put(static_cast<uint64_t>(list.size()));
+    for (const auto& n : list) {
+      k.put(n);
+      names.push_back(n);
+    }
+  };
+  put_names(partition.inputs);
+  put_names(partition.outputs);
+  k.put(static_cast<uint64_t>(partition.nodes.size()));
+  for (size_t index : partition.nodes) {
+    onnx::NodeProto node = model.graph().node(static_cast<int>(index));
+    node.clear_doc_string();
+    k.put(deterministic(node));
+    names.insert(names.end(), node.input().begin(), node.input().end());
+    names.insert(names.end(), node.output().begin(), node.output().end());
+  }
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  for (const std::string& name : names) {
+    k.put(name);
+    const ValueType* type = model.type_of(name);
+    k.put(uint64_t{type != nullptr});
+    if (type != nullptr) {
+      k.put(static_cast<uint64_t>(type->elem_type));
+      k.put(uint64_t{type->dims.has_value()});
+      if (type->dims) k.put(*type->dims);
+      k.put(static_cast<uint64_t>(type->dim_names.size()));
+      for (const auto& d : type->dim_names) k.put(d);
+    }
+    const Weight* w = model.constant(name);
+    k.put(uint64_t{w != nullptr});
+    if (w == nullptr) continue;
+    const Blob blob = w->data.blob();
+    const Hash128 h = content_hash(blob);
+    k.put(static_cast<uint64_t>(w->data.dtype));
+    k.put(w->data.dims);
+    k.put(uint64_t{w->external});
+    k.put(h);
+    by_content.emplace(std::make_pair(h, static_cast<uint64_t>(blob.size)), blob);
+  }
+  return k.hash();
+}
+
+namespace {
+
+// An entry file: magic, the size of its description, the description's hash, the description
+// (JSON: the graph's signature, its program's size and hash, its weights' recipes), then the bytes
+// it holds (the program, then weights). Weights the transforms made are checked as they are read.
+struct EntryFile {
+  nlohmann::json description;
+  const uint8_t* held = nullptr;
+  uint64_t held_size = 0;
+  std::shared_ptr<const MappedFile> mapping;
+};
+
+constexpr size_t kEntryHeader = 8 + 8 + 16;
+
+EntryFile read_entry(const fs::path& path) {
+  EntryFile e;
+  e.mapping = MappedFile::open(path);
+  const uint8_t* data = e.mapping->data();
+  const size_t size = e.mapping->size();
+  if (size < kEntryHeader || std::memcmp(data, kEntryMagic, 8) != 0) throw Damaged{"not a ctxgen cache entry"};
+  uint64_t described = 0;
+  Hash128 want;
+  std::memcpy(&described, data + 8, 8);
+  std::memcpy(&want.low, data + 16, 8);
+  std::memcpy(&want.high, data + 24, 8);
+  if (described > size - kEntryHeader) throw Damaged{"its description reaches past its end"};
+  if (!(xxh3_128(data + kEntryHeader, described) == want)) throw Damaged{"its description does not hash to what it records"};
+  e.description = nlohmann::json::parse(data + kEntryHeader, data + kEntryHeader + described, nullptr, false);
+  if (e.description.is_discarded() || !e.description.is_object()) throw Damaged{"its description is not JSON"};
+  e.held = data + kEntryHeader + described;
+  e.held_size = size - kEntryHeader - described;
+  return e;
+}
+
+void check_hash(const uint8_t* data, uint64_t size, const Hash128& want, const std::string& what) {
+  if (!(xxh3_128(data, size) == want)) throw Damaged{what + " does not hash to what the entry records"};
+}
+
+}  // namespace
+
+// The bytes of a made weight, which the cache reads when the store or the binary's writer needs
+// them: checked then, and when damaged made again by compiling the partition anew.
+MadeBytes CompileCache::Impl::made_bytes(MadeWeight& w) {
+  if (!w.damaged && xxh3_128(w.at, w.size) == w.hash) {
+    MadeBytes bytes(w.size);
+    std::memcpy(bytes.data(), w.at, w.size);
+    return bytes;
+  }
+  if (!w.damaged) {
+    w.damaged = true;
+    std::error_code ignored;
+    fs::remove(w.entry, ignored);
+    log().warn("--cache: {} is damaged (a weight does not hash to what it records): removed, and its partition compiled "
+               "anew to make the weight", w.entry.string());
+    ++stats.damaged;
+  }
+  WeightStore scratch;
+  backend.compile(*w.model, *w.partition, "recompiled", scratch);
+  for (size_t id = 0; id < scratch.size(); ++id) {
+    const Blob& blob = scratch.entry(static_cast<uint32_t>(id)).blob;
+    if (!blob.source || blob.transform != w.transform || blob.size != w.size) continue;
+    const PinnedBytes source = blob.source->pin();
+    if (!(xxh3_128(source.data, source.size) == w.source_hash)) continue;
+    PinnedBytes made = blob.pin();
+    if (!made.made.empty()) return std::move(made.made);
+    return MadeBytes(made.data, made.data + made.size);
+  }
+  throw Error(ErrorCode::kInternal, "--cache: compiling " + w.entry.string() + "'s partition anew did not make the weight '" +
+                                        w.transform + "' it records");
+}
+
+std::optional<CompiledGraph> CompileCache::Impl::replay(const fs::path& path, const Model& model, const Partition& partition,
+                                                        const std::string& graph_name, WeightStore& store,
+                                                        const ByContent& by_content) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return std::nullopt;
+  try {
+    const EntryFile e = read_entry(path);
+    const nlohmann::json& d = e.description;
+    CompiledGraph graph;
+    graph.name = graph_name;
+    for (const auto& [list, out] : {std::pair{"inputs", &graph.inputs}, std::pair{"outputs", &graph.outputs}})
+      for (const auto& io : d.at(list)) out->push_back({io.at("name"), io.at("elem_type"), io.at("dims").get<std::vector<int64_t>>()});
+    graph.node_count = d.at("node_count");
+    const uint64_t program_size = d.at("program_size");
+    if (program_size > e.held_size) throw Damaged{"its program reaches past its end"};
+    check_hash(e.held, program_size, parse_hash(d.at("program_hash")), "its program");
+    // Every weight made ready (and what can be checked now, checked) before the store takes any:
+    // an entry found damaged halfway must leave the store as it was.
+    std::function<Blob(const BlobRecipe&)> blob_of = [&](const BlobRecipe& r) -> Blob {
+      switch (r.kind) {
+        case BlobRecipe::Kind::kConstant: {
+          auto it = by_content.find(std::make_pair(r.hash, r.size));
+          if (it == by_content.end()) throw Damaged{"a weight is none of the partition's constants"};
+          return it->second;
+        }
+        case BlobRecipe::Kind::kBytes:
+          check_hash(e.held + r.offset, r.size, r.hash, "a weight");
+          return Blob{e.held + r.offset, r.size, e.mapping, nullptr, 0, {}, {}, {}};
+        case BlobRecipe::Kind::kMade: {
+          auto w = std::make_shared<MadeWeight>(MadeWeight{path, &model, &partition, e.held + r.offset, r.size, r.hash,
+                                                           r.transform, r.source->hash, false});
+          return Blob::made(r.size, blob_of(*r.source), r.transform, [this, w, mapping = e.mapping] { return made_bytes(*w); });
+        }
+      }
+      throw Damaged{"a weight of no kind"};
+    };
+    std::vector<std::pair<Blob, uint64_t>> weights;
+    for (const auto& w : d.at("weights")) weights.emplace_back(blob_of(recipe_from(w.at("blob"), e.held_size)), w.at("interned"));
+    std::vector<uint32_t> ids;
+    for (const auto& [blob, interned] : weights) {
+      uint32_t id = 0;
+      // As often as the cold run interned it, so the store counts what it counted.
+      for (uint64_t i = 0; i < std::max<uint64_t>(interned, 1); ++i) id = store.intern(blob);
+      ids.push_back(id);
+    }
+    auto renumbered = backend.renumber_weights(std::vector<uint8_t>(e.held, e.held + program_size), [&](uint32_t local) {
+      if (local >= ids.size())
+        throw Error(ErrorCode::kInternal, "--cache: " + path.string() + "'s program uses weight " + std::to_string(local) +
+                                              " of " + std::to_string(ids.size()));
+      return ids[local];
+    });
+    if (!renumbered) throw Error(ErrorCode::kInternal, "--cache: backend '" + backend.name() + "' cannot renumber a cached program");
+    graph.program = std::move(*renumbered);
+    graph.weight_ids = ids;
+    std::sort(graph.weight_ids.begin(), graph.weight_ids.end());
+    graph.weight_ids.erase(std::unique(graph.weight_ids.begin(), graph.weight_ids.end()), graph.weight_ids.end());
+    stats.bytes_read += e.mapping->size();
+    return graph;
+  } catch (const Damaged& damaged) {
+    log().warn("--cache: {} is damaged ({}): removed, and its partition compiled anew", path.string(), damaged.why);
+  } catch (const nlohmann::json::exception& error) {
+    log().warn("--cache: {} is damaged ({}): removed, and its partition compiled anew", path.string(), error.what());
+  } catch (const Error& error) {
+    if (error.code() != ErrorCode::kInvalidModel) throw;  // MappedFile::open: unreadable
+    log().warn("--cache: {} cannot be read ({}): its partition is compiled anew", path.string(), error.what());
+  }
+  ++stats.damaged;
+  fs::remove(path, ec);
+  return std::nullopt;
+}
+
+namespace {
+
+// Appends `bytes` to the entry's held bytes; returns where they start.
+uint64_t hold(std::string& held, const uint8_t* data, size_t size) {
+  const uint64_t at = held.size();
+  held.append(reinterpret_cast<const char*>(data), size);
+  return at;
+}
+
+}  // namespace
+
+BlobRecipe CompileCache::Impl::recipe(const Blob& blob, const std::optional<Hash128>& known, const ByContent& by_content,
+                                      std::string& held) {
+  BlobRecipe r;
+  r.size = blob.size;
+  if (blob.source) {
+    r.kind = BlobRecipe::Kind::kMade;
+    r.transform = blob.transform;
+    r.source = std::make_unique<BlobRecipe>(recipe(*blob.source, std::nullopt, by_content, held));
+    const PinnedBytes made = blob.pin();
+    r.hash = xxh3_128(made.data, made.size);
+    r.offset = hold(held, made.data, made.size);
+    return r;
+  }
+  r.hash = known ? *known : content_hash(blob);
+  if (by_content.count(std::make_pair(r.hash, r.size))) {
+    r.kind = BlobRecipe::Kind::kConstant;
+    return r;
+  }
+  r.kind = BlobRecipe::Kind::kBytes;
+  const PinnedBytes bytes = blob.pin();
+  r.offset = hold(held, bytes.data, bytes.size);
+  blob.release();
+  return r;
+}
+
+void CompileCache::Impl::store_entry(const fs::path& path, const CompiledGraph& graph, const WeightStore& store,
+                                     const ByContent& by_content) {
+  // The program numbered by its own weights: the i-th of graph.weight_ids is weight i.
+  std::map<uint32_t, uint32_t> local;
+  for (uint32_t id : graph.weight_ids) local.emplace(id, static_cast<uint32_t>(local.size()));
+  std::map<uint32_t, uint64_t> interned;
+  auto program = backend.renumber_weights(graph.program, [&](uint32_t id) {
+    ++interned[id];
+    return local.at(id);
+  });
+  if (!program) return;  // a backend whose programs cannot be renumbered is never cached
+  std::string held(reinterpret_cast<const char*>(program->data()), program->size());
+  nlohmann::json weights = nlohmann::json::array();
+  for (uint32_t id : graph.weight_ids) {
+    const WeightStore::Entry& entry = store.entry(id);
+    weights.push_back({{"blob", recipe_json(recipe(entry.blob, entry.hash, by_content, held))}, {"interned", interned[id]}});
+  }
+  nlohmann::json ios[2];
+  for (int side = 0; side < 2; ++side)
+    for (const IoSignature& io : side == 0 ? graph.inputs : graph.outputs)
+      ios[side].push_back({{"name", io.name}, {"elem_type", io.elem_type}, {"dims", io.dims}});
+  const nlohmann::json description = {
+      {"inputs", ios[0].is_null() ? nlohmann::json::array() : ios[0]},
+      {"outputs", ios[1].is_null() ? nlohmann::json::array() : ios[1]},
+      {"node_count", graph.node_count},
+      {"program_size", program->size()},
+      {"program_hash", xxh3_128(program->data(), program->size()).hex()},
+      {"weights", weights}};
+  const std::string text = description.dump();
+  const Hash128 text_hash = xxh3_128(reinterpret_cast<const uint8_t*>(text.data()), text.size());
+  std::string bytes(kEntryMagic, 8);
+  const uint64_t described = text.size();
+  bytes.append(reinterpret_cast<const char*>(&described), 8);
+  bytes.append(reinterpret_cast<const char*>(&text_hash.low), 8);
+  bytes.append(reinterpret_cast<const char*>(&text_hash.high), 8);
+  bytes += text;
+  bytes += held;
+  if (publish(path, bytes)) stats.bytes_written += bytes.size();
+  else log().warn("--cache: cannot write {}: this partition is not cached", path.string());
+}
+
+CompileCache::CompileCache(const fs::path& folder, const Backend& backend, bool weightless)
+    : impl_(std::make_unique<Impl>(folder, backend, weightless)) {
+  std::error_code ec;
+  fs::create_directories(folder / "entries", ec);
+  if (ec || !fs::is_directory(folder / "entries"))
+    throw Error(ErrorCode::kUsage, "--cache " + folder.string() + ": cannot make the cache folder there" +
+                                       (ec ? " (" + ec.message() + ")" : ""));
+  impl_->stats.used = true;
+}
+
+CompileCache::~CompileCache() = default;
+
+Hash128 CompileCache::hash(const uint8_t* data, size_t size) { return impl_->hash(data, size); }
+
+void CompileCache::add_files(const Model& model) {
+  for (const Weight& w : model.weights) impl_->add_file(w.data.file);
+}
+
+CompiledGraph CompileCache::compile(const Model& model, const Partition& partition, const std::string& graph_name,
+                                    WeightStore& store) {
+  Impl& c = *impl_;
+  Impl::ByContent by_content;
+  const Hash128 key = c.key(model, partition, by_content);
+  const fs::path path = c.entry_path(key);
+  if (auto graph = c.replay(path, model, partition, graph_name, store, by_content)) {
+    ++c.stats.hits;
+    return std::move(*graph);
+  }
+  ++c.stats.misses;
+  CompiledGraph graph = c.backend.compile(model, partition, graph_name, store);
+  c.store_entry(path, graph, store, by_content);
+  return graph;
+}
+
+void CompileCache::save() {
+  // One file may be mapped twice (two models sharing an external data file): what each learnt, together.
+  std::map<std::string, KnownFile> by_identity;
+  for (const KnownFile& file : impl_->files) {
+    if (file.identity.empty()) continue;
+    KnownFile& merged = by_identity[file.identity];
+    merged.identity = file.identity;
+    merged.hashes.insert(file.hashes.begin(), file.hashes.end());
+    merged.changed = merged.changed || file.changed;
+  }
+  for (const auto& [identity, file] : by_identity)
+    if (file.changed) impl_->save_hashes(file);
+}
+
+const CacheStats& CompileCache::stats() const { return impl_->stats; }
+
+}  // namespace ctxgen
