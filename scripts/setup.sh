@@ -15,6 +15,8 @@ packages=(g++ cmake ninja-build pkg-config
           nettle-dev  # SHA-256 for model packages' shared assets
           libonnx-testdata python3-onnx python3-numpy python3-jsonschema
           graphviz  # inspect --svg
+          libcurl4-openssl-dev  # the remote compile cache's HTTP client (--remote-cache)
+          nginx-core  # the HTTP server the remote cache's tests run against
           clang libclang-rt-dev)  # clang: the sanitizer build and the libFuzzer targets
 # npm fetches ONNX Runtime; machines that already have node and npm (often not from Debian) keep them.
 command -v npm >/dev/null || packages+=(npm)

@@ -115,8 +115,13 @@ Parsed parse(int argc, const char* const* argv, bool with_verify, const std::str
                     "Replace an input by a constant: [MODEL:]INPUT=V[,V...], MODEL a file stem (repeatable)");
     cmd->add_option("--report", given.report_file, "Write a JSON report of the run to this file");
     cmd->add_option("--cache", given.cache_dir,
-                    "Keep each partition's compile result in this folder and reuse it in later runs (default: $CTXGEN_CACHE)")
+                    "Keep each partition's compile result in this folder (or an http(s):// cache) and reuse it in later "
+                    "runs (default: $CTXGEN_CACHE)")
         ->envname("CTXGEN_CACHE");
+    cmd->add_option("--remote-cache", line.remote_cache,
+                    "With --cache DIR: fetch the entries DIR lacks from this http(s):// cache and store new ones there "
+                    "(default: $CTXGEN_REMOTE_CACHE)")
+        ->envname("CTXGEN_REMOTE_CACHE");
     if (with_verify) {
       cmd->add_option("--ep-lib", line.ep_lib, "Compile with an ONNX Runtime plugin EP library, through ORT's Compile API");
       cmd->add_option("--ep", line.ep, "With --ep-lib: the EP of the library to compile with");
@@ -243,16 +248,19 @@ Parsed parse(int argc, const char* const* argv, bool with_verify, const std::str
     parsed.err = "error: --ep, --ep-option and --session-config need --ep-lib LIB (see 'ctxgen help " + cmd->get_name() + "')\n";
     return parsed;
   }
-  if (compiling && !line.ep_lib.empty() && !line.given.cache_dir.empty()) {
+  if (compiling && !line.ep_lib.empty() && (!line.given.cache_dir.empty() || !line.remote_cache.empty())) {
     // Asked for on the command line it is an error; CTXGEN_CACHE, set for every run of a CI
     // machine, does not apply.
-    if (std::any_of(argv + 1, argv + argc, [](const char* a) { return std::string(a).rfind("--cache", 0) == 0; })) {
+    if (std::any_of(argv + 1, argv + argc, [](const char* a) {
+          return std::string(a).rfind("--cache", 0) == 0 || std::string(a).rfind("--remote-cache", 0) == 0;
+        })) {
       parsed.exit_code = exit_code(ErrorCode::kUsage);
       parsed.err = "error: --cache keeps what a built-in backend compiles; with --ep-lib the library's EP compiles (see "
                    "'ctxgen help " + cmd->get_name() + "')\n";
       return parsed;
     }
     line.given.cache_dir.clear();
+    line.remote_cache.clear();
   }
   if (compiling && !line.ep_lib.empty() && cmd->count("--backend") > 0) {
     parsed.exit_code = exit_code(ErrorCode::kUsage);

@@ -27,6 +27,7 @@ struct CommandLine {
   std::vector<std::string> model_args;
   ShapeArgs shapes;
   std::string manifest_path, stop_after;
+  std::string remote_cache;  // --remote-cache URL (main.cc makes its HTTP client)
   // --ep-lib: compile through ONNX Runtime's Compile API with that library's EP (builds with ORT).
   std::string ep_lib, ep;
   std::vector<std::string> ep_options, session_config;  // KEY=VALUE each

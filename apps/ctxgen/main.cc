@@ -2,6 +2,9 @@
 // (docs/cli.md).
 
 #include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <utility>
 #include <iostream>
 #include <optional>
 
@@ -10,6 +13,7 @@
 #include <onnx/common/version.h>
 
 #include "command_line.h"
+#include "http_cache.h"
 #include "progress.h"
 #include "targets.h"
 #include "ctxgen/backend.h"
@@ -28,7 +32,43 @@
 using ctxgen::Error;
 using ctxgen::ErrorCode;
 
+namespace fs = std::filesystem;
+
 namespace {
+
+// A folder of this run alone, removed when it ends: the local side of a remote cache given alone.
+struct ScratchFolder {
+  fs::path path;
+  ScratchFolder() = default;
+  ScratchFolder(const ScratchFolder&) = delete;
+  ScratchFolder& operator=(const ScratchFolder&) = delete;
+  ScratchFolder(ScratchFolder&& other) noexcept : path(std::exchange(other.path, {})) {}
+  ~ScratchFolder() {
+    std::error_code ignored;
+    if (!path.empty()) fs::remove_all(path, ignored);
+  }
+};
+
+// --remote-cache URL, or --cache URL (an HTTP cache alone, its entries kept locally for this run).
+ScratchFolder use_remote_cache(std::string url, ctxgen::CompileOptions& options) {
+  ScratchFolder scratch;
+  if (ctxgen::cli::is_http_url(options.cache_dir.string())) {
+    if (!url.empty())
+      throw Error(ErrorCode::kUsage, "--cache " + options.cache_dir.string() + " with --remote-cache " + url +
+                                         ": give --cache a folder, and the URL to --remote-cache");
+    url = options.cache_dir.string();
+    options.cache_dir.clear();
+  }
+  if (url.empty()) return scratch;
+  if (options.cache_dir.empty()) {
+    std::string folder = (fs::temp_directory_path() / "ctxgen-cache-XXXXXX").string();
+    if (::mkdtemp(folder.data()) == nullptr) throw Error(ErrorCode::kIo, "cannot make a temporary folder for --remote-cache");
+    scratch.path = folder;
+    options.cache_dir = folder;
+  }
+  options.remote_cache = std::make_shared<ctxgen::cli::HttpCache>(url);
+  return scratch;
+}
 
 #ifdef CTXGEN_WITH_VERIFY
 // JSON has no infinity or NaN: an SNR of an exact match, say, is null.
@@ -251,6 +291,7 @@ int main(int argc, char** argv) {
         if (!line.manifest_path.empty()) manifest = ctxgen::read_manifest(line.manifest_path);
         ctxgen::CompileOptions options;
         const auto models = ctxgen::cli::compile_options(line, manifest ? &*manifest : nullptr, options);
+        const ScratchFolder scratch = use_remote_cache(line.remote_cache, options);
         ctxgen::cli::ProgressDisplay display(!line.quiet);
         options.progress = [&](const ctxgen::Progress& p) { display.show(p); };
         if (!line.package.empty()) {

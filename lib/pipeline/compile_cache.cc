@@ -153,12 +153,14 @@ struct CompileCache::Impl {
   fs::path folder;
   const Backend& backend;
   bool weightless;
+  std::shared_ptr<RemoteCache> remote;  // null once it failed
   int64_t started = 0;
   CacheStats stats;
   std::vector<KnownFile> files;
   std::unordered_map<const MappedFile*, size_t> file_index;
 
-  Impl(const fs::path& f, const Backend& b, bool w) : folder(f), backend(b), weightless(w) {
+  Impl(const fs::path& f, const Backend& b, bool w, std::shared_ptr<RemoteCache> r)
+      : folder(f), backend(b), weightless(w), remote(std::move(r)) {
     struct timespec now {};
     clock_gettime(CLOCK_REALTIME, &now);
     started = nanoseconds(now);
@@ -171,6 +173,33 @@ struct CompileCache::Impl {
   fs::path entry_path(const Hash128& key) const {
     const std::string hex = key.hex();
     return folder / "entries" / hex.substr(0, 2) / hex;
+  }
+
+  // An exchange with the remote cache; on failure, a warning, and the remote is not asked again
+  // in this run (a server that is down would otherwise cost its timeout on every partition).
+  template <class Exchange>
+  bool with_remote(const Exchange& exchange) {
+    if (!remote) return false;
+    try {
+      return exchange(*remote);
+    } catch (const Error& e) {
+      ++stats.remote_errors;
+      log().warn("--remote-cache {}: {}; compiling locally, and not asking it again in this run", remote->where(), e.what());
+      remote.reset();
+      return false;
+    }
+  }
+  // The entry at `path` from the remote cache, when the folder lacks it.
+  void fetch(const fs::path& path) {
+    std::error_code ec;
+    if (!remote || fs::exists(path, ec)) return;
+    fs::create_directories(path.parent_path(), ec);
+    const fs::path temporary = path.parent_path() / (".fetch-" + std::to_string(::getpid()) + "-" + path.filename().string());
+    if (with_remote([&](RemoteCache& r) { return r.get("entries/" + path.filename().string(), temporary); })) {
+      fs::rename(temporary, path, ec);
+      if (!ec) ++stats.remote_hits;
+    }
+    fs::remove(temporary, ec);
   }
 
   void load_hashes(KnownFile& file) const {
@@ -269,7 +298,8 @@ struct CompileCache::Impl {
   std::optional<CompiledGraph> replay(const fs::path& path, const Model& model, const Partition& partition,
                                       const std::string& graph_name, WeightStore& store, const ByContent& by_content);
   BlobRecipe recipe(const Blob& blob, const std::optional<Hash128>& known, const ByContent& by_content, std::string& held);
-  void store_entry(const fs::path& path, const CompiledGraph& graph, const WeightStore& store, const ByContent& by_content);
+  // Writes the entry; false when it was not written.
+  bool store_entry(const fs::path& path, const CompiledGraph& graph, const WeightStore& store, const ByContent& by_content);
 };
 
 Hash128 CompileCache::Impl::key(const Model& model, const Partition& partition, ByContent& by_content) {
@@ -511,7 +541,7 @@ BlobRecipe CompileCache::Impl::recipe(const Blob& blob, const std::optional<Hash
   return r;
 }
 
-void CompileCache::Impl::store_entry(const fs::path& path, const CompiledGraph& graph, const WeightStore& store,
+bool CompileCache::Impl::store_entry(const fs::path& path, const CompiledGraph& graph, const WeightStore& store,
                                      const ByContent& by_content) {
   // The program numbered by its own weights: the i-th of graph.weight_ids is weight i.
   std::map<uint32_t, uint32_t> local;
@@ -521,7 +551,7 @@ void CompileCache::Impl::store_entry(const fs::path& path, const CompiledGraph& 
     ++interned[id];
     return local.at(id);
   });
-  if (!program) return;  // a backend whose programs cannot be renumbered is never cached
+  if (!program) return false;  // a backend whose programs cannot be renumbered is never cached
   std::string held(reinterpret_cast<const char*>(program->data()), program->size());
   nlohmann::json weights = nlohmann::json::array();
   for (uint32_t id : graph.weight_ids) {
@@ -548,12 +578,16 @@ void CompileCache::Impl::store_entry(const fs::path& path, const CompiledGraph& 
   bytes.append(reinterpret_cast<const char*>(&text_hash.high), 8);
   bytes += text;
   bytes += held;
-  if (publish(path, bytes)) stats.bytes_written += bytes.size();
-  else log().warn("--cache: cannot write {}: this partition is not cached", path.string());
+  if (!publish(path, bytes)) {
+    log().warn("--cache: cannot write {}: this partition is not cached", path.string());
+    return false;
+  }
+  stats.bytes_written += bytes.size();
+  return true;
 }
 
-CompileCache::CompileCache(const fs::path& folder, const Backend& backend, bool weightless)
-    : impl_(std::make_unique<Impl>(folder, backend, weightless)) {
+CompileCache::CompileCache(const fs::path& folder, const Backend& backend, bool weightless, std::shared_ptr<RemoteCache> remote)
+    : impl_(std::make_unique<Impl>(folder, backend, weightless, std::move(remote))) {
   std::error_code ec;
   fs::create_directories(folder / "entries", ec);
   if (ec || !fs::is_directory(folder / "entries"))
@@ -576,13 +610,19 @@ CompiledGraph CompileCache::compile(const Model& model, const Partition& partiti
   Impl::ByContent by_content;
   const Hash128 key = c.key(model, partition, by_content);
   const fs::path path = c.entry_path(key);
+  c.fetch(path);
   if (auto graph = c.replay(path, model, partition, graph_name, store, by_content)) {
     ++c.stats.hits;
     return std::move(*graph);
   }
   ++c.stats.misses;
   CompiledGraph graph = c.backend.compile(model, partition, graph_name, store);
-  c.store_entry(path, graph, store, by_content);
+  if (c.store_entry(path, graph, store, by_content) &&
+      c.with_remote([&](RemoteCache& r) {
+        r.put("entries/" + path.filename().string(), path);
+        return true;
+      }))
+    ++c.stats.remote_stores;
   return graph;
 }
 

@@ -23,8 +23,11 @@ namespace ctxgen {
 class CompileCache {
  public:
   // Opens `folder`, making it when absent; throws Error(kUsage) naming it when that fails.
-  // `backend` is set up for the run (target, weightless) and outlives the cache.
-  CompileCache(const std::filesystem::path& folder, const Backend& backend, bool weightless);
+  // `backend` is set up for the run (target, weightless) and outlives the cache. With `remote`,
+  // an entry the folder lacks is fetched from it and a new one stored there; a remote that fails
+  // (down, slow, answering errors) is a warning and no longer asked in this run.
+  CompileCache(const std::filesystem::path& folder, const Backend& backend, bool weightless,
+               std::shared_ptr<RemoteCache> remote = nullptr);
   ~CompileCache();
   CompileCache(const CompileCache&) = delete;
   CompileCache& operator=(const CompileCache&) = delete;

@@ -538,7 +538,7 @@ void run_pipeline(const std::vector<fs::path>& inputs, const CompileOptions& opt
   // the stage, so the hasher tells the progress display how far it got.
   std::function<void(uint64_t)> hashed;
   std::unique_ptr<CompileCache> cache;
-  if (!options.cache_dir.empty() && !options.stop_after) cache = std::make_unique<CompileCache>(options.cache_dir, backend, options.weightless);
+  if (!options.cache_dir.empty() && !options.stop_after) cache = std::make_unique<CompileCache>(options.cache_dir, backend, options.weightless, options.remote_cache);
   WeightStore store([&hashed, &cache](const uint8_t* data, size_t size) {
     const Hash128 hash = cache ? cache->hash(data, size) : xxh3_128(data, size);
     if (hashed) hashed(size);

@@ -123,7 +123,9 @@ nlohmann::json report_json(const std::vector<std::filesystem::path>& inputs, con
   report["external_initializer_weights"] = stats_json(summary.external_weights);
   const CacheStats& c = summary.cache;
   report["cache"] = c.used ? nlohmann::json{{"hits", c.hits}, {"misses", c.misses}, {"damaged", c.damaged},
-                                            {"bytes_read", c.bytes_read}, {"bytes_written", c.bytes_written}}
+                                            {"bytes_read", c.bytes_read}, {"bytes_written", c.bytes_written},
+                                            {"remote_hits", c.remote_hits}, {"remote_stores", c.remote_stores},
+                                            {"remote_errors", c.remote_errors}}
                            : nlohmann::json();
   return report;
 }
@@ -147,6 +149,7 @@ std::string report_text(const RunSummary& summary) {
     out << "weights: in " << summary.backend << "'s own context binaries, which ctxgen does not read\n";
   if (summary.cache.used)
     out << "cache: " << summary.cache.hits << " of " << summary.cache.hits + summary.cache.misses << " partitions from cache"
+        << (summary.cache.remote_hits ? " (" + std::to_string(summary.cache.remote_hits) + " fetched from the remote cache)" : "")
         << (summary.cache.damaged ? ", " + std::to_string(summary.cache.damaged) + " damaged entries removed" : "") << "\n";
   for (const auto& f : summary.outputs) out << "wrote " << f.path.string() << " (" << human_bytes(f.size) << ")\n";
   return out.str();

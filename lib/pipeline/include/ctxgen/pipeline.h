@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <map>
 #include <optional>
 #include <string>
@@ -38,6 +39,19 @@ struct Progress {
 // --report - : the report goes to standard output.
 inline constexpr const char* kStdoutReport = "-";
 
+// A store of compile cache entries that a fleet of machines shares (--remote-cache URL): whole
+// files under their names. The CLI's is HTTP GET and PUT (apps/ctxgen/http_cache.cc).
+class RemoteCache {
+ public:
+  virtual ~RemoteCache() = default;
+  virtual std::string where() const = 0;  // for messages: the URL
+  // Fetches `name` into the file `to`: false when the store has none. Throws Error(kIo) when it
+  // cannot be reached in time or answers an error.
+  virtual bool get(const std::string& name, const std::filesystem::path& to) = 0;
+  // Stores the file `from` as `name`; throws Error(kIo) as get() does.
+  virtual void put(const std::string& name, const std::filesystem::path& from) = 0;
+};
+
 struct CompileOptions {
   std::string backend = "ref";
   std::string target;  // --target-cpu: what the backend compiles for; empty: this machine
@@ -61,6 +75,8 @@ struct CompileOptions {
   std::function<void(const Progress&)> progress;  // called as stages start and files are written
   // --cache: the compile cache's folder (docs/cli.md, "Compile cache"); empty: none.
   std::filesystem::path cache_dir;
+  // --remote-cache: entries the local cache lacks are fetched from it, new ones stored there.
+  std::shared_ptr<RemoteCache> remote_cache;
 };
 
 struct PartitionSummary {
@@ -112,6 +128,8 @@ struct CacheStats {
   uint64_t hits = 0, misses = 0;     // partitions taken from the cache, compiled (and stored)
   uint64_t damaged = 0;              // entries found damaged: removed, their partitions compiled anew
   uint64_t bytes_read = 0, bytes_written = 0;  // of entries
+  uint64_t remote_hits = 0, remote_stores = 0;  // entries fetched from / stored to the remote cache
+  uint64_t remote_errors = 0;  // failed exchanges with it (the first ends its use in the run)
 };
 
 struct RunSummary {
