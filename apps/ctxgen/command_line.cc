@@ -1,7 +1,10 @@
 #include "command_line.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstring>
+#include <map>
 #include <sstream>
 
 #include <CLI/CLI.hpp>
@@ -118,6 +121,10 @@ Parsed parse(int argc, const char* const* argv, bool with_verify, const std::str
                     "Keep each partition's compile result in this folder (or an http(s):// cache) and reuse it in later "
                     "runs (default: $CTXGEN_CACHE)")
         ->envname("CTXGEN_CACHE");
+    cmd->add_option("--cache-max-size", line.cache_max_size,
+                    "With --cache: after the run, remove the least recently used entries until the rest fit in SIZE "
+                    "(10G, 512M; default: $CTXGEN_CACHE_MAX_SIZE, else no bound)")
+        ->envname("CTXGEN_CACHE_MAX_SIZE");
     cmd->add_option("--remote-cache", line.remote_cache,
                     "With --cache DIR: fetch the entries DIR lacks from this http(s):// cache and store new ones there "
                     "(default: $CTXGEN_REMOTE_CACHE)")
@@ -192,9 +199,16 @@ Parsed parse(int argc, const char* const* argv, bool with_verify, const std::str
     verify->add_flag("--allow-empty", line.given.allow_empty, "Pass a model in which nothing is compiled (written with compile --allow-empty)");
   }
 
+  auto* cache = app.add_subcommand("cache", "Show, prune or clear a compile cache folder (--cache)");
+  cache->add_option("action", line.cache_action, "stats, prune or clear")
+      ->required()
+      ->check(CLI::IsMember({"stats", "prune", "clear"}));
+  cache->add_option("--cache", line.given.cache_dir, "The cache folder (default: $CTXGEN_CACHE)")->envname("CTXGEN_CACHE");
+  cache->add_option("--max-size", line.cache_max_size, "prune: remove the least recently used entries until the rest fit (10G, 512M)");
+
   std::string help_topic;
   auto* help = app.add_subcommand("help", "Show the help of a command: ctxgen help compile");
-  help->add_option("command", help_topic, "compile, share, inspect" + std::string(with_verify ? " or verify" : ""));
+  help->add_option("command", help_topic, "compile, share, inspect, cache" + std::string(with_verify ? " or verify" : ""));
 
   // Taken before parsing: once a command is parsed, CLI11's help() shows that command's.
   line.help = app.help();
@@ -234,6 +248,7 @@ Parsed parse(int argc, const char* const* argv, bool with_verify, const std::str
                  : *compile              ? Command::kCompile
                  : *share                ? Command::kShare
                  : *inspect              ? Command::kInspect
+                 : *cache                ? Command::kCache
                  : verify && *verify     ? Command::kVerify
                                          : Command::kNone;
   for (const char* key : {"backend", "target-cpu", "output-dir", "node-name-prefix", "external-initializers-file"}) {
@@ -293,6 +308,20 @@ std::vector<fs::path> model_list(const std::vector<std::string>& args) {
   return models;
 }
 
+uint64_t parse_size(const std::string& text, const std::string& option) {
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  std::string unit = text.substr(digits);
+  for (const char* suffix : {"iB", "B"})
+    if (unit.size() > std::strlen(suffix) && unit.compare(unit.size() - std::strlen(suffix), std::string::npos, suffix) == 0)
+      unit.resize(unit.size() - std::strlen(suffix));
+  static const std::map<std::string, int> kShifts = {{"", 0}, {"K", 10}, {"M", 20}, {"G", 30}, {"T", 40}};
+  const auto shift = kShifts.find(unit);
+  if (digits == 0 || digits > 15 || shift == kShifts.end() || std::stoull(text.substr(0, digits)) > (UINT64_MAX >> shift->second))
+    throw Error(ErrorCode::kUsage, option + " '" + text + "': give a size such as 10G, 512M or a number of bytes");
+  return std::stoull(text.substr(0, digits)) << shift->second;
+}
+
 std::vector<fs::path> compile_options(const CommandLine& line, const Manifest* manifest, CompileOptions& options) {
   std::vector<fs::path> models;
   ShapeArgs manifest_shapes;
@@ -318,6 +347,10 @@ std::vector<fs::path> compile_options(const CommandLine& line, const Manifest* m
   options.output_file = line.given.output_file;
   options.report_file = line.given.report_file;
   options.cache_dir = line.given.cache_dir;
+  if (!line.cache_max_size.empty()) {
+    if (options.cache_dir.empty()) throw Error(ErrorCode::kUsage, "--cache-max-size bounds a cache: give --cache DIR");
+    options.cache_max_size = parse_size(line.cache_max_size, "--cache-max-size");
+  }
   if (manifest != nullptr) options.read_files = {line.manifest_path};
   if (!line.stop_after.empty()) options.stop_after = parse_phase(line.stop_after);
   // Command-line shape options override the manifest's, name by name.

@@ -12,7 +12,7 @@
 
 namespace ctxgen::cli {
 
-enum class Command { kNone, kListBackends, kCompile, kShare, kInspect, kVerify };
+enum class Command { kNone, kListBackends, kCompile, kShare, kInspect, kVerify, kCache };
 
 struct CommandLine {
   Command command = Command::kNone;
@@ -28,6 +28,8 @@ struct CommandLine {
   ShapeArgs shapes;
   std::string manifest_path, stop_after;
   std::string remote_cache;  // --remote-cache URL (main.cc makes its HTTP client)
+  std::string cache_max_size;  // --cache-max-size, and `cache prune --max-size`: "10G", "512M", bytes
+  std::string cache_action;    // cache: stats, prune or clear
   // --ep-lib: compile through ONNX Runtime's Compile API with that library's EP (builds with ORT).
   std::string ep_lib, ep;
   std::vector<std::string> ep_options, session_config;  // KEY=VALUE each
@@ -47,6 +49,10 @@ struct CommandLine {
   uint64_t seed = 1;
   std::string plugin;
 };
+
+// "10G", "512M", "64K" (binary units; a trailing B or iB allowed) or a number of bytes.
+// Throws Error(kUsage) naming `option` for anything else.
+uint64_t parse_size(const std::string& text, const std::string& option);
 
 // Either a command line to run or what to print and the exit code (help, `help CMD`, --version,
 // a parse error as one `error:` line). `with_verify`: whether this build has the verify command;

@@ -244,6 +244,23 @@ int main(int argc, char** argv) {
           std::cout << b->name() << "\t" << b->identity().backend << "\t" << b->identity().sdk_version << "\t"
                     << b->description() << "\n";
         return 0;
+      case Command::kCache: {
+        if (line.given.cache_dir.empty()) throw Error(ErrorCode::kUsage, "cache: give --cache DIR (or set CTXGEN_CACHE)");
+        const fs::path& folder = line.given.cache_dir;
+        if (line.cache_action == "prune") {
+          if (line.cache_max_size.empty()) throw Error(ErrorCode::kUsage, "cache prune: give --max-size SIZE");
+          const uint64_t removed = ctxgen::prune_cache(folder, ctxgen::cli::parse_size(line.cache_max_size, "--max-size"));
+          if (!line.quiet) std::cout << "removed " << removed << " entries\n";
+        } else if (line.cache_action == "clear") {
+          ctxgen::clear_cache(folder);
+          if (!line.quiet) std::cout << "cleared " << folder.string() << "\n";
+        }
+        const ctxgen::CacheUsage usage = ctxgen::cache_usage(folder);
+        if (!line.quiet)
+          std::cout << folder.string() << ": " << usage.entries << " entries, " << ctxgen::human_bytes(usage.entry_bytes)
+                    << "; weight hashes of " << usage.hash_files << " files, " << ctxgen::human_bytes(usage.hash_bytes) << "\n";
+        return 0;
+      }
       case Command::kInspect: {
         if (line.dot || line.svg) {
           const auto* backend = backends.find(line.given.backend);

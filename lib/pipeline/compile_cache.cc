@@ -613,6 +613,8 @@ CompiledGraph CompileCache::compile(const Model& model, const Partition& partiti
   c.fetch(path);
   if (auto graph = c.replay(path, model, partition, graph_name, store, by_content)) {
     ++c.stats.hits;
+    std::error_code ignored;
+    fs::last_write_time(path, fs::file_time_type::clock::now(), ignored);  // used: the last to go when pruned
     return std::move(*graph);
   }
   ++c.stats.misses;
@@ -641,5 +643,67 @@ void CompileCache::save() {
 }
 
 const CacheStats& CompileCache::stats() const { return impl_->stats; }
+
+namespace {
+
+struct EntryFileInfo {
+  fs::path path;
+  uint64_t size;
+  fs::file_time_type used;
+};
+
+std::vector<EntryFileInfo> entry_files(const fs::path& folder) {
+  std::error_code ec;
+  if (!fs::is_directory(folder / "entries", ec))
+    throw Error(ErrorCode::kUsage, folder.string() + " is not a ctxgen compile cache (it has no entries/ folder)");
+  std::vector<EntryFileInfo> found;
+  for (const auto& e : fs::recursive_directory_iterator(folder / "entries", ec))
+    if (e.is_regular_file(ec)) found.push_back({e.path(), e.file_size(ec), e.last_write_time(ec)});
+  return found;
+}
+
+}  // namespace
+
+CacheUsage cache_usage(const fs::path& folder) {
+  CacheUsage usage;
+  for (const auto& e : entry_files(folder)) {
+    ++usage.entries;
+    usage.entry_bytes += e.size;
+  }
+  std::error_code ec;
+  if (fs::is_directory(folder / "hashes", ec))
+    for (const auto& e : fs::directory_iterator(folder / "hashes", ec)) {
+      ++usage.hash_files;
+      usage.hash_bytes += e.file_size(ec);
+    }
+  return usage;
+}
+
+uint64_t prune_cache(const fs::path& folder, uint64_t max_bytes) {
+  std::vector<EntryFileInfo> files = entry_files(folder);
+  uint64_t total = 0;
+  for (const auto& e : files) total += e.size;
+  std::sort(files.begin(), files.end(), [](const EntryFileInfo& a, const EntryFileInfo& b) { return a.used < b.used; });
+  uint64_t removed = 0;
+  for (const auto& e : files) {
+    if (total <= max_bytes) break;
+    std::error_code ec;
+    if (fs::remove(e.path, ec)) {
+      total -= e.size;
+      ++removed;
+    }
+  }
+  return removed;
+}
+
+void clear_cache(const fs::path& folder) {
+  entry_files(folder);  // refuses what is not a cache
+  for (const char* part : {"entries", "hashes"}) {
+    std::error_code ec;
+    fs::remove_all(folder / part, ec);
+    if (ec) throw Error(ErrorCode::kIo, "cannot remove " + (folder / part).string() + ": " + ec.message());
+  }
+  fs::create_directories(folder / "entries");
+}
 
 }  // namespace ctxgen

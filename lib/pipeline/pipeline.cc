@@ -679,6 +679,10 @@ void run_pipeline(const std::vector<fs::path>& inputs, const CompileOptions& opt
   outputs.commit();
   summary.outputs = outputs.written();
   if (cache) cache->save();
+  if (cache && options.cache_max_size > 0) {
+    const uint64_t removed = prune_cache(options.cache_dir, options.cache_max_size);
+    if (removed > 0) log().info("--cache-max-size: {} least recently used entries removed", removed);
+  }
 }
 
 bool is_report(const fs::path& path) {

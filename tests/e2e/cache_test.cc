@@ -151,6 +151,52 @@ TEST(CompileCache, RunsAtOnceShareOneCache) {
   expect_same_files(plain.files, warm.files);
 }
 
+uint64_t entry_bytes(const fs::path& cache) {
+  uint64_t total = 0;
+  for (const fs::path& e : entries(cache)) total += fs::file_size(e);
+  return total;
+}
+
+// Pruning removes the least recently used entries: those of models a later run took from the
+// cache stay, whatever order they were written in.
+TEST(CompileCache, PruningKeepsTheEntriesUsedLast) {
+  TempDir dir;
+  const fs::path cache = dir.path() / "cache";
+  const auto compile = [&](const fs::path& model, const std::string& more) {
+    const auto r = ctxgen("compile " + quote(model) + " --fix-dim batch=1 --force --output-dir " + quote(dir.path() / "out") +
+                          " --cache " + quote(cache) + " " + more);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return r.output;
+  };
+  const fs::path cnn = mixed_group()[2], qdq = mixed_group()[4];
+  compile(cnn, "");
+  const uint64_t cnn_bytes = entry_bytes(cache);
+  compile(qdq, "");
+  ASSERT_GT(entry_bytes(cache), cnn_bytes);
+  EXPECT_NE(compile(cnn, "").find("1 of 1 partitions from cache"), std::string::npos);  // the CNN's entry, used last
+  auto r = ctxgen("cache prune --cache " + quote(cache) + " --max-size " + std::to_string(cnn_bytes));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(entry_bytes(cache), cnn_bytes);
+  EXPECT_NE(compile(cnn, "").find("1 of 1 partitions from cache"), std::string::npos);
+  EXPECT_NE(compile(qdq, "").find("0 of 1 partitions from cache"), std::string::npos);
+
+  r = ctxgen("cache stats --cache " + quote(cache));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(": 2 entries"), std::string::npos) << r.output;
+  // --cache-max-size bounds the cache at the end of a run; clear empties it.
+  compile(cnn, "--cache-max-size 1K");
+  EXPECT_LE(entry_bytes(cache), 1024u);
+  r = ctxgen("cache clear --cache " + quote(cache));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(entries(cache).empty());
+  EXPECT_FALSE(fs::exists(cache / "hashes"));
+  r = ctxgen("cache stats --cache " + quote(dir.path()));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("is not a ctxgen compile cache"), std::string::npos) << r.output;
+  r = ctxgen("cache prune --cache " + quote(cache) + " --max-size 12Q");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+}
+
 TEST(CompileCache, ACacheFolderThatCannotBeMadeIsAUsageError) {
   TempDir dir;
   std::ofstream(dir.path() / "file") << "x";

@@ -77,6 +77,8 @@ struct CompileOptions {
   std::filesystem::path cache_dir;
   // --remote-cache: entries the local cache lacks are fetched from it, new ones stored there.
   std::shared_ptr<RemoteCache> remote_cache;
+  // --cache-max-size: after the run, least recently used entries go until the rest fit; 0: no bound.
+  uint64_t cache_max_size = 0;
 };
 
 struct PartitionSummary {
@@ -131,6 +133,20 @@ struct CacheStats {
   uint64_t remote_hits = 0, remote_stores = 0;  // entries fetched from / stored to the remote cache
   uint64_t remote_errors = 0;  // failed exchanges with it (the first ends its use in the run)
 };
+
+// A compile cache folder's contents (ctxgen cache stats): its entries, and the files of
+// remembered weight hashes.
+struct CacheUsage {
+  uint64_t entries = 0, entry_bytes = 0;
+  uint64_t hash_files = 0, hash_bytes = 0;
+};
+// Throws Error(kUsage) when `folder` is not a compile cache (it has no entries/ folder).
+CacheUsage cache_usage(const std::filesystem::path& folder);
+// Removes the least recently used entries (a run that takes one marks it used) until the entries
+// hold at most `max_bytes`; returns how many it removed.
+uint64_t prune_cache(const std::filesystem::path& folder, uint64_t max_bytes);
+// Removes every entry and remembered hash.
+void clear_cache(const std::filesystem::path& folder);
 
 struct RunSummary {
   std::string backend;
