@@ -136,6 +136,11 @@ std::vector<std::unique_ptr<CompiledNode>> InSessionCompiler::compile(const std:
                                    std::to_string(ordinary_->partition_of(graphs[i]))
                              : node_name(fused_nodes[i]));
 
+  // The compile cache (provider option cache_dir), for a session that writes its binary in this
+  // call: what it takes from the cache lives no longer than the call. Declared before the store,
+  // whose weights may be read from it, so it outlives it.
+  std::unique_ptr<CompileCache> cache;
+  if (!config_.cache_dir.empty() && !shared) cache = std::make_unique<CompileCache>(config_.cache_dir, *backend_, config_.weightless);
   // A shared group compiles into the process's workspace, holding its own copies of the weights
   // (the binary is written by a later session); otherwise into this call's store.
   CompileWorkspace local;
@@ -166,7 +171,10 @@ std::vector<std::unique_ptr<CompiledNode>> InSessionCompiler::compile(const std:
   } abandon{shared ? &workspace : nullptr};
   const size_t first = workspace.graphs.size();
   for (size_t i = 0; i < graphs.size(); ++i)
-    workspace.graphs.push_back(ordinary_->compile(graphs[i], names[i], workspace.store, shared));
+    workspace.graphs.push_back(ordinary_->compile(graphs[i], names[i], workspace.store, shared, cache.get()));
+  if (cache)
+    log(ORT_LOGGING_LEVEL_INFO, "cache_dir " + config_.cache_dir + ": " + std::to_string(cache->stats().hits) + " of " +
+                                    std::to_string(graphs.size()) + " partitions from cache");
   const std::vector<CompiledGraph> mine(workspace.graphs.begin() + static_cast<std::ptrdiff_t>(first),
                                         workspace.graphs.end());
 

@@ -25,15 +25,20 @@ std::string join_labels(const std::vector<std::string>& labels) {
 
 SessionConfig SessionConfig::read(const OrtSessionOptions* options) {
   // Provider options reach an EP as session config entries "ep.<lowercase EP name>.<key>"; this EP
-  // has none, so any is a mistake to report, not to ignore.
+  // has one, so any other is a mistake to report, not to ignore.
   std::string prefix = "ep." + backend_identity().backend + ".";
   std::transform(prefix.begin(), prefix.end(), prefix.begin(), [](unsigned char c) { return std::tolower(c); });
-  for (const auto& [key, value] : session_config_entries(options))
-    if (key.rfind(prefix, 0) == 0)
-      throw Error(ErrorCode::kUsage, backend_identity().backend + " takes no provider options; got '" +
-                                         key.substr(prefix.size()) + "=" + value + "'");
-  const auto set = [options](const char* key) { return session_config(options, key) == std::string("1"); };
   SessionConfig config;
+  for (const auto& [key, value] : session_config_entries(options)) {
+    if (key.rfind(prefix, 0) != 0) continue;
+    if (key == prefix + "cache_dir") {
+      config.cache_dir = value;
+      continue;
+    }
+    throw Error(ErrorCode::kUsage, backend_identity().backend + " takes one provider option, cache_dir; got '" +
+                                       key.substr(prefix.size()) + "=" + value + "'");
+  }
+  const auto set = [options](const char* key) { return session_config(options, key) == std::string("1"); };
   config.context_file_path = session_config(options, "ep.context_file_path");
   config.share_contexts = set("ep.share_ep_contexts");
   config.context_enable = set("ep.context_enable");

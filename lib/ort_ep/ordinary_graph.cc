@@ -154,7 +154,7 @@ WeightlessSource OrdinaryGraph::weightless_source() const {
 }
 
 CompiledGraph OrdinaryGraph::compile(const OrtGraph* fused, const std::string& name, WeightStore& store,
-                                     bool copy_weights) {
+                                     bool copy_weights, CompileCache* cache) {
   const Partition& chosen = plan_.partitions[partition_of(fused)];
   std::unordered_set<std::string> reads(chosen.constants.begin(), chosen.constants.end());
   for (const OrtValueInfo* info : graph_initializers(fused)) {
@@ -186,7 +186,7 @@ CompiledGraph OrdinaryGraph::compile(const OrtGraph* fused, const std::string& n
       throw Error(ErrorCode::kInternal, "fused node '" + name + "': ORT's graph of it lacks initializer '" + constant + "'");
   }
   try {
-    return backend_.compile(model_, chosen, name, store);
+    return cache ? cache->compile(model_, chosen, name, store) : backend_.compile(model_, chosen, name, store);
   } catch (const Error& e) {
     throw e.within(model_.path.string() + ": partition '" + name + "'");
   }

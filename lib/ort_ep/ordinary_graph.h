@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ctxgen/backend.h"
+#include "ctxgen/compile_cache.h"
 #include "ctxgen/model.h"
 #include "ctxgen/partition.h"
 #include "ctxgen/pipeline.h"
@@ -43,7 +44,9 @@ class OrdinaryGraph {
   size_t partition_of(const OrtGraph* fused) const;
   // That partition compiled under `name`, its weights read from `fused`. ORT lends its bytes for
   // the Compile call only: unless `copy_weights`, the binary must be written before it returns.
-  CompiledGraph compile(const OrtGraph* fused, const std::string& name, WeightStore& store, bool copy_weights);
+  // With `cache`, taken from it when it holds the partition, else compiled and kept there.
+  CompiledGraph compile(const OrtGraph* fused, const std::string& name, WeightStore& store, bool copy_weights,
+                        CompileCache* cache = nullptr);
 
  private:
   const Backend& backend_;

@@ -33,6 +33,9 @@ struct SessionConfig {
   // which say nothing of its folder; else where ep.context_source_model_path names it.
   bool source_model_bytes = false;
   std::optional<std::string> source_model_path;
+  // The provider option cache_dir (ep.ctxgenref.cache_dir): the compile cache an ordinary model's
+  // partitions are taken from and kept in (docs/ort-plugin-ep.md); empty: none.
+  std::string cache_dir;
 
   static SessionConfig read(const OrtSessionOptions* options);
   // Why a node of this session cannot run (a virtual device, a compile-only session), or empty.

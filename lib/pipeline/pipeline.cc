@@ -12,7 +12,7 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
-#include "compile_cache.h"
+#include "ctxgen/compile_cache.h"
 #include "ctxgen/epcontext.h"
 #include "ctxgen/error.h"
 #include "ctxgen/format.h"

@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include <nlohmann/json.hpp>
 
 #include <set>
@@ -83,6 +85,34 @@ TEST_F(EpLibTest, AnExportedPairGivesTheBuiltInPathsBinary) {
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_EQ(testing::read_file(dir_ / "ep" / (prefill + "_ref.bin")), testing::read_file(dir_ / "cli" / (prefill + "_ref.bin")));
   }
+}
+
+// The provider option cache_dir: CtxgenRef compiling an ordinary model in a session keeps each
+// partition in the compile cache and takes it from there in a later session, writing the binary
+// the built-in path writes either way.
+TEST_F(EpLibTest, TheCacheDirOptionKeepsAndReusesPartitions) {
+  const fs::path model = fs::path(CTXGEN_SOURCE_DIR) / "testdata" / "exports" / "decoder_prefill.onnx";
+  const fs::path cache = dir_ / "cache";
+  const std::string args = "compile " + quote(model) + " --fix-dim batch=1 --fix-dim seq=16 -q --force --output-dir ";
+  auto r = ctxgen(args + quote(dir_ / "cli"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string built_in = testing::read_file(dir_ / "cli" / "decoder_prefill_ref.bin");
+  std::vector<fs::path> entries;
+  for (int run = 0; run < 2; ++run) {
+    SCOPED_TRACE(run == 0 ? "cold" : "warm");
+    r = ctxgen(with_ep(args + quote(dir_ / "ep") + " --ep-option cache_dir=" + cache.string()));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_TRUE(testing::read_file(dir_ / "ep" / "decoder_prefill_ref.bin") == built_in);
+    if (run == 0) {
+      for (const auto& e : fs::recursive_directory_iterator(cache / "entries"))
+        if (e.is_regular_file()) entries.push_back(e.path());
+      ASSERT_FALSE(entries.empty());
+      // Marked long unused: the warm session's hit marks each used again.
+      for (const fs::path& e : entries) fs::last_write_time(e, fs::file_time_type::clock::now() - std::chrono::hours(48));
+    }
+  }
+  for (const fs::path& e : entries)
+    EXPECT_GT(fs::last_write_time(e), fs::file_time_type::clock::now() - std::chrono::hours(1)) << e << " was not taken";
 }
 
 TEST_F(EpLibTest, CompileTakesFixedDimsOutputPathsAndEmbedding) {
@@ -165,11 +195,11 @@ TEST_F(EpLibTest, FailuresExitAsTheBuiltInPathDoesAndLeaveNothing) {
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--session-config ep.context_embed_mode: ctxgen sets it (give --embed)"), std::string::npos)
       << r.output;
-  // The EP itself refuses what it does not know (CtxgenRef has no provider options); ORT reports it
-  // as the EP failing to start, exit 9.
+  // The EP itself refuses what it does not know (CtxgenRef has one provider option, cache_dir); ORT
+  // reports it as the EP failing to start, exit 9.
   r = ctxgen(with_ep("compile " + quote(cnn) + out + " --ep-option threads=4 --force"));
   EXPECT_EQ(r.exit_code, 9) << r.output;
-  EXPECT_NE(r.output.find("CtxgenRef takes no provider options; got 'threads=4'"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("CtxgenRef takes one provider option, cache_dir; got 'threads=4'"), std::string::npos) << r.output;
   // What ONNX Runtime cannot hold is a usage error naming the option, not an internal error.
   r = ctxgen(with_ep("compile " + quote(cnn) + out + " --ep-option key=" + std::string(9000, 'v') + " --force"));
   EXPECT_EQ(r.exit_code, 2) << r.output.substr(0, 400);
