@@ -145,6 +145,8 @@ Parsed parse(int argc, const char* const* argv, bool with_verify, const std::str
   compile->add_option("model", line.model_args, "The ONNX model")->required()->expected(1);
   compile->add_option("-o,--output", given.output_file, "Path of the EPContext model (default <stem>_ctx.onnx)");
   compile->add_flag("--embed", given.embed, "Put the context binary inside the model (embed_mode=1)");
+  compile->add_option("--object", line.object,
+                      "Write an object for `ctxgen link` instead: the model, its weights' files and its compile results");
   add_compile_options(compile);
   auto* share = app.add_subcommand("share", "Compile N models that share weights: N _ctx.onnx + one .bin");
   share->add_option("models", line.model_args, "Models, as a comma-separated list and/or separate arguments");
@@ -199,6 +201,15 @@ Parsed parse(int argc, const char* const* argv, bool with_verify, const std::str
     verify->add_flag("--allow-empty", line.given.allow_empty, "Pass a model in which nothing is compiled (written with compile --allow-empty)");
   }
 
+  auto* link = app.add_subcommand("link", "Link objects (compile --object) into what share writes for their models");
+  link->add_option("objects", line.link_objects, "Objects (.ctxo)")->required();
+  link->add_option("--output-dir", given.output_dir, "Folder for all outputs")->required();
+  link->add_option("--node-name-prefix", given.node_name_prefix, "Prefix for EPContext node, partition and graph names");
+  link->add_option("--external-initializers-file", given.external_initializers_file,
+                   "Write the weights CPU nodes need to this file beside the outputs instead of embedding them");
+  link->add_option("--report", given.report_file, "Write a JSON report of the run to this file");
+  link->add_flag("--force", given.force, "Overwrite existing outputs");
+  link->add_flag("--allow-empty", given.allow_empty, "Write a model even when none of its nodes compiled");
   auto* cache = app.add_subcommand("cache", "Show, prune or clear a compile cache folder (--cache)");
   cache->add_option("action", line.cache_action, "stats, prune or clear")
       ->required()
@@ -249,6 +260,7 @@ Parsed parse(int argc, const char* const* argv, bool with_verify, const std::str
                  : *share                ? Command::kShare
                  : *inspect              ? Command::kInspect
                  : *cache                ? Command::kCache
+                 : *link                 ? Command::kLink
                  : verify && *verify     ? Command::kVerify
                                          : Command::kNone;
   for (const char* key : {"backend", "target-cpu", "output-dir", "node-name-prefix", "external-initializers-file"}) {

@@ -12,7 +12,7 @@
 
 namespace ctxgen::cli {
 
-enum class Command { kNone, kListBackends, kCompile, kShare, kInspect, kVerify, kCache };
+enum class Command { kNone, kListBackends, kCompile, kShare, kInspect, kVerify, kCache, kLink };
 
 struct CommandLine {
   Command command = Command::kNone;
@@ -30,6 +30,8 @@ struct CommandLine {
   std::string remote_cache;  // --remote-cache URL (main.cc makes its HTTP client)
   std::string cache_max_size;  // --cache-max-size, and `cache prune --max-size`: "10G", "512M", bytes
   std::string cache_action;    // cache: stats, prune or clear
+  std::string object;          // compile --object OUT.ctxo
+  std::vector<std::string> link_objects;  // link A.ctxo B.ctxo ...
   // --ep-lib: compile through ONNX Runtime's Compile API with that library's EP (builds with ORT).
   std::string ep_lib, ep;
   std::vector<std::string> ep_options, session_config;  // KEY=VALUE each

@@ -20,6 +20,7 @@
 #include "ctxgen/error.h"
 #include "ctxgen/log.h"
 #include "ctxgen/options.h"
+#include "ctxgen/outputs.h"
 #include "ctxgen/ref_identity.h"
 #include "ctxgen/pipeline.h"
 #include "ctxgen/report.h"
@@ -36,22 +37,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A folder of this run alone, removed when it ends: the local side of a remote cache given alone.
-struct ScratchFolder {
-  fs::path path;
-  ScratchFolder() = default;
-  ScratchFolder(const ScratchFolder&) = delete;
-  ScratchFolder& operator=(const ScratchFolder&) = delete;
-  ScratchFolder(ScratchFolder&& other) noexcept : path(std::exchange(other.path, {})) {}
-  ~ScratchFolder() {
-    std::error_code ignored;
-    if (!path.empty()) fs::remove_all(path, ignored);
-  }
-};
-
 // --remote-cache URL, or --cache URL (an HTTP cache alone, its entries kept locally for this run).
-ScratchFolder use_remote_cache(std::string url, ctxgen::CompileOptions& options) {
-  ScratchFolder scratch;
+std::unique_ptr<ctxgen::TemporaryFolder> use_remote_cache(std::string url, ctxgen::CompileOptions& options) {
+  std::unique_ptr<ctxgen::TemporaryFolder> scratch;
   if (ctxgen::cli::is_http_url(options.cache_dir.string())) {
     if (!url.empty())
       throw Error(ErrorCode::kUsage, "--cache " + options.cache_dir.string() + " with --remote-cache " + url +
@@ -61,10 +49,8 @@ ScratchFolder use_remote_cache(std::string url, ctxgen::CompileOptions& options)
   }
   if (url.empty()) return scratch;
   if (options.cache_dir.empty()) {
-    std::string folder = (fs::temp_directory_path() / "ctxgen-cache-XXXXXX").string();
-    if (::mkdtemp(folder.data()) == nullptr) throw Error(ErrorCode::kIo, "cannot make a temporary folder for --remote-cache");
-    scratch.path = folder;
-    options.cache_dir = folder;
+    scratch = std::make_unique<ctxgen::TemporaryFolder>("--remote-cache");
+    options.cache_dir = scratch->path();
   }
   options.remote_cache = std::make_shared<ctxgen::cli::HttpCache>(url);
   return scratch;
@@ -244,6 +230,14 @@ int main(int argc, char** argv) {
           std::cout << b->name() << "\t" << b->identity().backend << "\t" << b->identity().sdk_version << "\t"
                     << b->description() << "\n";
         return 0;
+      case Command::kLink: {
+        std::vector<fs::path> objects;
+        for (const auto& o : ctxgen::cli::model_list(line.link_objects)) objects.push_back(o);
+        ctxgen::CompileOptions options = line.given;
+        const auto summary = ctxgen::link_objects(objects, options, backends);
+        if (!line.quiet) (options.report_file == ctxgen::kStdoutReport ? std::cerr : std::cout) << ctxgen::report_text(summary);
+        return 0;
+      }
       case Command::kCache: {
         if (line.given.cache_dir.empty()) throw Error(ErrorCode::kUsage, "cache: give --cache DIR (or set CTXGEN_CACHE)");
         const fs::path& folder = line.given.cache_dir;
@@ -308,9 +302,18 @@ int main(int argc, char** argv) {
         if (!line.manifest_path.empty()) manifest = ctxgen::read_manifest(line.manifest_path);
         ctxgen::CompileOptions options;
         const auto models = ctxgen::cli::compile_options(line, manifest ? &*manifest : nullptr, options);
-        const ScratchFolder scratch = use_remote_cache(line.remote_cache, options);
+        const auto scratch = use_remote_cache(line.remote_cache, options);
         ctxgen::cli::ProgressDisplay display(!line.quiet);
         options.progress = [&](const ctxgen::Progress& p) { display.show(p); };
+        if (!line.object.empty()) {
+          if (!line.package.empty() || !line.ep_lib.empty() || ctxgen::cli::target_levels(options.target).size() > 1)
+            throw Error(ErrorCode::kUsage, "--object compiles one model for one CPU level with a built-in backend: "
+                                           "--package, --ep-lib and several --target-cpu levels do not apply");
+          const auto summary = ctxgen::compile_object(models.front(), options, backends, line.object);
+          display.clear();
+          if (!line.quiet) std::cout << ctxgen::report_text(summary);
+          return 0;
+        }
         if (!line.package.empty()) {
           if (!line.ep_lib.empty())
             throw Error(ErrorCode::kUsage, "--package cannot be used with --ep-lib: its variants are CPU levels of the "

@@ -154,6 +154,7 @@ struct CompileCache::Impl {
   const Backend& backend;
   bool weightless;
   std::shared_ptr<RemoteCache> remote;  // null once it failed
+  bool cache_only = false;
   int64_t started = 0;
   CacheStats stats;
   std::vector<KnownFile> files;
@@ -611,12 +612,17 @@ CompiledGraph CompileCache::compile(const Model& model, const Partition& partiti
   const Hash128 key = c.key(model, partition, by_content);
   const fs::path path = c.entry_path(key);
   c.fetch(path);
+  c.stats.keys.push_back(key.hex());
   if (auto graph = c.replay(path, model, partition, graph_name, store, by_content)) {
     ++c.stats.hits;
     std::error_code ignored;
     fs::last_write_time(path, fs::file_time_type::clock::now(), ignored);  // used: the last to go when pruned
     return std::move(*graph);
   }
+  if (c.cache_only)
+    throw Error(ErrorCode::kInvalidBinary, "link: no compile result for partition '" + graph_name + "' of " +
+                                               model.path.filename().string() + " in its object (key " + key.hex() +
+                                               "): compile the object again with this ctxgen");
   ++c.stats.misses;
   CompiledGraph graph = c.backend.compile(model, partition, graph_name, store);
   if (c.store_entry(path, graph, store, by_content) &&
@@ -627,6 +633,8 @@ CompiledGraph CompileCache::compile(const Model& model, const Partition& partiti
     ++c.stats.remote_stores;
   return graph;
 }
+
+void CompileCache::cache_only() { impl_->cache_only = true; }
 
 void CompileCache::save() {
   // One file may be mapped twice (two models sharing an external data file): what each learnt, together.

@@ -39,7 +39,7 @@ bool is_temporary(const std::string& name) {
   return !pid.empty() && pid.find_first_not_of("0123456789") == std::string::npos;
 }
 
-constexpr const char* kStagingKinds[] = {"ep-compile", "targets", "package"};
+constexpr const char* kStagingKinds[] = {"ep-compile", "targets", "package", "object"};
 
 }  // namespace
 
@@ -212,6 +212,18 @@ void OutputSet::lock(const fs::path& folder) {
       if (staging) fs::remove_all(e.path(), ec);
       else fs::remove(e.path(), ec);
     }
+}
+
+TemporaryFolder::TemporaryFolder(const std::string& purpose) {
+  std::string folder = (fs::temp_directory_path() / "ctxgen-XXXXXX").string();
+  if (::mkdtemp(folder.data()) == nullptr)
+    throw Error(ErrorCode::kIo, "cannot make a temporary folder for " + purpose + ": " + std::strerror(errno));
+  path_ = folder;
+}
+
+TemporaryFolder::~TemporaryFolder() {
+  std::error_code ignored;
+  fs::remove_all(path_, ignored);
 }
 
 OutputSet::~OutputSet() {

@@ -538,7 +538,10 @@ void run_pipeline(const std::vector<fs::path>& inputs, const CompileOptions& opt
   // the stage, so the hasher tells the progress display how far it got.
   std::function<void(uint64_t)> hashed;
   std::unique_ptr<CompileCache> cache;
-  if (!options.cache_dir.empty() && !options.stop_after) cache = std::make_unique<CompileCache>(options.cache_dir, backend, options.weightless, options.remote_cache);
+  if (!options.cache_dir.empty() && !options.stop_after) {
+    cache = std::make_unique<CompileCache>(options.cache_dir, backend, options.weightless, options.remote_cache);
+    if (options.cache_only) cache->cache_only();
+  }
   WeightStore store([&hashed, &cache](const uint8_t* data, size_t size) {
     const Hash128 hash = cache ? cache->hash(data, size) : xxh3_128(data, size);
     if (hashed) hashed(size);
@@ -668,6 +671,10 @@ void run_pipeline(const std::vector<fs::path>& inputs, const CompileOptions& opt
     file.write(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
     outputs.finished(file.finish(jobs[m].output));
     summary.models.push_back(summarize(jobs[m], weight_summary(jobs[m], store, counted)));
+    std::set<fs::path> data_files;
+    for (const Weight& w : jobs[m].model.weights)
+      if (w.data.file && w.data.file->path() != jobs[m].model.path) data_files.insert(w.data.file->path());
+    summary.models.back().data_files.assign(data_files.begin(), data_files.end());
   }
   timer.lap("write_models");
   if (cache) summary.cache = cache->stats();  // the binary's writer may have found damaged entries

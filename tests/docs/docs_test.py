@@ -137,7 +137,7 @@ def rule_synopsis(block, scratch):
         if not m:
             fail(block, "not a ctxgen command line: " + line)
             continue
-        command = m.group(1) if m.group(1) in ("compile", "share", "inspect", "verify", "cache", "help") else ""
+        command = m.group(1) if m.group(1) in ("compile", "share", "inspect", "verify", "cache", "link", "help") else ""
         _, helptext = scratch.sh("ctxgen help %s" % command if command else "ctxgen --help")
         for option in re.findall(r"(?<![\w-])(--?[A-Za-z][\w-]*)", line):
             if not re.search(r"(^|[\s,])" + re.escape(option) + r"\b", helptext):

@@ -45,6 +45,9 @@ class CompileCache {
   // partition compiled again; a cache that cannot be written is a warning, never an error.
   CompiledGraph compile(const Model& model, const Partition& partition, const std::string& graph_name, WeightStore& store);
 
+  // From now on a partition the cache lacks is an error (Error kInvalidBinary), never compiled: link.
+  void cache_only();
+
   // Writes what hash() learnt; at the end of a run.
   void save();
   const CacheStats& stats() const;

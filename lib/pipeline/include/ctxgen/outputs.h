@@ -106,6 +106,20 @@ class StagingFolder {
   std::filesystem::path path_;
 };
 
+// A folder of this process alone under the system's temporary folder, removed with its contents
+// when this goes: the local side of a remote cache given alone, the objects link unpacks.
+class TemporaryFolder {
+ public:
+  explicit TemporaryFolder(const std::string& purpose);  // throws Error(kIo) naming `purpose`
+  ~TemporaryFolder();
+  TemporaryFolder(const TemporaryFolder&) = delete;
+  TemporaryFolder& operator=(const TemporaryFolder&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
 // The JSON report as one of `outputs`, written to its temporary now.
 void write_report(OutputSet& outputs, const std::filesystem::path& path, const nlohmann::json& report);
 

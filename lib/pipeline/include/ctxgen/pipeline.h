@@ -79,6 +79,9 @@ struct CompileOptions {
   std::shared_ptr<RemoteCache> remote_cache;
   // --cache-max-size: after the run, least recently used entries go until the rest fit; 0: no bound.
   uint64_t cache_max_size = 0;
+  // link: every partition comes from the cache (the objects' entries); one it lacks is an error,
+  // never compiled.
+  bool cache_only = false;
 };
 
 struct PartitionSummary {
@@ -108,6 +111,7 @@ struct ModelSummary {
   std::vector<PartitionSummary> partitions;
   std::vector<CpuNodeSummary> cpu_nodes;
   WeightSummary weights;
+  std::vector<std::filesystem::path> data_files;  // files besides the model its weights are read from
 };
 
 struct OutputSummary {
@@ -132,6 +136,7 @@ struct CacheStats {
   uint64_t bytes_read = 0, bytes_written = 0;  // of entries
   uint64_t remote_hits = 0, remote_stores = 0;  // entries fetched from / stored to the remote cache
   uint64_t remote_errors = 0;  // failed exchanges with it (the first ends its use in the run)
+  std::vector<std::string> keys;  // the entries this run took or stored
 };
 
 // A compile cache folder's contents (ctxgen cache stats): its entries, and the files of
@@ -166,6 +171,16 @@ std::vector<std::filesystem::path> read_files(const std::vector<std::filesystem:
 
 RunSummary compile_models(const std::vector<std::filesystem::path>& inputs, const CompileOptions& options,
                           const BackendRegistry& backends);
+
+// Compile and link (docs/cli.md, "Objects"): `compile MODEL --object OUT.ctxo` compiles one model
+// into an object holding the model, the files its weights are in and its partitions' compile
+// results; `link A.ctxo B.ctxo ...` writes exactly what `share` writes for the same models and
+// options, compiling nothing. An object of another ctxgen version, backend, SDK or CPU level is
+// refused by name.
+RunSummary compile_object(const std::filesystem::path& model, const CompileOptions& options,
+                          const BackendRegistry& backends, const std::filesystem::path& object);
+RunSummary link_objects(const std::vector<std::filesystem::path>& objects, CompileOptions options,
+                        const BackendRegistry& backends);
 
 // A compile or share run another way (ctxgen/ort_compile.h), reported as compile_models reports its
 // own: `run` fills the summary, and sets `outputs_checked` once its outputs passed their checks;

@@ -1,0 +1,167 @@
+// Compile and link: per-model objects linked together write what `share` writes for the same
+// models and options, byte for byte, wherever the objects were made; link compiles nothing, and
+// refuses an object of another ctxgen, backend, SDK or CPU level, or a damaged one, by name.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include <nlohmann/json.hpp>
+
+#include "e2e.h"
+
+namespace ctxgen::testing {
+namespace {
+
+// The model's own dims among mixed_group_shapes(), unscoped, for compiling it alone.
+std::string dims_of(const fs::path& model) {
+  const std::string stem = model.stem().string();
+  std::string dims = "--fix-dim batch=1";
+  if (stem == "decoder_prefill" || stem == "decoder_prefill_matmulnbits") dims += " --fix-dim seq=16";
+  if (stem == "decoder_decode") dims += " --fix-dim seq=1 --fix-dim past=15";
+  return dims;
+}
+
+// An object's header and the bytes after it.
+struct Parts {
+  nlohmann::json header;
+  std::string rest;
+};
+Parts split(const fs::path& object) {
+  const std::string bytes = read_file(object);
+  uint64_t size = 0;
+  std::memcpy(&size, bytes.data() + 8, 8);
+  return {nlohmann::json::parse(bytes.substr(16, size)), bytes.substr(16 + size)};
+}
+void join(const fs::path& object, const Parts& parts) {
+  const std::string text = parts.header.dump();
+  const uint64_t size = text.size();
+  std::string bytes = "CTXGOBJ1";
+  bytes.append(reinterpret_cast<const char*>(&size), 8);
+  std::ofstream(object, std::ios::binary | std::ios::trunc) << bytes << text << parts.rest;
+}
+
+class ObjectTest : public ::testing::Test {
+ protected:
+  // One object per model of the group, made in a folder of its own (a machine of its own).
+  std::vector<fs::path> objects(const std::string& options = "") {
+    std::vector<fs::path> made;
+    for (const fs::path& model : mixed_group()) {
+      const fs::path machine = dir_.path() / ("machine_" + model.stem().string());
+      fs::create_directories(machine);
+      fs::copy_file(model, machine / model.filename(), fs::copy_options::overwrite_existing);
+      const fs::path object = dir_.path() / "objects" / (model.stem().string() + ".ctxo");
+      fs::create_directories(object.parent_path());
+      const auto r = ctxgen("compile " + quote(machine / model.filename()) + " " + dims_of(model) + " " + options +
+                            " --force --object " + quote(object));
+      EXPECT_EQ(r.exit_code, 0) << r.output;
+      made.push_back(object);
+    }
+    return made;
+  }
+  CommandResult link(const std::vector<fs::path>& objects, const fs::path& out, const std::string& options = "") {
+    std::string list;
+    for (const auto& o : objects) list += " " + quote(o);
+    return ctxgen("link" + list + " --output-dir " + quote(out) + " " + options);
+  }
+  TempDir dir_;
+};
+
+TEST_F(ObjectTest, LinkWritesWhatShareWritesByteForByte) {
+  const auto made = objects();
+  for (const std::string options : {"", "--node-name-prefix ci_"}) {
+    SCOPED_TRACE("options '" + options + "'");
+    const fs::path linked = dir_.path() / ("linked" + options.substr(0, 4)), shared = dir_.path() / ("shared" + options.substr(0, 4));
+    auto r = link(made, linked, options);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("cache: 6 of 6 partitions from cache"), std::string::npos) << r.output;
+    std::string inputs;
+    for (const auto& model : mixed_group()) inputs += (inputs.empty() ? "" : ",") + model.string();
+    r = ctxgen("share " + inputs + " " + mixed_group_shapes() + " " + options + " --output-dir " + quote(shared) + " -q");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    expect_same_files(file_contents(shared), file_contents(linked));
+  }
+}
+
+TEST_F(ObjectTest, ModelsWithCpuNodesLinkTheirWeightsIntoAnExternalFile) {
+  // The decode step's open dims keep nodes on CPU: their weights go into weights.data.
+  const fs::path model = mixed_group()[1];
+  const fs::path object = dir_.path() / "decode.ctxo";
+  auto r = ctxgen("compile " + quote(model) + " --fix-dim batch=1 --object " + quote(object));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = link({object}, dir_.path() / "linked", "--external-initializers-file weights.data");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = ctxgen("share " + quote(model) + " --fix-dim batch=1 --external-initializers-file weights.data --output-dir " +
+             quote(dir_.path() / "shared") + " -q");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_same_files(file_contents(dir_.path() / "shared"), file_contents(dir_.path() / "linked"));
+  EXPECT_TRUE(fs::exists(dir_.path() / "linked" / "weights.data"));
+}
+
+TEST_F(ObjectTest, LinkRefusesObjectsItCannotUseByName) {
+  auto made = objects();
+  made.resize(2);
+  const auto refused = [&](const fs::path& object, const std::string& why, int code) {
+    SCOPED_TRACE(why);
+    const auto r = link({made[0], object}, dir_.path() / "out");
+    EXPECT_EQ(r.exit_code, code) << r.output;
+    EXPECT_NE(r.output.find(why), std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(dir_.path() / "out" / "decoder_prefill_ctx.onnx"));
+  };
+  const fs::path other = dir_.path() / "other.ctxo";
+  Parts parts = split(made[1]);
+  parts.header["ctxgen_version"] = "0.0.9";
+  join(other, parts);
+  refused(other, "was compiled by ctxgen 0.0.9", 7);
+  parts = split(made[1]);
+  parts.header["identity"]["hardware_architecture"] = "x86_64 avx2_vnni_2, oneDNN 9.9";
+  join(other, parts);
+  refused(other, "the objects of one link are compiled alike", 2);
+  // A member damaged in transit.
+  parts = split(made[1]);
+  parts.rest[parts.rest.size() / 2] = static_cast<char>(parts.rest[parts.rest.size() / 2] ^ 1);
+  join(other, parts);
+  refused(other, "does not hash to what its header records", 7);
+  // Without its compile results link would have to compile: it refuses instead.
+  parts = split(made[1]);
+  nlohmann::json kept = nlohmann::json::array();
+  uint64_t at = 0, cut = 0;
+  for (const auto& m : parts.header["members"]) {
+    if (m["kind"] == "entry") {
+      cut = at;
+      break;
+    }
+    kept.push_back(m);
+    at += m["size"].get<uint64_t>();
+  }
+  parts.header["members"] = kept;
+  parts.rest.resize(cut);
+  join(other, parts);
+  refused(other, "no compile result for partition", 7);
+  std::ofstream(other, std::ios::trunc) << "{}";
+  refused(other, "not a ctxgen object", 7);
+  // Every object alike, but for another machine's CPU level than this one compiles for.
+  for (const fs::path& object : made) {
+    parts = split(object);
+    parts.header["identity"]["hardware_architecture"] = "x86_64 avx2_vnni_2, oneDNN 9.9";
+    join(object, parts);
+  }
+  const auto r = link(made, dir_.path() / "out");
+  EXPECT_EQ(r.exit_code, 7) << r.output;
+  EXPECT_NE(r.output.find("link it where it was compiled, or compile it again here"), std::string::npos) << r.output;
+}
+
+TEST_F(ObjectTest, AnObjectIsAnOutputLikeAnyOther) {
+  const fs::path model = mixed_group()[2];
+  const fs::path object = dir_.path() / "cnn.ctxo";
+  auto r = ctxgen("compile " + quote(model) + " --fix-dim batch=1 --object " + quote(object) + " -q");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = ctxgen("compile " + quote(model) + " --fix-dim batch=1 --object " + quote(object));
+  EXPECT_EQ(r.exit_code, 5) << r.output;  // exists, without --force
+  r = ctxgen("compile " + quote(model) + " --fix-dim batch=1 --object " + quote(object) + " --output-dir " + quote(dir_.path()));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--object writes the object alone"), std::string::npos) << r.output;
+  EXPECT_EQ(files_in(dir_.path()), (std::set<std::string>{"cnn.ctxo"}));  // no staging left behind
+}
+
+}  // namespace
+}  // namespace ctxgen::testing
