@@ -232,6 +232,8 @@ RULES = [
     ("benchmarks.md", r"inference, prefill.onnx", rule_sample("RUNS=1 scripts/bench.sh 8", in_source=True)),
     ("benchmarks.md", r"sudo apt-get install libopenblas-dev", rule_covered(
         "apps/gemm-bench/CMakeLists.txt", "CTXGEN_OPENBLAS_LIBRARY", "CTXGEN_BLIS_LIBRARY", "Eigen3", "gemm_bench_smoke")),
+    ("ci.md", r"env:", rule_covered("scripts/ci_example.sh", "--object", "link", "--cache", "verify",
+     "--reference")),
     ("cli.md", r"ctxgen compile MODEL", rule_synopsis),
     ("cli.md", r"ctxgen share prefill.onnx", rule_run(setup=DECODER)),
     ("cli.md", r"# one build for the AVX2", rule_covered("tests/e2e/package_test.cc", "--target-cpu sse41,avx2 --package",
