@@ -147,6 +147,8 @@ Parsed parse(int argc, const char* const* argv, bool with_verify, const std::str
   compile->add_flag("--embed", given.embed, "Put the context binary inside the model (embed_mode=1)");
   compile->add_option("--object", line.object,
                       "Write an object for `ctxgen link` instead: the model, its weights' files and its compile results");
+  compile->add_option("--manifest", line.manifest_path,
+                      "With --object: the share manifest the model belongs to, which gives its shape options");
   add_compile_options(compile);
   auto* share = app.add_subcommand("share", "Compile N models that share weights: N _ctx.onnx + one .bin");
   share->add_option("models", line.model_args, "Models, as a comma-separated list and/or separate arguments");
@@ -203,13 +205,15 @@ Parsed parse(int argc, const char* const* argv, bool with_verify, const std::str
 
   auto* link = app.add_subcommand("link", "Link objects (compile --object) into what share writes for their models");
   link->add_option("objects", line.link_objects, "Objects (.ctxo)")->required();
-  link->add_option("--output-dir", given.output_dir, "Folder for all outputs")->required();
+  link->add_option("--output-dir", given.output_dir, "Folder for all outputs (default: the manifest's output_dir)");
   link->add_option("--node-name-prefix", given.node_name_prefix, "Prefix for EPContext node, partition and graph names");
   link->add_option("--external-initializers-file", given.external_initializers_file,
                    "Write the weights CPU nodes need to this file beside the outputs instead of embedding them");
   link->add_option("--report", given.report_file, "Write a JSON report of the run to this file");
   link->add_flag("--force", given.force, "Overwrite existing outputs");
   link->add_flag("--allow-empty", given.allow_empty, "Write a model even when none of its nodes compiled");
+  link->add_option("--manifest", line.manifest_path,
+                   "The share manifest of the objects' models: their order, shape options and output options");
   auto* cache = app.add_subcommand("cache", "Show, prune or clear a compile cache folder (--cache)");
   cache->add_option("action", line.cache_action, "stats, prune or clear")
       ->required()
@@ -337,6 +341,31 @@ uint64_t parse_size(const std::string& text, const std::string& option) {
 std::vector<fs::path> compile_options(const CommandLine& line, const Manifest* manifest, CompileOptions& options) {
   std::vector<fs::path> models;
   ShapeArgs manifest_shapes;
+  if (manifest != nullptr && !line.object.empty()) {
+    // compile MODEL --object --manifest: one model of the group, with the group's options for it.
+    const auto mine = model_list(line.model_args);
+    if (mine.size() != 1) throw Error(ErrorCode::kUsage, "--object: give one model");
+    size_t index = manifest->models.size();
+    for (size_t i = 0; i < manifest->models.size(); ++i)
+      if (manifest->models[i].filename() == mine.front().filename()) index = i;
+    if (index == manifest->models.size())
+      throw Error(ErrorCode::kUsage, mine.front().string() + " is none of the models of " + line.manifest_path);
+    CommandLine alone = line;
+    alone.manifest_path.clear();
+    compile_options(alone, nullptr, options);
+    const auto given = [&](const char* key) {
+      return std::find(line.given_keys.begin(), line.given_keys.end(), key) != line.given_keys.end();
+    };
+    if (!given("backend")) options.backend = manifest->options.backend;
+    if (!given("target-cpu")) options.target = manifest->options.target;
+    options.weightless = options.weightless || manifest->options.weightless;
+    options.per_model = {resolve_shapes(manifest->models, manifest->shapes)[index]};
+    override_with(options.per_model, resolve_shapes(mine, line.shapes));
+    options.read_files = {line.manifest_path};
+    return mine;
+  }
+  if (manifest != nullptr && line.command == Command::kCompile)
+    throw Error(ErrorCode::kUsage, "compile takes --manifest with --object (share takes a manifest)");
   if (manifest != nullptr) {
     models = manifest->models;
     options = manifest->options;

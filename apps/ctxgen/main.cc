@@ -234,7 +234,17 @@ int main(int argc, char** argv) {
         std::vector<fs::path> objects;
         for (const auto& o : ctxgen::cli::model_list(line.link_objects)) objects.push_back(o);
         ctxgen::CompileOptions options = line.given;
-        const auto summary = ctxgen::link_objects(objects, options, backends);
+        std::vector<std::pair<std::string, ctxgen::LoadOptions>> group;
+        if (!line.manifest_path.empty()) {
+          const ctxgen::Manifest manifest = ctxgen::read_manifest(line.manifest_path);
+          const auto shapes = ctxgen::resolve_shapes(manifest.models, manifest.shapes);
+          for (size_t i = 0; i < manifest.models.size(); ++i) group.emplace_back(manifest.models[i].filename().string(), shapes[i]);
+          if (options.output_dir.empty()) options.output_dir = manifest.options.output_dir;
+          if (options.node_name_prefix.empty()) options.node_name_prefix = manifest.options.node_name_prefix;
+          if (options.external_initializers_file.empty()) options.external_initializers_file = manifest.options.external_initializers_file;
+          options.read_files = {line.manifest_path};
+        }
+        const auto summary = ctxgen::link_objects(objects, options, backends, line.manifest_path.empty() ? nullptr : &group);
         if (!line.quiet) (options.report_file == ctxgen::kStdoutReport ? std::cerr : std::cout) << ctxgen::report_text(summary);
         return 0;
       }

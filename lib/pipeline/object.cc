@@ -161,11 +161,57 @@ void write_member(const fs::path& path, const Member& m) {
 
 }  // namespace
 
-RunSummary link_objects(const std::vector<fs::path>& objects, CompileOptions options, const BackendRegistry& backends) {
-  if (objects.empty()) throw Error(ErrorCode::kUsage, "link: give the objects");
+namespace {
+
+std::string model_name(const ObjectFile& o) {
+  for (const Member& m : o.members)
+    if (m.kind == "model") return m.name;
+  return "";
+}
+
+LoadOptions load_options(const nlohmann::json& load) {
+  LoadOptions l;
+  l.fix_dims = load.at("fix_dims").get<std::map<std::string, int64_t>>();
+  l.input_shapes = load.at("input_shapes").get<std::map<std::string, std::vector<int64_t>>>();
+  l.fix_values = load.at("fix_values").get<std::map<std::string, std::vector<std::string>>>();
+  return l;
+}
+
+}  // namespace
+
+RunSummary link_objects(const std::vector<fs::path>& given, CompileOptions options, const BackendRegistry& backends,
+                        const std::vector<std::pair<std::string, LoadOptions>>* group) {
+  if (given.empty()) throw Error(ErrorCode::kUsage, "link: give the objects");
   if (options.output_dir.empty()) throw Error(ErrorCode::kUsage, "link: give --output-dir");
   std::vector<ObjectFile> read;
+  std::vector<fs::path> objects = given;
   for (const fs::path& object : objects) read.push_back(read_object(object));
+  if (group != nullptr) {
+    // The manifest's order, one object per model, each compiled as the manifest says.
+    std::vector<ObjectFile> ordered;
+    std::vector<fs::path> ordered_paths;
+    for (const auto& [name, load] : *group) {
+      size_t found = read.size();
+      for (size_t i = 0; i < read.size(); ++i)
+        if (model_name(read[i]) == name) {
+          if (found != read.size())
+            throw Error(ErrorCode::kUsage, "link: " + objects[found].string() + " and " + objects[i].string() + " both hold " + name);
+          found = i;
+        }
+      if (found == read.size()) throw Error(ErrorCode::kUsage, "link: no object holds " + name + ", a model of the manifest");
+      const LoadOptions compiled = load_options(read[found].header.at("load"));
+      if (compiled.fix_dims != load.fix_dims || compiled.input_shapes != load.input_shapes || compiled.fix_values != load.fix_values)
+        throw Error(ErrorCode::kUsage, "link: " + objects[found].string() + " was compiled with other shape options than the "
+                                       "manifest gives " + name + ": compile it with --manifest");
+      ordered.push_back(std::move(read[found]));
+      ordered_paths.push_back(objects[found]);
+    }
+    if (ordered.size() != read.size())
+      throw Error(ErrorCode::kUsage, "link: " + std::to_string(read.size()) + " objects for the manifest's " +
+                                         std::to_string(ordered.size()) + " models");
+    read = std::move(ordered);
+    objects = std::move(ordered_paths);
+  }
   // Every object from this ctxgen, for one backend, SDK and CPU level, with the same options.
   const nlohmann::json& first = read.front().header;
   for (size_t i = 0; i < read.size(); ++i) {
@@ -207,12 +253,7 @@ RunSummary link_objects(const std::vector<fs::path>& objects, CompileOptions opt
       if (m.kind == "model") inputs.push_back(path);
       if (!fs::exists(path)) write_member(path, m);
     }
-    const nlohmann::json& load = read[i].header.at("load");
-    LoadOptions l;
-    l.fix_dims = load.at("fix_dims").get<std::map<std::string, int64_t>>();
-    l.input_shapes = load.at("input_shapes").get<std::map<std::string, std::vector<int64_t>>>();
-    l.fix_values = load.at("fix_values").get<std::map<std::string, std::vector<std::string>>>();
-    options.per_model.push_back(std::move(l));
+    options.per_model.push_back(load_options(read[i].header.at("load")));
   }
   options.cache_dir = cache;
   options.cache_only = true;

@@ -150,6 +150,40 @@ TEST_F(ObjectTest, LinkRefusesObjectsItCannotUseByName) {
   EXPECT_NE(r.output.find("link it where it was compiled, or compile it again here"), std::string::npos) << r.output;
 }
 
+// With the group's manifest, each object takes its model's options from it, and link takes the
+// objects in any order and writes what `share --manifest` writes.
+TEST_F(ObjectTest, AManifestGivesObjectsTheirOptionsAndLinkItsOrder) {
+  const fs::path exports = fs::path(CTXGEN_SOURCE_DIR) / "testdata" / "exports";
+  const fs::path manifest = dir_.path() / "group.json";
+  std::ofstream(manifest) << nlohmann::json{
+      {"models", {{{"path", (exports / "decoder_prefill.onnx").string()}, {"fix_dim", {{"seq", 16}}}},
+                  {{"path", (exports / "decoder_decode.onnx").string()}, {"fix_dim", {{"seq", 1}, {"past", 15}}}},
+                  {{"path", (exports / "cnn_upsample.onnx").string()}}}},
+      {"fix_dim", {{"batch", 1}}},
+      {"output_dir", (dir_.path() / "shared").string()},
+      {"node_name_prefix", "g_"}}.dump();
+  std::vector<fs::path> made;
+  for (const char* stem : {"cnn_upsample", "decoder_decode", "decoder_prefill"}) {  // not the manifest's order
+    made.push_back(dir_.path() / (std::string(stem) + ".ctxo"));
+    const auto r = ctxgen("compile " + quote(exports / (std::string(stem) + ".onnx")) + " --manifest " + quote(manifest) +
+                          " --object " + quote(made.back()) + " -q");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  auto r = link(made, dir_.path() / "linked", "--manifest " + quote(manifest));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = ctxgen("share --manifest " + quote(manifest) + " -q");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_same_files(file_contents(dir_.path() / "shared"), file_contents(dir_.path() / "linked"));
+  // An object compiled with other dims than the manifest gives its model is refused.
+  r = ctxgen("compile " + quote(exports / "decoder_decode.onnx") + " --manifest " + quote(manifest) +
+             " --fix-dim past=3 --force --object " + quote(made[1]) + " -q");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = link(made, dir_.path() / "again", "--manifest " + quote(manifest));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("was compiled with other shape options than the manifest gives decoder_decode.onnx"),
+            std::string::npos) << r.output;
+}
+
 TEST_F(ObjectTest, AnObjectIsAnOutputLikeAnyOther) {
   const fs::path model = mixed_group()[2];
   const fs::path object = dir_.path() / "cnn.ctxo";

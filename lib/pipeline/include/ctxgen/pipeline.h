@@ -179,8 +179,11 @@ RunSummary compile_models(const std::vector<std::filesystem::path>& inputs, cons
 // refused by name.
 RunSummary compile_object(const std::filesystem::path& model, const CompileOptions& options,
                           const BackendRegistry& backends, const std::filesystem::path& object);
+// With `group` (link --manifest: each model's file name and shape options, in the manifest's
+// order), the objects are linked in that order, one per model, each compiled with those options.
 RunSummary link_objects(const std::vector<std::filesystem::path>& objects, CompileOptions options,
-                        const BackendRegistry& backends);
+                        const BackendRegistry& backends,
+                        const std::vector<std::pair<std::string, LoadOptions>>* group = nullptr);
 
 // A compile or share run another way (ctxgen/ort_compile.h), reported as compile_models reports its
 // own: `run` fills the summary, and sets `outputs_checked` once its outputs passed their checks;
