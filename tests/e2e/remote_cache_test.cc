@@ -155,6 +155,30 @@ TEST(RemoteCache, ASecondMachineFillsFromTheServerAndAFailingServerCostsOnlyTime
   expect_same_files(plain.files, down.files);
 }
 
+// A server that takes the connection and never answers: the transfer gives up after 10 s under
+// 1 KiB/s, one warning, and the model compiles locally.
+TEST(RemoteCache, AServerThatNeverAnswersCostsBoundedTime) {
+  TempDir dir;
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t size = sizeof a;
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(listener, 16), 0);  // connections complete in the backlog; none is ever read
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &size), 0);
+  const std::string url = "http://127.0.0.1:" + std::to_string(ntohs(a.sin_port)) + "/cache";
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = ctxgen("compile " + quote(mixed_group()[2]) + " --fix-dim batch=1 --output-dir " + quote(dir.path()) +
+                        " --cache " + url);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ::close(listener);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("compiling locally"), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::exists(dir.path() / "cnn_upsample_ctx.onnx"));
+  EXPECT_LT(seconds, 60) << "the stalled server held the run " << seconds << " s";
+}
+
 TEST(RemoteCache, ABadUrlIsAUsageError) {
   TempDir dir;
   const auto r = ctxgen("compile " + quote(mixed_group()[2]) + " --fix-dim batch=1 --output-dir " + quote(dir.path()) +
