@@ -17,6 +17,7 @@
 #include <unordered_map>
 
 #include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <onnx/checker.h>
 #include <onnx/shape_inference/implementation.h>
 
@@ -945,6 +946,15 @@ Model load_model(ParsedModel embedded, const fs::path& path, const LoadOptions& 
   log().debug("{}: {} nodes, {} weights, {} constants", path.string(), graph.node_size(), model.weights.size(),
               model.constants.size());
   return model;
+}
+
+std::string deterministic_bytes(const google::protobuf::MessageLite& message) {
+  std::string bytes;
+  google::protobuf::io::StringOutputStream stream(&bytes);
+  google::protobuf::io::CodedOutputStream coded(&stream);
+  coded.SetSerializationDeterministic(true);
+  message.SerializeToCodedStream(&coded);
+  return bytes;
 }
 
 const Weight* Model::constant(const std::string& name) const {

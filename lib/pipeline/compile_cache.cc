@@ -9,11 +9,10 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <string_view>
 #include <tuple>
-#include <unordered_map>
+#include <unordered_set>
 
-#include <google/protobuf/io/coded_stream.h>
-#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <nlohmann/json.hpp>
 
 #include "ctxgen/error.h"
@@ -53,27 +52,19 @@ class KeyBytes {
   std::string bytes_;
 };
 
-std::string deterministic(const google::protobuf::MessageLite& message) {
-  std::string bytes;
-  google::protobuf::io::StringOutputStream stream(&bytes);
-  google::protobuf::io::CodedOutputStream coded(&stream);
-  coded.SetSerializationDeterministic(true);
-  message.SerializeToCodedStream(&coded);
-  return bytes;
-}
-
 int64_t nanoseconds(const struct timespec& t) { return static_cast<int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_nsec; }
 
-// Writes `bytes` to `path` whole or not at all: a temporary beside it, renamed over it. Concurrent
-// runs writing one entry write the same bytes, so whichever rename lands last is as good.
-bool publish(const fs::path& path, const std::string& bytes) {
+// Writes `pieces`, one after another, to `path` whole or not at all: a temporary beside it,
+// renamed over it. Concurrent runs writing one entry write the same bytes, so whichever rename
+// lands last is as good.
+bool publish(const fs::path& path, std::initializer_list<std::string_view> pieces) {
   std::error_code ec;
   fs::create_directories(path.parent_path(), ec);
   static std::mt19937_64 random(std::random_device{}());
   const fs::path temporary = path.parent_path() / (".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(random()));
   {
     std::ofstream out(temporary, std::ios::binary);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    for (const std::string_view piece : pieces) out.write(piece.data(), static_cast<std::streamsize>(piece.size()));
     if (!out.flush()) {
       fs::remove(temporary, ec);
       return false;
@@ -158,7 +149,7 @@ struct CompileCache::Impl {
   int64_t started = 0;
   CacheStats stats;
   std::vector<KnownFile> files;
-  std::unordered_map<const MappedFile*, size_t> file_index;
+  std::unordered_set<const MappedFile*> added;  // the mappings add_file took
 
   Impl(const fs::path& f, const Backend& b, bool w, std::shared_ptr<RemoteCache> r)
       : folder(f), backend(b), weightless(w), remote(std::move(r)) {
@@ -238,12 +229,12 @@ struct CompileCache::Impl {
     const Hash128 sum = xxh3_128(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
     bytes.append(reinterpret_cast<const char*>(&sum.low), 8);
     bytes.append(reinterpret_cast<const char*>(&sum.high), 8);
-    if (!publish(hashes_path(file.identity), bytes))
+    if (!publish(hashes_path(file.identity), {bytes}))
       log().warn("--cache: cannot write {}: the weights' hashes are not remembered", hashes_path(file.identity).string());
   }
 
   void add_file(const std::shared_ptr<const MappedFile>& mapped) {
-    if (!mapped || file_index.count(mapped.get())) return;
+    if (!mapped || !added.insert(mapped.get()).second) return;
     KnownFile file;
     file.begin = mapped->data();
     file.size = mapped->size();
@@ -254,7 +245,6 @@ struct CompileCache::Impl {
                       std::to_string(nanoseconds(st.st_mtim)) + ":" + std::to_string(nanoseconds(st.st_ctim));
       load_hashes(file);
     }
-    file_index[mapped.get()] = files.size();
     files.push_back(std::move(file));
   }
 
@@ -333,7 +323,7 @@ Hash128 CompileCache::Impl::key(const Model& model, const Partition& partition, 
   for (size_t index : partition.nodes) {
     onnx::NodeProto node = model.graph().node(static_cast<int>(index));
     node.clear_doc_string();
-    k.put(deterministic(node));
+    k.put(deterministic_bytes(node));
     names.insert(names.end(), node.input().begin(), node.input().end());
     names.insert(names.end(), node.output().begin(), node.output().end());
   }
@@ -572,18 +562,16 @@ bool CompileCache::Impl::store_entry(const fs::path& path, const CompiledGraph& 
       {"weights", weights}};
   const std::string text = description.dump();
   const Hash128 text_hash = xxh3_128(reinterpret_cast<const uint8_t*>(text.data()), text.size());
-  std::string bytes(kEntryMagic, 8);
+  std::string header(kEntryMagic, 8);
   const uint64_t described = text.size();
-  bytes.append(reinterpret_cast<const char*>(&described), 8);
-  bytes.append(reinterpret_cast<const char*>(&text_hash.low), 8);
-  bytes.append(reinterpret_cast<const char*>(&text_hash.high), 8);
-  bytes += text;
-  bytes += held;
-  if (!publish(path, bytes)) {
+  header.append(reinterpret_cast<const char*>(&described), 8);
+  header.append(reinterpret_cast<const char*>(&text_hash.low), 8);
+  header.append(reinterpret_cast<const char*>(&text_hash.high), 8);
+  if (!publish(path, {header, text, held})) {
     log().warn("--cache: cannot write {}: this partition is not cached", path.string());
     return false;
   }
-  stats.bytes_written += bytes.size();
+  stats.bytes_written += header.size() + text.size() + held.size();
   return true;
 }
 

@@ -53,7 +53,8 @@ RunSummary compile_object(const fs::path& model, const CompileOptions& options, 
   OutputSet outputs({object}, options.force, read_files({model}, options));
   StagingFolder staging(object.parent_path().empty() ? fs::path(".") : object.parent_path(), "object", object.filename().string());
   CompileOptions compile = options;
-  compile.output_dir = staging.path() / "out";
+  compile.output_dir = staging.path() / "out";  // planned and checked, but nothing is written
+  compile.compile_only = true;
   if (compile.cache_dir.empty()) compile.cache_dir = staging.path() / "cache";
   compile.cache_max_size = 0;  // this run's entries go into the object first
   RunSummary summary = compile_models({model}, compile, backends);

@@ -9,9 +9,6 @@
 #include <optional>
 #include <unordered_set>
 
-#include <google/protobuf/io/coded_stream.h>
-#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
-
 #include "ctxgen/compile_cache.h"
 #include "ctxgen/epcontext.h"
 #include "ctxgen/error.h"
@@ -63,14 +60,7 @@ std::string serialize(const onnx::ModelProto& proto, const fs::path& path) {
   if (size >= kProtobufLimit)
     throw Error(ErrorCode::kIo, path.string() + ": the model would be " + std::to_string(size) +
                                     " bytes; ONNX files are limited to 2 GiB: use --external-initializers-file");
-  std::string bytes;
-  {
-    google::protobuf::io::StringOutputStream stream(&bytes);
-    google::protobuf::io::CodedOutputStream coded(&stream);
-    coded.SetSerializationDeterministic(true);
-    proto.SerializeToCodedStream(&coded);
-  }
-  return bytes;
+  return deterministic_bytes(proto);
 }
 
 std::string describe_fallbacks(const Job& job) {
@@ -312,6 +302,16 @@ WeightSummary weight_summary(const Job& job, const WeightStore& store, std::vect
       }
     }
   return w;
+}
+
+// What the report says of one model, with the files besides it its weights are read from.
+ModelSummary model_summary(const Job& job, const WeightStore& store, std::vector<bool>& counted) {
+  ModelSummary s = summarize(job, weight_summary(job, store, counted));
+  std::set<fs::path> data_files;
+  for (const Weight& w : job.model.weights)
+    if (w.data.file && w.data.file->path() != job.model.path) data_files.insert(w.data.file->path());
+  s.data_files.assign(data_files.begin(), data_files.end());
+  return s;
 }
 
 // `sink`, telling options.progress every 64 MiB how far it got. `total` may leave out headers and
@@ -599,7 +599,16 @@ void run_pipeline(const std::vector<fs::path>& inputs, const CompileOptions& opt
     });
   }
   summary.weights = store.stats();
-
+  if (options.compile_only) {
+    // compile --object: the cache's entries are the result; nothing is written.
+    std::vector<bool> counted(store.size(), false);
+    for (const Job& job : jobs) summary.models.push_back(model_summary(job, store, counted));
+    if (cache) {
+      summary.cache = cache->stats();
+      cache->save();
+    }
+    return;
+  }
 
   // Context binary first: in embed mode its bytes go into the models.
   std::string embedded;
@@ -670,11 +679,7 @@ void run_pipeline(const std::vector<fs::path>& inputs, const CompileOptions& opt
     OutputFile& file = outputs.open(jobs[m].output);
     file.write(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
     outputs.finished(file.finish(jobs[m].output));
-    summary.models.push_back(summarize(jobs[m], weight_summary(jobs[m], store, counted)));
-    std::set<fs::path> data_files;
-    for (const Weight& w : jobs[m].model.weights)
-      if (w.data.file && w.data.file->path() != jobs[m].model.path) data_files.insert(w.data.file->path());
-    summary.models.back().data_files.assign(data_files.begin(), data_files.end());
+    summary.models.push_back(model_summary(jobs[m], store, counted));
   }
   timer.lap("write_models");
   if (cache) summary.cache = cache->stats();  // the binary's writer may have found damaged entries

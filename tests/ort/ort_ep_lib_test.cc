@@ -195,6 +195,10 @@ TEST_F(EpLibTest, FailuresExitAsTheBuiltInPathDoesAndLeaveNothing) {
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--session-config ep.context_embed_mode: ctxgen sets it (give --embed)"), std::string::npos)
       << r.output;
+  // --cache keeps what a built-in backend compiles; given with --ep-lib it is a usage error.
+  r = ctxgen(with_ep("compile " + quote(cnn) + out + " --cache " + quote(dir_ / "cache") + " --force"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--cache keeps what a built-in backend compiles"), std::string::npos) << r.output;
   // The EP itself refuses what it does not know (CtxgenRef has one provider option, cache_dir); ORT
   // reports it as the EP failing to start, exit 9.
   r = ctxgen(with_ep("compile " + quote(cnn) + out + " --ep-option threads=4 --force"));

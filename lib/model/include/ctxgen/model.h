@@ -150,6 +150,10 @@ std::filesystem::path external_data_folder(const std::filesystem::path& model_pa
 // The ValueType a declared type gives (tensor types only; other types are unknown).
 ValueType value_type_of(const onnx::TypeProto& type);
 
+// `message`'s bytes with map fields in key order, so equal messages give equal bytes: what the
+// outputs are written with, and what compile cache keys are made of.
+std::string deterministic_bytes(const google::protobuf::MessageLite& message);
+
 // The default ONNX domain, spelled "" or "ai.onnx".
 inline bool is_onnx_domain(const std::string& domain) { return domain.empty() || domain == "ai.onnx"; }
 // The default-domain opset a model imports (0 when it imports none).

@@ -79,6 +79,8 @@ struct CompileOptions {
   std::shared_ptr<RemoteCache> remote_cache;
   // --cache-max-size: after the run, least recently used entries go until the rest fit; 0: no bound.
   uint64_t cache_max_size = 0;
+  // compile --object: the run stops after compiling, its cache entries the result; no file is written.
+  bool compile_only = false;
   // link: every partition comes from the cache (the objects' entries); one it lacks is an error,
   // never compiled.
   bool cache_only = false;
