@@ -340,6 +340,7 @@ namespace kernels {
 // DynamicQuantizeLinear (kernels_quant.cc).
 void quantize_linear(Ins, const Output&);
 void dequantize_linear(Ins, const Output&);
+void requantize(Ins, const Output&);
 void matmul_nbits(Ins, const Output&);
 void gather_block_quantized(Ins, const Output&);
 void matmul_integer(Ins, const Output&);
@@ -484,7 +485,7 @@ extern const Planner plan_reduction, plan_columns, plan_normalisation, plan_nll_
 extern const Planner plan_window;                                                         // kernels_pool.cc
 extern const Planner plan_product;                                                        // kernels_linear.cc
 extern const Planner plan_qlinear_conv;                                                   // kernels_qconv.cc
-extern const Planner plan_quant, plan_matmul_nbits, plan_gather_block_quantized, plan_matmul_integer,
+extern const Planner plan_quant, plan_requantize, plan_matmul_nbits, plan_gather_block_quantized, plan_matmul_integer,
     plan_conv_integer, plan_which_output;                                                 // kernels_quant.cc
 
 }  // namespace kernels

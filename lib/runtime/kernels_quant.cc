@@ -7,12 +7,17 @@
 // MatMulInteger and ConvInteger, summing integer products exactly; DynamicQuantizeLinear.
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
 
 #include "kernels.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace ctxgen::runtime {
 namespace {
@@ -424,9 +429,69 @@ void integer_conv(const ConvIntegerPlan& p, Ins in, const Output& out) {
   }
 }
 
+#if defined(__x86_64__)
+// 64 bytes a step where the CPU permutes bytes (AVX-512 VBMI: Ice Lake and later, Zen 4): two
+// two-register permutes look the bytes up in each half of the table, the top bit picks the half.
+// Returns how many bytes it looked up.
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) int64_t look_up_vbmi(const uint8_t* x, uint8_t* y, const uint8_t* table,
+                                                                          int64_t n) {
+  const __m512i t0 = _mm512_loadu_si512(table), t1 = _mm512_loadu_si512(table + 64), t2 = _mm512_loadu_si512(table + 128),
+                t3 = _mm512_loadu_si512(table + 192);
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    const __m512i at = _mm512_loadu_si512(x + i);
+    const __m512i low = _mm512_permutex2var_epi8(t0, at, t1), high = _mm512_permutex2var_epi8(t2, at, t3);
+    _mm512_storeu_si512(y + i, _mm512_mask_blend_epi8(_mm512_movepi8_mask(at), low, high));
+  }
+  return i;
+}
+#endif
+
+// y[i] = table[x[i]] for as many of the n bytes as a vector instruction set here can; returns how many.
+int64_t look_up_bytes(const uint8_t* x, uint8_t* y, const uint8_t* table, int64_t n) {
+#if defined(__x86_64__)
+  static const bool vbmi = __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bw");
+  if (vbmi) return look_up_vbmi(x, y, table, n);
+#endif
+  (void)x, (void)y, (void)table, (void)n;
+  return 0;
+}
+
+// Requantize's table: the result for each of the 256 values x can take, by DequantizeLinear's
+// and QuantizeLinear's own arithmetic (planned once; a run only looks values up).
+struct RequantizePlan final : OpPlan {
+  RequantizePlan(const ref::Op& op, const std::vector<const ref::Value*>& in, const ref::Value& out) {
+    const bool signed_in = in[0]->dtype == ref::DType::kInt8;
+    const float x_scale = op.get_float("x_scale", 1.0f), y_scale = op.get_float("y_scale", 1.0f);
+    const int32_t x_zero = static_cast<int32_t>(op.get_int("x_zero_point", 0));
+    const auto y_zero = static_cast<float>(op.get_int("y_zero_point", 0));
+    for (int32_t byte = 0; byte < 256; ++byte) {
+      const int32_t x = signed_in ? static_cast<int8_t>(byte) : byte;
+      const float dequantized = static_cast<float>(x - x_zero) * x_scale;
+      table[static_cast<size_t>(byte)] =
+          out.dtype == ref::DType::kInt8 ? static_cast<uint8_t>(quantized_as<int8_t>(dequantized / y_scale, y_zero))
+                                         : quantized_as<uint8_t>(dequantized / y_scale, y_zero);
+    }
+  }
+  std::array<uint8_t, 256> table{};
+};
+
 }  // namespace
 
 namespace kernels {
+
+const Planner plan_requantize = plan_as<RequantizePlan>;
+
+// A lookup a value instead of dequantizing and quantizing again, whose division bounds the pair
+// (a 32 x 32 image of 32 channels: 4.4 + 20 µs; looked up a byte at a time, 26 µs still).
+void requantize(Ins in, const Output& out) {
+  const auto& table = plan_of<RequantizePlan>(out).table;
+  const uint8_t* x = in[0].bytes();
+  uint8_t* y = out.bytes();
+  parallel_ranges(out.parallel, out.size(), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin + look_up_bytes(x + begin, y + begin, table.data(), end - begin); i < end; ++i) y[i] = table[x[i]];
+  });
+}
 
 const Planner plan_quant = plan_as<QuantPlan>;
 const Planner plan_matmul_nbits = plan_as<NBitsPlan>;

@@ -109,6 +109,9 @@ struct ResizePlan final : OpPlan {
   std::vector<size_t> blended;  // axes where an output reads two positions, but the last
   bool last_blended = false;
   int64_t lanes = 1;
+  // For a row of single values (lanes 1): the last axis's taps as 32-bit indices, which the
+  // compiler gathers a vector at a time (64-bit ones it reads one by one).
+  std::vector<int32_t> row_lo, row_hi;
 };
 
 }  // namespace
@@ -132,6 +135,10 @@ std::unique_ptr<OpPlan> plan_resize(const ref::Op& op, const std::vector<const r
   }
   plan->last_blended = rank > 0 && !plan->blended.empty() && plan->blended.back() == rank - 1;
   if (plan->last_blended) plan->blended.pop_back();
+  if (plan->lanes == 1 && rank > 0 && xd[rank - 1] <= std::numeric_limits<int32_t>::max()) {
+    plan->row_lo.assign(plan->taps[rank - 1].lo.begin(), plan->taps[rank - 1].lo.end());
+    plan->row_hi.assign(plan->taps[rank - 1].hi.begin(), plan->taps[rank - 1].hi.end());
+  }
   // An 8-bit image is widened into the scratch, resized there and truncated back.
   if (out.dtype != ref::DType::kFloat32)
     plan->scratch_bytes = static_cast<uint64_t>(in[0]->element_count() + out.element_count()) * sizeof(float);
@@ -140,7 +147,60 @@ std::unique_ptr<OpPlan> plan_resize(const ref::Op& op, const std::vector<const r
 
 }  // namespace kernels
 
+// A row of single values (an image's last axis, not channels last). Reading each output's taps
+// from the input rows (one call a value) took a 16x16 to 32x32 bilinear image 2.9 ns a value
+// (`cnn_resize_linear`): an input row's taps are now gathered once into rows of their own (most
+// input rows serve several output rows), and the blend reads those a vector at a time, with
+// blend's arithmetic value by value. Loops built for AVX2 and AVX-512, outside the anonymous
+// namespace: GCC takes a cloned internal function for unused.
+CTXGEN_VECTOR_CLONES void gather_taps(float* __restrict y, const float* __restrict x, const int32_t* __restrict at,
+                                      int64_t width) {
+  for (int64_t i = 0; i < width; ++i) y[i] = x[at[i]];
+}
+CTXGEN_VECTOR_CLONES void scale_row(float* __restrict y, const float* __restrict a, float w, int64_t width) {
+  for (int64_t i = 0; i < width; ++i) y[i] = w * a[i];
+}
+CTXGEN_VECTOR_CLONES void blend_rows(float* __restrict y, const float* __restrict a_lo, const float* __restrict b_lo,
+                                     const float* __restrict a_hi, const float* __restrict b_hi, const float* __restrict w_lo,
+                                     const float* __restrict w_hi, float w0, float w1, int64_t width) {
+  for (int64_t i = 0; i < width; ++i)
+    y[i] = (((w0 * w_lo[i]) * a_lo[i] + (w1 * w_lo[i]) * b_lo[i]) + (w0 * w_hi[i]) * a_hi[i]) + (w1 * w_hi[i]) * b_hi[i];
+}
+
 namespace {
+
+// The input rows a thread's output rows read, their taps gathered (gather_taps), the last few kept:
+// rows of single values only. The buffer is the thread's, grown once.
+class GatheredRows {
+ public:
+  GatheredRows(const ResizePlan& plan, int64_t width) : plan_(plan), width_(width) {
+    thread_local std::vector<float> buffer;
+    if (buffer.size() < static_cast<size_t>(2 * kKept * width)) buffer.resize(static_cast<size_t>(2 * kKept * width));
+    data_ = buffer.data();
+  }
+  // Input row `offset`'s values at the lo (or hi) taps of the last axis.
+  const float* row(const float* x, int64_t offset, bool hi) {
+    size_t slot = 0;
+    while (slot < kKept && offsets_[slot] != offset) ++slot;
+    if (slot == kKept) {
+      slot = next_;
+      next_ = (next_ + 1) % kKept;
+      offsets_[slot] = offset;
+      float* lo_row = data_ + 2 * static_cast<int64_t>(slot) * width_;
+      gather_taps(lo_row, x + offset, plan_.row_lo.data(), width_);
+      gather_taps(lo_row + width_, x + offset, plan_.row_hi.data(), width_);
+    }
+    return data_ + (2 * static_cast<int64_t>(slot) + (hi ? 1 : 0)) * width_;
+  }
+
+ private:
+  static constexpr size_t kKept = 4;
+  const ResizePlan& plan_;
+  int64_t width_;
+  float* data_ = nullptr;
+  std::array<int64_t, kKept> offsets_ = {-1, -1, -1, -1};
+  size_t next_ = 0;
+};
 
 void resize_floats(const ResizePlan& plan, const float* x, float* y, int64_t size, const ParallelFor* parallel) {
   if (plan.out_dims.empty()) {  // a scalar: nothing to interpolate
@@ -162,6 +222,8 @@ void resize_floats(const ResizePlan& plan, const float* x, float* y, int64_t siz
   with_lanes(plan.lanes, [&](auto lanes) {
   parallel_ranges(parallel, size / (width * lanes), width * lanes * static_cast<int64_t>(2 * corners),
                   [&](int64_t begin, int64_t end) {
+    const bool single = !plan.row_lo.empty() && xs[last] == 1;
+    GatheredRows gathered(plan, single ? width : 0);
     SmallArray<float, 16> corner_weight(corners);
     SmallArray<int64_t, 16> corner_offset(corners);
     AxisIndex at(last);
@@ -189,7 +251,13 @@ void resize_floats(const ResizePlan& plan, const float* x, float* y, int64_t siz
       const int64_t step = xs[last];
       // The common cases, in the same order of sums and products as the general loop below:
       // one corner read along the row (nearest, or linear along other axes only), and bilinear.
-      if (corners == 1 && !last_blended) {
+      if (single && corners == 1 && !last_blended) {
+        scale_row(dst, gathered.row(x, corner_offset[0], false), corner_weight[0], width);
+      } else if (single && corners == 2 && last_blended) {
+        blend_rows(dst, gathered.row(x, corner_offset[0], false), gathered.row(x, corner_offset[1], false),
+                   gathered.row(x, corner_offset[0], true), gathered.row(x, corner_offset[1], true), inner.w_lo.data(),
+                   inner.w_hi.data(), corner_weight[0], corner_weight[1], width);
+      } else if (corners == 1 && !last_blended) {
         const float w0 = corner_weight[0];
         const float* src = x + corner_offset[0];
         for (int64_t i = 0; i < width; ++i, dst += lanes) {

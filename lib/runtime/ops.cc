@@ -237,6 +237,23 @@ OutType quantize_linear(const OpCheck& c) {
   return {t, c.in(0).dims};
 }
 
+// A DequantizeLinear of 8-bit x with one scale and zero point (attributes), then a QuantizeLinear
+// of the result to `dtype` (8-bit) with one scale and zero point: y = saturate(round_half_even(
+// ((x - x_zero_point) * x_scale) / y_scale) + y_zero_point), in float32 as the two ops compute.
+OutType requantize(const OpCheck& c) {
+  c.arity(1, 1);
+  const DType from = c.in(0).dtype, t = c.dtype_attr("dtype");
+  const auto is_8bit = [](DType d) { return d == DType::kUInt8 || d == DType::kInt8; };
+  c.expect(is_8bit(from), [&] { return "input 0 is " + ref::dtype_name(from) + ", expected uint8 or int8"; });
+  c.expect(is_8bit(t), [&] { return "attribute 'dtype' is " + ref::dtype_name(t) + ", expected uint8 or int8"; });
+  c.float_attr("x_scale");
+  c.float_attr("y_scale");
+  const auto lowest = [](DType d) { return d == DType::kInt8 ? -128 : 0; };
+  c.int_attr("x_zero_point", lowest(from), lowest(from) + 255);
+  c.int_attr("y_zero_point", lowest(t), lowest(t) + 255);
+  return {t, c.in(0).dims};
+}
+
 // y = (x - zero_point) * scale, in float32. With `bits` 4, x is a weight of 4-bit integers (int4
 // when `signed`, else uint4) of dims `dims`, two a byte, the first in the low bits, as ONNX stores
 // them: uint8 [(n + 1) / 2]; its zero point is packed alike.
@@ -1136,6 +1153,7 @@ const std::vector<OpDef>& op_defs() {
       {"Cast", cast, k::cast},
       {"QuantizeLinear", quantize_linear, k::quantize_linear, true, k::plan_quant},
       {"DequantizeLinear", dequantize_linear, k::dequantize_linear, true, k::plan_quant},
+      {"Requantize", requantize, k::requantize, true, k::plan_requantize},
       {"Neg", numeric_unary, k::neg},
       {"Abs", numeric_unary, k::abs},
       {"Sqrt", unary, k::sqrt},

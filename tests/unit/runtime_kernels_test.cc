@@ -275,6 +275,47 @@ TEST(RuntimeKernels, ResizeLinearAndNearestAnyRank) {
   expect_near(run_op("Resize", {{{}, f32({5})}}, {}, resize_attrs(1, {}, {})), {5});  // a scalar stays
 }
 
+// Images of several planes whose rows the resize reads as gathered rows (the last axis neither
+// channels nor kept): the values, bit for bit, of half-pixel coordinates and the corner-by-corner
+// sum worked out here, upsampling and downsampling, bilinear and nearest.
+TEST(RuntimeKernels, ResizeOfPlanesGivesTheCornerByCornerSum) {
+  const Dims in = {2, 3, 5, 7};
+  std::vector<float> x(2 * 3 * 5 * 7);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(static_cast<float>(i) * 0.7f) * 10.0f;
+  struct Tap {
+    int64_t lo, hi;
+    float w_lo, w_hi;
+  };
+  const auto tap = [](int64_t o, float scale, int64_t len) {
+    const float at = std::max(0.0f, std::min((static_cast<float>(o) + 0.5f) / scale - 0.5f, static_cast<float>(len - 1)));
+    const int64_t lo = std::min(static_cast<int64_t>(at), len - 1), hi = std::min(lo + 1, len - 1);
+    return lo == hi ? Tap{lo, hi, 1.0f, 0.0f} : Tap{lo, hi, std::fabs(at - static_cast<float>(hi)), std::fabs(at - static_cast<float>(lo))};
+  };
+  for (const auto& [out_h, out_w] : {std::pair<int64_t, int64_t>{9, 12}, std::pair<int64_t, int64_t>{3, 4}}) {
+    const float sh = static_cast<float>(out_h) / 5.0f, sw = static_cast<float>(out_w) / 7.0f;
+    std::vector<float> want, nearest;
+    for (int64_t plane = 0; plane < 6; ++plane)
+      for (int64_t h = 0; h < out_h; ++h)
+        for (int64_t w = 0; w < out_w; ++w) {
+          const Tap th = tap(h, sh, 5), tw = tap(w, sw, 7);
+          const auto at = [&](int64_t r, int64_t c) { return x[static_cast<size_t>(plane * 35 + r * 7 + c)]; };
+          want.push_back((((th.w_lo * tw.w_lo) * at(th.lo, tw.lo) + (th.w_hi * tw.w_lo) * at(th.hi, tw.lo)) +
+                          (th.w_lo * tw.w_hi) * at(th.lo, tw.hi)) +
+                         (th.w_hi * tw.w_hi) * at(th.hi, tw.hi));
+          // Nearest, round_prefer_floor: half-pixel coordinates rounded, halves down.
+          const auto near = [](int64_t o, float scale, int64_t len) {
+            const float c = (static_cast<float>(o) + 0.5f) / scale - 0.5f;
+            const auto i = static_cast<int64_t>(c == std::floor(c) + 0.5f ? std::floor(c) : std::round(c));
+            return std::clamp<int64_t>(i, 0, len - 1);
+          };
+          nearest.push_back(at(near(h, sh, 5), near(w, sw, 7)));
+        }
+    const Dims out = {2, 3, out_h, out_w};
+    EXPECT_EQ(run_op("Resize", {{in, f32(x)}}, out, resize_attrs(1, {1, 1, sh, sw}, out)), want) << out_h << "x" << out_w;
+    EXPECT_EQ(run_op("Resize", {{in, f32(x)}}, out, resize_attrs(0, {1, 1, sh, sw}, out)), nearest) << out_h << "x" << out_w;
+  }
+}
+
 std::vector<ref::Attr> conv_attrs(Dims kernel, Dims strides, Dims pads, Dims dilations, int64_t group,
                                   std::vector<ref::Attr> more = {}) {
   std::vector<ref::Attr> a = {ints_attr("kernel_shape", kernel), ints_attr("strides", strides), ints_attr("pads", pads),

@@ -90,6 +90,32 @@ TEST(RuntimeQuant, DequantizeEveryIntegerType) {
               {-2147483647.0f, 0.75f, 4, 1.25f});
 }
 
+// Requantize gives what a DequantizeLinear and a QuantizeLinear give one after the other, for
+// every byte, every pair of 8-bit types, long runs (a vector's worth at a time) and their tails.
+TEST(RuntimeQuant, RequantizeIsDequantizeThenQuantize) {
+  Bytes x;
+  for (int i = 0; i < 3 * 256 + 5; ++i) x.push_back(static_cast<uint8_t>((i * 37 + i / 256) & 255));
+  const Dims d = {static_cast<int64_t>(x.size())};
+  for (DType from : {DType::kUInt8, DType::kInt8})
+    for (DType to : {DType::kUInt8, DType::kInt8})
+      for (const auto& [x_scale, y_scale] : {std::pair{0.37f, 0.11f}, std::pair{0.02f, 0.5f}, std::pair{1.0f, 1.0f}}) {
+        const int64_t x_zero = from == DType::kInt8 ? -3 : 131, y_zero = to == DType::kInt8 ? 7 : 60;
+        const Bytes dequantized = run_op_bytes(
+            "DequantizeLinear",
+            {{d, x, from}, {{}, f32({x_scale})}, {{}, Bytes{static_cast<uint8_t>(x_zero)}, from}}, d, DType::kFloat32,
+            dequant(0, 0));
+        const Bytes expected =
+            run_op_bytes("QuantizeLinear", {{d, dequantized}, {{}, f32({y_scale})}, {{}, Bytes{static_cast<uint8_t>(y_zero)}, to}}, d,
+                         to, quant(0, 0, to));
+        const Bytes got = run_op_bytes("Requantize", {{d, x, from}}, d, to,
+                                       {float_attr("x_scale", x_scale), int_attr("x_zero_point", x_zero),
+                                        float_attr("y_scale", y_scale), int_attr("y_zero_point", y_zero),
+                                        int_attr("dtype", static_cast<int64_t>(to))});
+        EXPECT_EQ(got, expected) << ref::dtype_name(from) << " -> " << ref::dtype_name(to) << ", scales " << x_scale << ", "
+                                 << y_scale;
+      }
+}
+
 TEST(RuntimeQuant, ARoundTripIsWithinHalfAStep) {
   // Split over threads (run_bytes' second run) or not, each element comes back within scale / 2.
   std::vector<float> x(5000);

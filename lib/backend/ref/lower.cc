@@ -579,6 +579,39 @@ void concat_quantized(Draft& d) {
   drop_unread(d, {"DequantizeLinear"});
 }
 
+// A QuantizeLinear of a DequantizeLinear's result, both 8-bit with one constant scale and zero
+// point, becomes one Requantize: the pair's arithmetic looked up in a table of the 256 values the
+// integer can take, as ONNX Runtime's QLinearConcat requantizes its inputs. Such pairs are what
+// concat_quantized leaves for an input quantized otherwise, and what a QDQ model holds between two
+// units of different scales that move_quantized_values could not join.
+void requantize_pairs(Draft& d) {
+  const auto producer = producers(d);
+  const auto is_8bit = [&](int32_t v) {
+    return d.value(v).dtype == ref::DType::kUInt8 || d.value(v).dtype == ref::DType::kInt8;
+  };
+  const auto optional_input = [](const ref::Op& op, size_t i) { return op.inputs.size() > i ? op.inputs[i] : -1; };
+  for (ref::Op& q : d.program.ops) {
+    const int32_t p = q.type == "QuantizeLinear" && q.get_int("block_size", 0) == 0 ? producer[static_cast<size_t>(q.inputs[0])] : -1;
+    if (p < 0) continue;
+    const ref::Op& dq = d.program.ops[static_cast<size_t>(p)];
+    if (dq.type != "DequantizeLinear" || dq.get_int("block_size", 0) != 0 || dq.get_int("bits", 8) != 8 ||
+        !is_8bit(dq.inputs[0]) || !is_8bit(q.outputs[0]))
+      continue;
+    const auto xs = weight_floats(d, dq.inputs[1]), ys = weight_floats(d, q.inputs[1]);
+    const auto xz = zero_point_of(d, optional_input(dq, 2)), yz = zero_point_of(d, optional_input(q, 2));
+    if (!xs || !ys || !xz || !yz || xs->size() != 1 || ys->size() != 1) continue;
+    ref::Op requantize;
+    requantize.type = "Requantize";
+    requantize.attrs = {float_attr("x_scale", (*xs)[0]), int_attr("x_zero_point", *xz), float_attr("y_scale", (*ys)[0]),
+                        int_attr("y_zero_point", *yz), int_attr("dtype", static_cast<int64_t>(d.value(q.outputs[0]).dtype))};
+    requantize.inputs = {dq.inputs[0]};
+    requantize.outputs = q.outputs;
+    log().debug("ref: '{}' requantized by a table", d.names[static_cast<size_t>(q.outputs[0])]);
+    q = std::move(requantize);
+  }
+  drop_unread(d, {"DequantizeLinear"});
+}
+
 // 8-bit Conv units become one QLinearConv on oneDNN's int8 convolution, as ONNX Runtime fuses
 // them on x86 (integer sums, one requantization; docs/ops.md, "Quantized models"): a 2-D Conv
 // reading a uint8 image through a DequantizeLinear with one scale, an int8 weight through one with
@@ -1259,6 +1292,7 @@ LoweredPartition lower_partition(const Model& model, const Partition& partition,
   move_quantized_values(draft);
   concat_quantized(draft);
   fuse_quantized_convs(draft);
+  requantize_pairs(draft);
   convinteger_in_float(draft);
   matmuls_of_4bit_weights(draft);
   fold_affines_into_convs(draft);

@@ -13,7 +13,8 @@ inline constexpr const char* kEpName = "CtxgenRef";       // EPContext `source`,
 // 3.3: a ConvTranspose's weight may be packed for oneDNN's deconvolution (`packed`), ConvWeight
 // may lay one out (`transposed`), and Conv, Gemm and MatMul may scale and shift their results
 // (`out_scale`, `out_shift`), which 3.2 would misread or ignore.
-inline constexpr const char* kSdkVersion = "ctxgen-ref 3.3";
+// 3.4: Requantize, an op 3.3 does not know.
+inline constexpr const char* kSdkVersion = "ctxgen-ref 3.4";
 // The hardware architecture is the CPU level packed weights are laid out for, read from the
 // machine: runtime::hardware_architecture().
 
