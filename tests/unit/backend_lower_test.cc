@@ -631,6 +631,33 @@ TestModel image_pipeline(bool expose) {
   return t;
 }
 
+// A Pad of zeros on the spatial axes (tf2onnx's SAME padding before a strided depthwise Conv)
+// becomes the Conv's padding: the same values as the Conv padding by itself, no Pad op. A Pad of
+// another value stays.
+TEST(RefLower, AZeroPadBeforeAConvIsItsPadding) {
+  const auto model = [](bool pad_op, float value) {
+    TestModel t;
+    t.input("x", {1, 3, 6, 7}).floats("w", {3, 1, 3, 3}, iota_floats(27, 0.1f)).floats("value", {}, {value});
+    if (pad_op) {
+      t.int64s("pads", {8}, {0, 0, 0, 1, 0, 0, 1, 1})
+          .node("Pad", {"x", "pads", "value"}, {"padded"})
+          .node("Conv", {"padded", "w"}, {"y"});
+    } else {
+      t.node("Conv", {"x", "w"}, {"y"}).attr("pads", std::vector<int64_t>{0, 1, 1, 1});
+    }
+    t.attr("group", int64_t{3}).attr("strides", std::vector<int64_t>{2, 2});
+    return t.output("y").load();
+  };
+  const auto folded = lower(model(true, 0.0f)), own = lower(model(false, 0.0f)), kept = lower(model(true, 0.5f));
+  const auto types = op_types(folded->program());
+  EXPECT_EQ(std::count(types.begin(), types.end(), std::string("Pad")), 0);
+  EXPECT_EQ(std::count(types.begin(), types.end(), std::string("Conv")), 1);
+  const auto kept_types = op_types(kept->program());
+  EXPECT_EQ(std::count(kept_types.begin(), kept_types.end(), std::string("Pad")), 1);
+  const auto x = testing::bytes_of_floats(iota_floats(3 * 6 * 7, 0.3f));
+  EXPECT_EQ(run_lowered(*folded, {x}), run_lowered(*own, {x}));
+}
+
 TEST(RefLower, ImagesStayChannelsLastBetweenConvolutions) {
   auto last = lower(image_pipeline(false).load());
   auto plain = lower(image_pipeline(true).load());

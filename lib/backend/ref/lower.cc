@@ -579,6 +579,35 @@ void concat_quantized(Draft& d) {
   drop_unread(d, {"DequantizeLinear"});
 }
 
+// A Pad of zeros around an image's spatial axes read by a Conv is the Conv's own padding (what
+// tf2onnx writes for TensorFlow's asymmetric SAME padding before a strided convolution): the
+// Conv reads the unpadded image with its pads widened, and the padded copy is never made.
+void fold_pads_into_convs(Draft& d) {
+  const auto producer = producers(d);
+  for (ref::Op& conv : d.program.ops) {
+    if (conv.type != "Conv" || d.value(conv.inputs[0]).dtype != ref::DType::kFloat32 || d.value(conv.inputs[0]).dims.size() < 3)
+      continue;
+    const int32_t p = producer[static_cast<size_t>(conv.inputs[0])];
+    if (p < 0) continue;
+    const ref::Op& pad = d.program.ops[static_cast<size_t>(p)];
+    const std::vector<int64_t> added = pad.get_ints("pads");
+    const size_t rank = d.value(conv.inputs[0]).dims.size(), spatial = rank - 2;
+    std::vector<int64_t> pads = conv.get_ints("pads");
+    if (pad.type != "Pad" || pad.get_int("mode", 0) != 0 || pad.get_float("value", 1.0f) != 0.0f || added.size() != 2 * rank ||
+        pads.size() != 2 * spatial || added[0] != 0 || added[1] != 0 || added[rank] != 0 || added[rank + 1] != 0 ||
+        std::any_of(added.begin(), added.end(), [](int64_t a) { return a < 0; }))
+      continue;
+    for (size_t a = 0; a < spatial; ++a) {
+      pads[a] += added[2 + a];
+      pads[spatial + a] += added[rank + 2 + a];
+    }
+    log().debug("ref: the Pad writing '{}' folded into its Conv", d.names[static_cast<size_t>(conv.inputs[0])]);
+    set_attr(conv, ints_attr("pads", pads));
+    conv.inputs[0] = pad.inputs[0];
+  }
+  drop_unread(d, {"Pad"});
+}
+
 // A QuantizeLinear of a DequantizeLinear's result, both 8-bit with one constant scale and zero
 // point, becomes one Requantize: the pair's arithmetic looked up in a table of the 256 values the
 // integer can take, as ONNX Runtime's QLinearConcat requantizes its inputs. Such pairs are what
@@ -1295,6 +1324,7 @@ LoweredPartition lower_partition(const Model& model, const Partition& partition,
   requantize_pairs(draft);
   convinteger_in_float(draft);
   matmuls_of_4bit_weights(draft);
+  fold_pads_into_convs(draft);
   fold_affines_into_convs(draft);
   recognise_hard_swish(draft);
   fuse_activations(draft);
