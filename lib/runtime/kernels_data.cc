@@ -275,29 +275,68 @@ struct Pad final : OpPlan {
 };
 const Planner plan_pad = plan_as<Pad>;
 
+// Row by row of the last axis, over the caller's threads: the input row it copies (or none: a
+// row of the fill), then that row's own pads around one copy. One element at a time through the
+// whole index, an image's Pad took ~5 ns a value.
 void pad(Ins in, const Output& out) {
   const Dims& xd = in[0].dims();
-  size_t rank = xd.size();
+  const Dims& yd = out.dims();
+  const size_t rank = xd.size();
   const auto& p = plan_of<Pad>(out);
   const Dims &pads = p.pads, &xs = p.in_strides;
+  // Where output index `at` of axis `a` reads; false for constant mode outside the input.
+  const auto source = [&](size_t a, int64_t at, int64_t& at_in) {
+    const int64_t n = xd[a];
+    at_in = at - pads[a];
+    if (at_in >= 0 && at_in < n) return true;
+    if (p.mode == 0) return false;
+    at_in = p.mode == 2 ? (at_in < 0 ? 0 : n - 1) : (at_in < 0 ? -at_in : 2 * (n - 1) - at_in);
+    return true;
+  };
   visit_dtype(out.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* x = in[0].as<T>();
     T* y = out.as<T>();
     const T fill = p.fill.as<T>();
-    for_each_index(out.dims(), [&](int64_t i, const AxisIndex& at) {
-      int64_t offset = 0;
-      bool inside = true;
-      for (size_t a = 0; a < rank && inside; ++a) {
-        int64_t at_in = at[a] - pads[a], n = xd[a];
-        if (at_in < 0 || at_in >= n) {
-          if (p.mode == 0) inside = false;
-          else if (p.mode == 2) at_in = at_in < 0 ? 0 : n - 1;
-          else at_in = at_in < 0 ? -at_in : 2 * (n - 1) - at_in;
-        }
-        offset += at_in * xs[a];
+    if (rank == 0) {
+      y[0] = x[0];
+      return;
+    }
+    const size_t last = rank - 1;
+    const int64_t width = yd[last];
+    if (width == 0) return;
+    // The columns [copy_begin, copy_end) of every row read the input row as it is.
+    const int64_t copy_begin = std::clamp<int64_t>(pads[last], 0, width);
+    const int64_t copy_end = std::clamp<int64_t>(pads[last] + xd[last], copy_begin, width);
+    parallel_ranges(out.parallel, out.size() / width, width, [&](int64_t begin, int64_t end) {
+      AxisIndex at(last);
+      for (size_t a = last, rest = static_cast<size_t>(begin); a-- > 0;) {
+        at[a] = static_cast<int64_t>(rest % static_cast<size_t>(yd[a]));
+        rest /= static_cast<size_t>(yd[a]);
       }
-      y[i] = inside ? x[offset] : fill;
+      for (int64_t row = begin; row < end; ++row) {
+        T* dst = y + row * width;
+        int64_t offset = 0, at_in = 0;
+        bool inside = true;
+        for (size_t a = 0; a < last && inside; ++a) {
+          inside = source(a, at[a], at_in);
+          offset += at_in * xs[a];
+        }
+        if (!inside) {
+          std::fill(dst, dst + width, fill);
+        } else {
+          const T* src = x + offset;
+          const auto edge = [&](int64_t j) { dst[j] = source(last, j, at_in) ? src[at_in] : fill; };
+          for (int64_t j = 0; j < copy_begin; ++j) edge(j);
+          if (copy_end > copy_begin)
+            std::memcpy(dst + copy_begin, src + (copy_begin - pads[last]), static_cast<size_t>(copy_end - copy_begin) * sizeof(T));
+          for (int64_t j = copy_end; j < width; ++j) edge(j);
+        }
+        for (size_t a = last; a-- > 0;) {
+          if (++at[a] < yd[a]) break;
+          at[a] = 0;
+        }
+      }
     });
   });
 }
