@@ -1,11 +1,12 @@
 // ctxgen-runtime-bench: how compiled models run in ONNX Runtime next to their originals, measured
 // side by side in one process (scripts/bench.sh prints it; docs/benchmarks.md explains it).
-//   ctxgen-runtime-bench [--runs N] ORIGINAL.onnx=COMPILED_ctx.onnx ...
+//   ctxgen-runtime-bench [--runs N] [--threads 1,2] ORIGINAL.onnx=COMPILED_ctx.onnx ...
 // Per pair: inference time with CtxgenRef / with the CPU EP on the original, and session creation
 // of the compiled model / of the original. For the first pair: how inference scales from 1 to 2
 // intra-op threads, with CtxgenRef and with the CPU EP. For the first two pairs (a shared group):
 // the resident memory the second session adds, with ep.share_ep_contexts=1 / with the CPU EP,
-// over its weights.
+// over its weights. With --threads (a table of unrelated models, scripts/real_models.sh): each
+// pair's inference at each of those intra-op thread counts instead, and neither of the last two.
 
 #include <algorithm>
 #include <chrono>
@@ -56,21 +57,26 @@ uint64_t resident_bytes() {
 }
 
 // A session's call: its inputs (random, of the compiled model's static shapes, the same for both
-// sessions of a pair) and output names, found once so the timed runs do nothing else.
+// sessions of a pair; an input compiled for one value (--fix-value) that value) and output names,
+// found once so the timed runs do nothing else.
 struct Call {
   std::vector<std::string> inputs, outputs;
   std::vector<Tensor> tensors;
 };
 
-Call call_for(Ort::Session& compiled, Ort::Session& session) {
+Call call_for(const fs::path& compiled_path, Ort::Session& compiled, Ort::Session& session) {
   Ort::AllocatorWithDefaultOptions allocator;
   std::mt19937_64 rng(1);
+  const auto fixed = ctxgen::verify::fixed_feeds(compiled_path, compiled);
   Call c;
   for (size_t i = 0; i < compiled.GetInputCount(); ++i) {
     c.inputs.emplace_back(compiled.GetInputNameAllocated(i, allocator).get());
     const Ort::TypeInfo type = compiled.GetInputTypeInfo(i);  // the shape info below is a view of it
     auto info = type.GetTensorTypeAndShapeInfo();
-    c.tensors.push_back(ctxgen::verify::random_tensor(info.GetElementType(), info.GetShape(), c.inputs.back(), rng));
+    const auto value = fixed.find(c.inputs.back());
+    c.tensors.push_back(value != fixed.end()
+                            ? value->second
+                            : ctxgen::verify::random_tensor(info.GetElementType(), info.GetShape(), c.inputs.back(), rng));
   }
   for (size_t i = 0; i < session.GetOutputCount(); ++i) c.outputs.emplace_back(session.GetOutputNameAllocated(i, allocator).get());
   return c;
@@ -99,7 +105,12 @@ int main(int argc, char** argv) {
   CLI::App app{"Inference and session creation of compiled models against their originals, side by side"};
   int runs = 5;
   std::vector<std::string> pairs;
+  std::vector<int> thread_counts;
   app.add_option("--runs", runs, "Runs per measurement; the best counts")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--threads", thread_counts, "Inference at each of these intra-op thread counts (comma-separated)")
+      ->delimiter(',')
+      ->allow_extra_args(false)
+      ->check(CLI::PositiveNumber);
   app.add_option("pairs", pairs, "ORIGINAL.onnx=COMPILED_ctx.onnx")->required();
   CLI11_PARSE(app, argc, argv);
   try {
@@ -114,23 +125,27 @@ int main(int argc, char** argv) {
       const fs::path &original = model.first, &compiled = model.second;  // clang before 16 cannot capture structured bindings
       const auto [create_cpu, create_ctx] =
           best_of(runs, [&] { host.cpu_session(original); }, [&] { host.plugin_session(compiled); });
-      Ort::Session cpu = host.cpu_session(original), ctx = host.plugin_session(compiled);
-      const Call on_cpu = call_for(ctx, cpu), on_ctx = call_for(ctx, ctx);
-      run(cpu, on_cpu);  // first runs allocate; they are not counted
-      run(ctx, on_ctx);
-      const auto [t_cpu, t_ctx] = best_of(runs, [&] { run(cpu, on_cpu); }, [&] { run(ctx, on_ctx); });
       const std::string name = original.filename().string();
-      std::printf("inference, %s: CtxgenRef %.2f ms, CPU EP %.2f ms (best of %d)   ratio %.2f (target <= 1.0)\n",
-                  name.c_str(), 1e3 * t_ctx, 1e3 * t_cpu, runs, t_ctx / t_cpu);
+      // 0 threads: the session options' default.
+      for (int threads : thread_counts.empty() ? std::vector<int>{0} : thread_counts) {
+        Ort::Session cpu = host.cpu_session(original, threads), ctx = host.plugin_session(compiled, {}, threads);
+        const Call on_cpu = call_for(compiled, ctx, cpu), on_ctx = call_for(compiled, ctx, ctx);
+        run(cpu, on_cpu);  // first runs allocate; they are not counted
+        run(ctx, on_ctx);
+        const auto [t_cpu, t_ctx] = best_of(runs, [&] { run(cpu, on_cpu); }, [&] { run(ctx, on_ctx); });
+        const std::string on = threads == 0 ? "" : ", " + std::to_string(threads) + " thread" + (threads > 1 ? "s" : "");
+        std::printf("inference, %s%s: CtxgenRef %.2f ms, CPU EP %.2f ms (best of %d)   ratio %.2f (target <= 1.0)\n",
+                    name.c_str(), on.c_str(), 1e3 * t_ctx, 1e3 * t_cpu, runs, t_ctx / t_cpu);
+      }
       std::printf("session creation, %s: _ctx.onnx %.1f ms, original %.1f ms   ratio %.2f (target <= 0.25)\n",
                   name.c_str(), 1e3 * create_ctx, 1e3 * create_cpu, create_ctx / create_cpu);
     }
-    {
+    if (thread_counts.empty()) {
       const fs::path &original = models[0].first, &compiled = models[0].second;
       std::map<int, double> ctx_ms, cpu_ms;
       for (int threads : {1, 2}) {
         Ort::Session cpu = host.cpu_session(original, threads), ctx = host.plugin_session(compiled, {}, threads);
-        const Call on_cpu = call_for(ctx, cpu), on_ctx = call_for(ctx, ctx);
+        const Call on_cpu = call_for(compiled, ctx, cpu), on_ctx = call_for(compiled, ctx, ctx);
         run(cpu, on_cpu);
         run(ctx, on_ctx);
         const auto [t_cpu, t_ctx] = best_of(runs, [&] { run(cpu, on_cpu); }, [&] { run(ctx, on_ctx); });
@@ -141,13 +156,13 @@ int main(int argc, char** argv) {
                   original.filename().c_str(), ctx_ms[1], ctx_ms[2], ctx_ms[1] / ctx_ms[2], cpu_ms[1], cpu_ms[2],
                   cpu_ms[1] / cpu_ms[2]);
     }
-    if (models.size() >= 2) {
+    if (models.size() >= 2 && thread_counts.empty()) {
       // The second session of a shared group on top of the first, each kind in a scope of its own.
       const uint64_t weights = weight_bytes(models[1].first);
       std::vector<Call> calls;  // the compiled models' static shapes serve the originals too
       for (size_t i = 0; i < 2; ++i) {
         Ort::Session ctx = host.plugin_session(models[i].second);
-        calls.push_back(call_for(ctx, ctx));
+        calls.push_back(call_for(models[i].second, ctx, ctx));
       }
       auto added = [&](const std::function<Ort::Session(size_t)>& open) {
         Ort::Session first = open(0);

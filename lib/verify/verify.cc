@@ -582,6 +582,17 @@ std::vector<OutputCheck> compare_outputs(const fs::path& model, const onnx::Mode
 
 }  // namespace
 
+std::map<std::string, Tensor> fixed_feeds(const fs::path& compiled, Ort::Session& session) {
+  const auto fixed = fixed_values(compiled, parse(compiled));
+  std::map<std::string, Tensor> feeds;
+  Ort::AllocatorWithDefaultOptions allocator;
+  for (size_t i = 0; i < session.GetInputCount(); ++i) {
+    const std::string name = session.GetInputNameAllocated(i, allocator).get();
+    if (const auto it = fixed.find(name); it != fixed.end()) feeds[name] = fixed_input(session.GetInputTypeInfo(i), name, it->second);
+  }
+  return feeds;
+}
+
 Tensor random_tensor(ONNXTensorElementDataType type, const std::vector<int64_t>& dims, const std::string& name,
                      std::mt19937_64& rng) {
   Tensor t{type, dims, {}};

@@ -62,6 +62,10 @@ struct Tensor {
 Tensor random_tensor(ONNXTensorElementDataType type, const std::vector<int64_t>& dims, const std::string& name,
                      std::mt19937_64& rng);
 
+// The inputs `compiled` (a _ctx.onnx) was compiled for one value of (--fix-value), by name, as
+// tensors of the types `session` (on it or its original) declares for them: what a run must feed.
+std::map<std::string, Tensor> fixed_feeds(const std::filesystem::path& compiled, Ort::Session& session);
+
 // How to read one element of a numeric tensor; `exact` types must match bit for bit.
 struct ElementKind {
   size_t size;
