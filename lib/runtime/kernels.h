@@ -325,6 +325,9 @@ struct FusedActivation {
   std::optional<float> scale, shift;
   bool empty() const { return kind == ref::Activation::kNone && !scale && !shift; }
   void apply(float* data, int64_t n) const;  // to data[0, n) in place
+  // The same over the caller's threads: an epilogue a convolution could not fuse runs over its
+  // whole output after it.
+  void apply(float* data, int64_t n, const ParallelFor* parallel) const;
 };
 FusedActivation fused_activation_of(const ref::Op& op);
 

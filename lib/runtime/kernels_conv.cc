@@ -463,7 +463,7 @@ void run_packed(const Packed& p, const FusedActivation& act, Ins in, const Outpu
   else
     for (size_t i = 0; i < pieces; ++i) piece(i);
   if (p.from_dst) onednn::reorder(*p.from_dst, m.at(Memories::kDst, p.dst, dst), m.at(Memories::kGivenDst, p.dst_given, out.data));
-  if (!p.act_fused) act.apply(out.f32(), out.size());
+  if (!p.act_fused) act.apply(out.f32(), out.size(), out.parallel);
 }
 
 Error cannot_run(const dnnl::error& e) {
@@ -718,7 +718,7 @@ void conv(Ins in, const Output& out) {
         for (int64_t i = 0; i < out_size; ++i) plane[i] += bias[m];
       }
   }
-  plan.act.apply(out.f32(), out.size());
+  plan.act.apply(out.f32(), out.size(), out.parallel);
 }
 
 // Scatter form: every input element adds x * w[ic, m, k] to the output position it reaches.

@@ -27,6 +27,7 @@ void strided_copy(const T* x, T* y, const Dims& out_dims, const Dims (&strides)[
   int64_t inner = out_dims.empty() ? 1 : out_dims.back(), step = out_dims.empty() ? 0 : strides[1].back();
   if (tiles.axis == out_dims.size()) {
     for_each_row(out_dims, strides, [&](const int64_t* at) {
+      if (step == 1) return static_cast<void>(std::memcpy(y + at[0], x + at[1], static_cast<size_t>(inner) * sizeof(T)));
       for (int64_t i = 0; i < inner; ++i) y[at[0] + i] = x[at[1] + i * step];
     });
     return;
@@ -70,7 +71,8 @@ int64_t index_within(I value, int64_t extent, const char* op) {
 // A copy of the input seen through other strides: Transpose (its permutation), Slice (its starts
 // and steps).
 struct StridedCopy final : OpPlan {
-  Dims strides[2];   // the output's, and the input's per output axis
+  Dims dims;         // the output's, neighbours that stay neighbours in the input merged
+  Dims strides[2];   // the output's, and the input's per axis of `dims`
   int64_t base = 0;  // input offset of the first element
   Tiles tiles;
 };
@@ -78,15 +80,27 @@ struct StridedCopy final : OpPlan {
 std::unique_ptr<OpPlan> plan_transpose(const ref::Op& op, const std::vector<const ref::Value*>& in, const ref::Value& out) {
   auto plan = std::make_unique<StridedCopy>();
   const Dims perm = op.get_ints("perm"), in_strides = strides_of(in[0]->dims);
-  for (int64_t axis : perm) plan->strides[1].push_back(in_strides[static_cast<size_t>(axis)]);
-  plan->strides[0] = strides_of(out.dims);
-  const size_t rank = out.dims.size();
+  // Output axes the input holds side by side in the same order are one axis: a channel shuffle
+  // ([N, 2, C/2, H, W] to [N, C/2, 2, H, W]) copies whole H x W planes, not rows of W.
+  for (size_t a = 0; a < perm.size(); ++a) {
+    const int64_t dim = out.dims[a], stride = in_strides[static_cast<size_t>(perm[a])];
+    if (!plan->dims.empty() && plan->strides[1].back() == stride * dim) {
+      plan->dims.back() *= dim;
+      plan->strides[1].back() = stride;
+    } else {
+      plan->dims.push_back(dim);
+      plan->strides[1].push_back(stride);
+    }
+  }
+  plan->strides[0] = strides_of(plan->dims);
+  const Dims& dims = plan->dims;
+  const size_t rank = dims.size();
   plan->tiles.axis = rank;
-  if (rank > 1 && out.dims.back() >= kTile && plan->strides[1].back() != 1)
+  if (rank > 1 && dims.back() >= kTile && plan->strides[1].back() != 1)
     for (size_t a = 0; a + 1 < rank; ++a)
-      if (plan->strides[1][a] == 1 && out.dims[a] >= kTile) plan->tiles.axis = a;
+      if (plan->strides[1][a] == 1 && dims[a] >= kTile) plan->tiles.axis = a;
   if (plan->tiles.axis < rank) {
-    plan->tiles.outer = out.dims;
+    plan->tiles.outer = dims;
     plan->tiles.outer[plan->tiles.axis] = 1;
     plan->tiles.outer.back() = 1;
   }
@@ -103,6 +117,7 @@ std::unique_ptr<OpPlan> plan_slice(const ref::Op& op, const std::vector<const re
       if (out.dims[a] > 1) plan->strides[1][a] = steps[a] * in_strides[a];
       plan->base += starts[a] * in_strides[a];
     }
+  plan->dims = out.dims;
   plan->strides[0] = strides_of(out.dims);
   return plan;
 }
@@ -111,7 +126,7 @@ void transpose(Ins in, const Output& out) {
   const auto& p = plan_of<StridedCopy>(out);
   visit_dtype(out.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    strided_copy(in[0].as<T>() + p.base, out.as<T>(), out.dims(), p.strides, p.tiles);
+    strided_copy(in[0].as<T>() + p.base, out.as<T>(), p.dims, p.strides, p.tiles);
   });
 }
 

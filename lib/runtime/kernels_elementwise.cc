@@ -308,6 +308,10 @@ void FusedActivation::apply(float* data, int64_t n) const {
   if (shift) return in_place(data, n, [=](float x) { return x + t; });
 }
 
+void FusedActivation::apply(float* data, int64_t n, const ParallelFor* parallel) const {
+  parallel_ranges(parallel, n, 2, [&](int64_t begin, int64_t end) { apply(data + begin, end - begin); });
+}
+
 namespace kernels {
 
 void add(Ins in, const Output& out) {
