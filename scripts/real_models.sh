@@ -118,9 +118,10 @@ done
 import json, math, re, sys
 rows = {}
 for line in open(sys.argv[1]):
-    m = re.match(r"(inference|session creation), (\S+?)(?:, (\d) threads?)?: .* ratio ([0-9.]+)", line)
+    # The ratio from the two times (the printed one is rounded: a session creation can show 0.00).
+    m = re.match(r"(inference|session creation), (\S+?)(?:, (\d) threads?)?: \S+ ([0-9.]+) ms, .*? ([0-9.]+) ms", line)
     if m:
-        rows.setdefault(m.group(2), {})[m.group(3) or "session"] = float(m.group(4))
+        rows.setdefault(m.group(2), {})[m.group(3) or "session"] = float(m.group(4)) / float(m.group(5))
 print("| model | nodes on ref | partitions | 1 thread | 2 threads | session creation |")
 print("| --- | --- | --- | --- | --- | --- |")
 columns = ("1", "2", "session")
