@@ -109,9 +109,6 @@ struct ResizePlan final : OpPlan {
   std::vector<size_t> blended;  // axes where an output reads two positions, but the last
   bool last_blended = false;
   int64_t lanes = 1;
-  // For a row of single values (lanes 1): the last axis's taps as 32-bit indices, which the
-  // compiler gathers a vector at a time (64-bit ones it reads one by one).
-  std::vector<int32_t> row_lo, row_hi;
 };
 
 }  // namespace
@@ -135,10 +132,6 @@ std::unique_ptr<OpPlan> plan_resize(const ref::Op& op, const std::vector<const r
   }
   plan->last_blended = rank > 0 && !plan->blended.empty() && plan->blended.back() == rank - 1;
   if (plan->last_blended) plan->blended.pop_back();
-  if (plan->lanes == 1 && rank > 0 && xd[rank - 1] <= std::numeric_limits<int32_t>::max()) {
-    plan->row_lo.assign(plan->taps[rank - 1].lo.begin(), plan->taps[rank - 1].lo.end());
-    plan->row_hi.assign(plan->taps[rank - 1].hi.begin(), plan->taps[rank - 1].hi.end());
-  }
   // An 8-bit image is widened into the scratch, resized there and truncated back.
   if (out.dtype != ref::DType::kFloat32)
     plan->scratch_bytes = static_cast<uint64_t>(in[0]->element_count() + out.element_count()) * sizeof(float);
@@ -153,7 +146,7 @@ std::unique_ptr<OpPlan> plan_resize(const ref::Op& op, const std::vector<const r
 // input rows serve several output rows), and the blend reads those a vector at a time, with
 // blend's arithmetic value by value. Loops built for AVX2 and AVX-512, outside the anonymous
 // namespace: GCC takes a cloned internal function for unused.
-CTXGEN_VECTOR_CLONES void gather_taps(float* __restrict y, const float* __restrict x, const int32_t* __restrict at,
+CTXGEN_VECTOR_CLONES void gather_taps(float* __restrict y, const float* __restrict x, const int64_t* __restrict at,
                                       int64_t width) {
   for (int64_t i = 0; i < width; ++i) y[i] = x[at[i]];
 }
@@ -169,11 +162,12 @@ CTXGEN_VECTOR_CLONES void blend_rows(float* __restrict y, const float* __restric
 
 namespace {
 
-// The input rows a thread's output rows read, their taps gathered (gather_taps), the last few kept:
-// rows of single values only. The buffer is the thread's, grown once.
+// The input rows a thread's output rows read, their taps gathered (gather_taps; the hi taps only
+// where the last axis blends), the last few kept: rows of single values only. The buffer is the
+// thread's, grown once.
 class GatheredRows {
  public:
-  GatheredRows(const ResizePlan& plan, int64_t width) : plan_(plan), width_(width) {
+  GatheredRows(const Taps& taps, bool blends, int64_t width) : taps_(taps), blends_(blends), width_(width) {
     thread_local std::vector<float> buffer;
     if (buffer.size() < static_cast<size_t>(2 * kKept * width)) buffer.resize(static_cast<size_t>(2 * kKept * width));
     data_ = buffer.data();
@@ -187,15 +181,16 @@ class GatheredRows {
       next_ = (next_ + 1) % kKept;
       offsets_[slot] = offset;
       float* lo_row = data_ + 2 * static_cast<int64_t>(slot) * width_;
-      gather_taps(lo_row, x + offset, plan_.row_lo.data(), width_);
-      gather_taps(lo_row + width_, x + offset, plan_.row_hi.data(), width_);
+      gather_taps(lo_row, x + offset, taps_.lo.data(), width_);
+      if (blends_) gather_taps(lo_row + width_, x + offset, taps_.hi.data(), width_);
     }
     return data_ + (2 * static_cast<int64_t>(slot) + (hi ? 1 : 0)) * width_;
   }
 
  private:
   static constexpr size_t kKept = 4;
-  const ResizePlan& plan_;
+  const Taps& taps_;
+  bool blends_;
   int64_t width_;
   float* data_ = nullptr;
   std::array<int64_t, kKept> offsets_ = {-1, -1, -1, -1};
@@ -222,8 +217,8 @@ void resize_floats(const ResizePlan& plan, const float* x, float* y, int64_t siz
   with_lanes(plan.lanes, [&](auto lanes) {
   parallel_ranges(parallel, size / (width * lanes), width * lanes * static_cast<int64_t>(2 * corners),
                   [&](int64_t begin, int64_t end) {
-    const bool single = !plan.row_lo.empty() && xs[last] == 1;
-    GatheredRows gathered(plan, single ? width : 0);
+    const bool single = lanes == 1 && xs[last] == 1;
+    GatheredRows gathered(inner, last_blended, single ? width : 0);
     SmallArray<float, 16> corner_weight(corners);
     SmallArray<int64_t, 16> corner_offset(corners);
     AxisIndex at(last);
