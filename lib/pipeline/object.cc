@@ -1,21 +1,27 @@
 // Compile and link (docs/cli.md, "Objects"). An object is one model compiled on one machine: the
-// model, the files its weights are in, and its partitions' compile results as compile cache
-// entries. Linking unpacks the objects and runs `share` over their models with the entries as its
-// cache, a partition the entries lack being an error: the files are those `share` writes, byte for
-// byte, and nothing is compiled.
+// model as compiling left it (specialised, cut into partitions), the weights it still reads, and
+// its partitions' compile results as compile cache entries. Linking takes each object's model as
+// it stands and runs only what is left of `share`: the partitions come from the entries (one they
+// lack is an error, never compiled), then the binary and the models are written: the files are
+// those `share` writes, byte for byte.
 //
 // The file: magic, the header's size, the header (JSON: who made it, the options the model was
-// compiled with, each member's name, kind, size and XXH3-128), then the members' bytes in order.
+// compiled with, the model's state beside its graph, each member's name, kind, size and
+// XXH3-128), then the members' bytes in order: the graph (kind "model"), the files its external
+// weights are in ("data"), the bytes of its other weights ("weights"), the entries ("entry").
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <set>
+#include <unordered_set>
 
 #include <nlohmann/json.hpp>
 
 #include "ctxgen/error.h"
 #include "ctxgen/outputs.h"
 #include "ctxgen/pipeline.h"
+#include "job.h"
 
 namespace fs = std::filesystem;
 
@@ -23,6 +29,7 @@ namespace ctxgen {
 namespace {
 
 constexpr char kObjectMagic[8] = {'C', 'T', 'X', 'G', 'O', 'B', 'J', '1'};
+constexpr const char* kObjectFormat = "ctxgen object 2";
 
 nlohmann::json identity_json(const BinaryIdentity& id) {
   return {{"backend", id.backend}, {"sdk_version", id.sdk_version}, {"hardware_architecture", id.hardware_architecture},
@@ -38,6 +45,82 @@ const Backend& backend_for(const BackendRegistry& backends, const std::string& n
   if (backend == nullptr) throw Error(ErrorCode::kUsage, "unknown backend '" + name + "'");
   if (!target.empty()) backend->target(target);
   return *backend;
+}
+
+// The weights a graph and its subgraphs still read: the main graph's initializers in use, and
+// every subgraph's.
+void weights_read(const onnx::GraphProto& graph, const std::unordered_set<std::string>* used, std::set<int64_t>& read) {
+  for (const auto& t : graph.initializer())
+    if (weight_ref(t) >= 0 && (used == nullptr || used->count(t.name()))) read.insert(weight_ref(t));
+  for (const auto& node : graph.node())
+    for (const auto& a : node.attribute()) {
+      if (a.has_g()) weights_read(a.g(), nullptr, read);
+      for (const auto& g : a.graphs()) weights_read(g, nullptr, read);
+    }
+}
+
+// Bytes an object holds in its "weights" member, each at a multiple of 64.
+uint64_t hold(std::string& held, const uint8_t* data, size_t size) {
+  held.resize((held.size() + 63) / 64 * 64, '\0');
+  const uint64_t at = held.size();
+  held.append(reinterpret_cast<const char*>(data), size);
+  return at;
+}
+
+// What the graph (the "model" member) does not say of a compiled job: its weights (each in a file
+// of external data, held in the "weights" member, or, folded away, nowhere), constants, value
+// types, fixed inputs, and what the stages before compiling found.
+nlohmann::json describe_job(const Job& job, const fs::path& folder, std::string& held, std::set<fs::path>& data_files) {
+  const Model& model = job.model;
+  std::set<int64_t> read;
+  const auto used = names_in_use(model.graph());
+  weights_read(model.graph(), &used, read);
+  nlohmann::json weights = nlohmann::json::array();
+  for (size_t i = 0; i < model.weights.size(); ++i) {
+    const Weight& w = model.weights[i];
+    nlohmann::json j = {{"name", w.name}, {"origin", static_cast<int>(w.origin)}, {"graph", w.graph}, {"external", w.external},
+                        {"dtype", w.data.dtype}, {"dims", w.data.dims}, {"size", w.data.size}};
+    if (w.data.file && w.external && w.data.file->path() != model.path) {
+      const fs::path relative = fs::relative(w.data.file->path(), folder);
+      if (relative.empty() || *relative.begin() == "..")
+        throw Error(ErrorCode::kUsage, model.path.string() + " reads " + w.data.file->path().string() +
+                                           ", outside its folder: an object holds only files beside the model or below");
+      data_files.insert(w.data.file->path());
+      j["data"] = relative.generic_string();
+      j["offset"] = w.data.file_offset;
+    } else if (read.count(static_cast<int64_t>(i)) && w.data.data != nullptr) {
+      j["held"] = hold(held, w.data.data, w.data.size);
+      w.data.blob().release();
+    } else {
+      j["size"] = 0;  // folded into others and read by nothing: its bytes may be gone
+    }
+    weights.push_back(std::move(j));
+  }
+  nlohmann::json types = nlohmann::json::object();
+  for (const auto& [name, type] : model.value_types)
+    types[name] = {{"elem_type", type.elem_type}, {"dims", type.dims ? nlohmann::json(*type.dims) : nlohmann::json()},
+                   {"dim_names", type.dim_names}};
+  nlohmann::json fixed = nlohmann::json::object();
+  for (const auto& [name, v] : model.fixed_values) {
+    const std::string declared = deterministic_bytes(v.declared);
+    fixed[name] = {{"dims", v.dims}, {"values", v.values}, {"bytes", v.bytes}, {"position", v.position},
+                   {"had_default", v.had_default}, {"declared", hold(held, reinterpret_cast<const uint8_t*>(declared.data()), declared.size())},
+                   {"declared_size", declared.size()}};
+  }
+  nlohmann::json partitions = nlohmann::json::array(), cpu_nodes = nlohmann::json::array();
+  for (const Partition& p : job.plan.partitions)
+    partitions.push_back({{"nodes", p.nodes}, {"inputs", p.inputs}, {"outputs", p.outputs}, {"constants", p.constants}});
+  for (const CpuNode& c : job.plan.cpu_nodes) cpu_nodes.push_back({{"node", c.node}, {"reason", c.reason}});
+  const SpecialiseSummary& sp = job.specialised;
+  return {{"input_nodes", job.input_nodes},
+          {"specialised", {{"folded_nodes", sp.folded_nodes}, {"removed_nodes", sp.removed_nodes}, {"typed_values", sp.typed_values},
+                           {"inlined_branches", sp.inlined_branches}, {"folded_by_op", sp.folded_by_op}}},
+          {"weights", weights},
+          {"constants", model.constants},
+          {"value_types", types},
+          {"fixed_values", fixed},
+          {"partitions", partitions},
+          {"cpu_nodes", cpu_nodes}};
 }
 
 }  // namespace
@@ -57,43 +140,65 @@ RunSummary compile_object(const fs::path& model, const CompileOptions& options, 
   compile.compile_only = true;
   if (compile.cache_dir.empty()) compile.cache_dir = staging.path() / "cache";
   compile.cache_max_size = 0;  // this run's entries go into the object first
-  RunSummary summary = compile_models({model}, compile, backends);
+
+  std::vector<std::pair<nlohmann::json, std::string>> members;  // description, the bytes...
+  std::vector<fs::path> member_files;                           // ...or the file holding them
+  nlohmann::json job_description;
+  JobHooks hooks;
+  hooks.compiled = [&](std::vector<Job>& jobs, const CacheStats& cache) {
+    const Job& job = jobs.front();
+    std::string held;
+    std::set<fs::path> data_files;
+    job_description = describe_job(job, external_data_folder(model), held, data_files);
+    members.push_back({{{"kind", "model"}, {"name", model.filename().string()}}, deterministic_bytes(*job.model.proto)});
+    member_files.emplace_back();
+    members.push_back({{{"kind", "weights"}, {"name", "weights"}}, std::move(held)});
+    member_files.emplace_back();
+    for (const fs::path& data : data_files) {
+      members.push_back({{{"kind", "data"}, {"name", fs::relative(data, external_data_folder(model)).generic_string()}}, ""});
+      member_files.push_back(data);
+    }
+    for (const std::string& key : std::set<std::string>(cache.keys.begin(), cache.keys.end())) {
+      members.push_back({{{"kind", "entry"}, {"name", key}}, ""});
+      member_files.push_back(compile.cache_dir / "entries" / key.substr(0, 2) / key);
+    }
+  };
+  RunSummary summary = run_reported({model}, compile, [&](RunSummary& s, bool& checked) {
+    run_stages({model}, compile, backends, hooks, s, checked);
+  });
 
   const Backend& backend = backend_for(backends, options.backend, options.target);
   const LoadOptions load = options.per_model.empty() ? LoadOptions{} : options.per_model.front();
-  std::vector<std::pair<nlohmann::json, fs::path>> members;  // description, file
-  members.push_back({{{"kind", "model"}, {"name", model.filename().string()}}, model});
-  const fs::path folder = external_data_folder(model);
-  for (const fs::path& data : summary.models.front().data_files) {
-    const fs::path relative = fs::relative(data, folder);
-    if (relative.empty() || *relative.begin() == "..")
-      throw Error(ErrorCode::kUsage, model.string() + " reads " + data.string() + ", outside its folder: an object holds "
-                                     "only files beside the model or below");
-    members.push_back({{{"kind", "data"}, {"name", relative.generic_string()}}, data});
-  }
-  const std::set<std::string> keys(summary.cache.keys.begin(), summary.cache.keys.end());
-  for (const std::string& key : keys)
-    members.push_back({{{"kind", "entry"}, {"name", key}}, compile.cache_dir / "entries" / key.substr(0, 2) / key});
   nlohmann::json list = nlohmann::json::array();
-  std::vector<std::shared_ptr<const MappedFile>> mapped;
-  for (auto& [description, path] : members) {
-    mapped.push_back(MappedFile::open(path));
-    description["size"] = mapped.back()->size();
-    description["xxh3_128"] = xxh3_128(mapped.back()->data(), mapped.back()->size()).hex();
+  std::vector<std::shared_ptr<const MappedFile>> mapped(members.size());
+  for (size_t i = 0; i < members.size(); ++i) {
+    auto& [description, bytes] = members[i];
+    const uint8_t* data = reinterpret_cast<const uint8_t*>(bytes.data());
+    size_t size = bytes.size();
+    if (!member_files[i].empty()) {
+      mapped[i] = MappedFile::open(member_files[i]);
+      data = mapped[i]->data();
+      size = mapped[i]->size();
+    }
+    description["size"] = size;
+    description["xxh3_128"] = xxh3_128(data, size).hex();
     list.push_back(description);
   }
   const nlohmann::json header = {
-      {"format", "ctxgen object 1"}, {"ctxgen_version", CTXGEN_VERSION}, {"backend_name", options.backend},
+      {"format", kObjectFormat}, {"ctxgen_version", CTXGEN_VERSION}, {"backend_name", options.backend},
       {"identity", identity_json(backend.identity())}, {"target", options.target}, {"weightless", options.weightless},
       {"load", {{"fix_dims", load.fix_dims}, {"input_shapes", load.input_shapes}, {"fix_values", load.fix_values}}},
-      {"members", list}};
+      {"job", job_description}, {"members", list}};
   const std::string text = header.dump();
   OutputFile& file = outputs.open(object);
   file.write(reinterpret_cast<const uint8_t*>(kObjectMagic), sizeof kObjectMagic);
   const uint64_t size = text.size();
   file.write(reinterpret_cast<const uint8_t*>(&size), sizeof size);
   file.write(reinterpret_cast<const uint8_t*>(text.data()), text.size());
-  for (const auto& m : mapped) file.write(m->data(), m->size());
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (mapped[i]) file.write(mapped[i]->data(), mapped[i]->size());
+    else file.write(reinterpret_cast<const uint8_t*>(members[i].second.data()), members[i].second.size());
+  }
   outputs.finished(file.finish(object));
   outputs.commit();
   summary.outputs = outputs.written();
@@ -109,6 +214,7 @@ struct Member {
 };
 
 struct ObjectFile {
+  std::filesystem::path path;
   nlohmann::json header;
   std::vector<Member> members;
   std::shared_ptr<const MappedFile> mapping;
@@ -117,6 +223,7 @@ struct ObjectFile {
 ObjectFile read_object(const fs::path& path) {
   check_model_file(path);
   ObjectFile o;
+  o.path = path;
   o.mapping = MappedFile::open(path);
   const uint8_t* data = o.mapping->data();
   const uint64_t size = o.mapping->size();
@@ -128,7 +235,9 @@ ObjectFile read_object(const fs::path& path) {
   o.header = nlohmann::json::parse(data + 16, data + 16 + described, nullptr, false);
   if (o.header.is_discarded() || !o.header.is_object()) throw refuse("its header is not JSON");
   try {
-    if (o.header.at("format") != "ctxgen object 1") throw refuse("an object of format " + o.header.at("format").dump());
+    if (o.header.at("format") != kObjectFormat)
+      throw refuse("an object of format " + o.header.at("format").dump() + "; this ctxgen reads \"" + kObjectFormat +
+                   "\": compile it again with this one");
     uint64_t at = 16 + described;
     for (const auto& m : o.header.at("members")) {
       Member member{m.at("kind"), m.at("name"), nullptr, m.at("size")};
@@ -176,6 +285,117 @@ LoadOptions load_options(const nlohmann::json& load) {
   l.input_shapes = load.at("input_shapes").get<std::map<std::string, std::vector<int64_t>>>();
   l.fix_values = load.at("fix_values").get<std::map<std::string, std::vector<std::string>>>();
   return l;
+}
+
+// Each weight's TensorProto, found by the reference it holds.
+void point_weights(onnx::GraphProto& graph, std::vector<Weight>& weights) {
+  for (auto& t : *graph.mutable_initializer()) {
+    const int64_t ref = weight_ref(t);
+    if (ref >= 0 && static_cast<size_t>(ref) < weights.size()) weights[static_cast<size_t>(ref)].tensor = &t;
+  }
+  for (auto& node : *graph.mutable_node())
+    for (auto& a : *node.mutable_attribute()) {
+      if (a.has_g()) point_weights(*a.mutable_g(), weights);
+      for (auto& g : *a.mutable_graphs()) point_weights(g, weights);
+    }
+}
+
+// The job compile --object described (describe_job), its model at `path`: beside it the object's
+// files of external data, unpacked; its other weights views of the object.
+void read_job(Job& job, const ObjectFile& o, const fs::path& path) {
+  const auto refuse = [&](const std::string& why) { return Error(ErrorCode::kInvalidBinary, o.path.string() + ": " + why); };
+  const nlohmann::json& d = o.header.at("job");
+  const Member* graph = nullptr;
+  const Member* held = nullptr;
+  for (const Member& m : o.members) {
+    if (m.kind == "model") graph = &m;
+    if (m.kind == "weights") held = &m;
+  }
+  if (held == nullptr) throw refuse("it holds no weights member");
+  Model& model = job.model;
+  model.path = path;
+  model.proto = std::make_unique<onnx::ModelProto>();
+  if (graph->size > static_cast<uint64_t>(std::numeric_limits<int>::max()) ||
+      !model.proto->ParseFromArray(graph->data, static_cast<int>(graph->size)))
+    throw refuse("its model member is not an ONNX model");
+  // Views of the object's bytes keep the mapping, not a file: they are not external data.
+  const auto bytes_at = [&](uint64_t offset, uint64_t size) {
+    if (offset > held->size || size > held->size - offset) throw refuse("a weight reaches past its weights member");
+    TensorData data;
+    data.data = held->data + offset;
+    data.size = size;
+    data.owner = o.mapping;
+    return data;
+  };
+  std::map<std::string, std::shared_ptr<const MappedFile>> files;
+  for (const auto& j : d.at("weights")) {
+    Weight w;
+    w.name = j.at("name");
+    const int origin = j.at("origin");
+    if (origin < 0 || origin > static_cast<int>(WeightOrigin::kFolded)) throw refuse("a weight of no known origin");
+    w.origin = static_cast<WeightOrigin>(origin);
+    w.graph = j.at("graph");
+    w.external = j.at("external");
+    const uint64_t size = j.at("size");
+    if (j.contains("data")) {
+      const std::string name = j.at("data");
+      auto& file = files[name];
+      if (!file) file = MappedFile::open(path.parent_path() / name);
+      const uint64_t offset = j.at("offset");
+      if (offset > file->size() || size > file->size() - offset) throw refuse("weight '" + w.name + "' reaches past " + name);
+      w.data.data = file->data() + offset;
+      w.data.size = size;
+      w.data.owner = file;
+      w.data.file = file;
+      w.data.file_offset = offset;
+    } else if (j.contains("held")) {
+      w.data = bytes_at(j.at("held"), size);
+    }
+    w.data.dtype = j.at("dtype");
+    w.data.dims = j.at("dims").get<std::vector<int64_t>>();
+    model.weights.push_back(std::move(w));
+  }
+  point_weights(*model.proto->mutable_graph(), model.weights);
+  for (const auto& [name, index] : d.at("constants").items()) {
+    if (index.get<size_t>() >= model.weights.size()) throw refuse("constant '" + name + "' is no weight");
+    model.constants[name] = index;
+  }
+  for (const auto& [name, j] : d.at("value_types").items()) {
+    ValueType& type = model.value_types[name];
+    type.elem_type = j.at("elem_type");
+    if (!j.at("dims").is_null()) type.dims = j.at("dims").get<std::vector<int64_t>>();
+    type.dim_names = j.at("dim_names").get<std::vector<std::string>>();
+  }
+  for (const auto& [name, j] : d.at("fixed_values").items()) {
+    Model::FixedValue& v = model.fixed_values[name];
+    v.dims = j.at("dims").get<std::vector<int64_t>>();
+    v.values = j.at("values").get<std::vector<std::string>>();
+    v.bytes = j.at("bytes").get<std::vector<uint8_t>>();
+    v.position = j.at("position");
+    v.had_default = j.at("had_default");
+    const TensorData declared = bytes_at(j.at("declared"), j.at("declared_size"));
+    if (!v.declared.ParseFromArray(declared.data, static_cast<int>(declared.size))) throw refuse("input '" + name + "' is declared unreadably");
+  }
+  job.input_nodes = d.at("input_nodes");
+  const nlohmann::json& sp = d.at("specialised");
+  job.specialised = {sp.at("folded_nodes"), sp.at("removed_nodes"), sp.at("typed_values"), sp.at("inlined_branches"),
+                     sp.at("folded_by_op").get<std::map<std::string, size_t>>()};
+  const size_t nodes = static_cast<size_t>(model.graph().node_size());
+  const auto node_index = [&](const nlohmann::json& j) {
+    const size_t node = j;
+    if (node >= nodes) throw refuse("its partitions name a node its model lacks");
+    return node;
+  };
+  for (const auto& j : d.at("partitions")) {
+    Partition p;
+    for (const auto& n : j.at("nodes")) p.nodes.push_back(node_index(n));
+    p.inputs = j.at("inputs").get<std::vector<std::string>>();
+    p.outputs = j.at("outputs").get<std::vector<std::string>>();
+    p.constants = j.at("constants").get<std::vector<std::string>>();
+    if (p.nodes.empty()) throw refuse("a partition of no nodes");
+    job.plan.partitions.push_back(std::move(p));
+  }
+  for (const auto& j : d.at("cpu_nodes")) job.plan.cpu_nodes.push_back({node_index(j.at("node")), j.at("reason")});
 }
 
 }  // namespace
@@ -239,7 +459,8 @@ RunSummary link_objects(const std::vector<fs::path>& given, CompileOptions optio
                                                "; this ctxgen compiles for " + identity_text(identity) +
                                                ": link it where it was compiled, or compile it again here");
 
-  // Unpacked side by side, as `share` needs a weightless group's models (one folder).
+  // The files of external data side by side, as `share` needs a weightless group's models (one
+  // folder); the entries as a cache.
   const TemporaryFolder staging("link");
   const fs::path models = staging.path() / "models", cache = staging.path() / "cache";
   std::vector<fs::path> inputs;
@@ -248,11 +469,11 @@ RunSummary link_objects(const std::vector<fs::path>& given, CompileOptions optio
   for (size_t i = 0; i < read.size(); ++i) {
     for (const Member& m : read[i].members) {
       const fs::path path = m.kind == "entry" ? cache / "entries" / m.name.substr(0, 2) / m.name : models / m.name;
-      if (m.kind != "entry" && !unpacked.insert(path).second)
+      if ((m.kind == "model" || m.kind == "data") && !unpacked.insert(path).second)
         throw Error(ErrorCode::kUsage, objects[i].string() + " holds " + m.name + ", which another object holds too: the "
                                        "models of one link need different file names");
       if (m.kind == "model") inputs.push_back(path);
-      if (!fs::exists(path)) write_member(path, m);
+      if ((m.kind == "data" || m.kind == "entry") && !fs::exists(path)) write_member(path, m);
     }
     options.per_model.push_back(load_options(read[i].header.at("load")));
   }
@@ -260,9 +481,20 @@ RunSummary link_objects(const std::vector<fs::path>& given, CompileOptions optio
   options.cache_only = true;
   options.remote_cache = nullptr;
   options.cache_max_size = 0;
+  options.read_files.insert(options.read_files.end(), objects.begin(), objects.end());
+  JobHooks hooks;
+  hooks.prepared = [&](Job& job, size_t m) {
+    try {
+      read_job(job, read[m], inputs[m]);
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(ErrorCode::kInvalidBinary, objects[m].string() + ": its header is not an object's: " + e.what());
+    }
+  };
   RunSummary summary;
   try {
-    summary = compile_models(inputs, options, backends);
+    summary = run_reported(inputs, options, [&](RunSummary& s, bool& checked) {
+      run_stages(inputs, options, backends, hooks, s, checked);
+    });
   } catch (const Error& e) {
     // Named by the objects, not by where link unpacked them.
     std::string message = e.what();

@@ -16,6 +16,7 @@
 #include "ctxgen/log.h"
 #include "ctxgen/report.h"
 #include "ctxgen/outputs.h"
+#include "job.h"
 
 namespace fs = std::filesystem;
 
@@ -37,15 +38,6 @@ class StageTimer {
  private:
   std::vector<StageTiming>& out_;
   std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
-};
-
-struct Job {
-  Model model;
-  size_t input_nodes = 0;
-  SpecialiseSummary specialised;
-  PartitionPlan plan;
-  std::vector<CompiledGraph> graphs;
-  fs::path output;
 };
 
 void check_relative_name(const std::string& name, const std::string& option) {
@@ -517,14 +509,13 @@ std::optional<Phase> parse_phase(const std::string& name) {
   return std::nullopt;
 }
 
-namespace {
-
 // `outputs_checked` becomes true once every planned output, the report among them, passed the
 // checks (nothing overwritten without --force, no input replaced, folders made and locked).
-void run_pipeline(const std::vector<fs::path>& inputs, const CompileOptions& options, const BackendRegistry& backends,
-                  RunSummary& summary, bool& outputs_checked) {
+void run_stages(const std::vector<fs::path>& inputs, const CompileOptions& options, const BackendRegistry& backends,
+                const JobHooks& hooks, RunSummary& summary, bool& outputs_checked) {
   StageTimer timer(summary.timings);
-  for (const auto& in : inputs) check_model_file(in);
+  if (!hooks.prepared)
+    for (const auto& in : inputs) check_model_file(in);
   check_options(inputs, options);
   const Backend& backend = find_backend(backends, options.backend);
   if (!options.target.empty()) backend.target(options.target);
@@ -558,15 +549,19 @@ void run_pipeline(const std::vector<fs::path>& inputs, const CompileOptions& opt
     };
     Job& job = jobs[m];
     job.output = plan.models[m];
-    stage("load", [&] {
-      phase_load(job, inputs[m], options.per_model.empty() ? LoadOptions{} : options.per_model.at(m));
-      check_not_read(job, planned_paths(plan));
-    });
-    if (stops_at(Phase::kLoad)) continue;
-    stage("specialise", [&] { phase_specialise(job); });
-    if (stops_at(Phase::kSpecialise)) continue;
-    stage("partition", [&] { phase_partition(job, backend); });
-    if (stops_at(Phase::kPartition)) continue;
+    if (hooks.prepared) {
+      stage("read_object", [&] { hooks.prepared(job, m); });
+    } else {
+      stage("load", [&] {
+        phase_load(job, inputs[m], options.per_model.empty() ? LoadOptions{} : options.per_model.at(m));
+        check_not_read(job, planned_paths(plan));
+      });
+      if (stops_at(Phase::kLoad)) continue;
+      stage("specialise", [&] { phase_specialise(job); });
+      if (stops_at(Phase::kSpecialise)) continue;
+      stage("partition", [&] { phase_partition(job, backend); });
+      if (stops_at(Phase::kPartition)) continue;
+    }
     if (job.plan.partitions.empty() && !options.allow_empty) {
       // In a group, a --fix-dim for one model is scoped to it (an unscoped one must fit every model).
       const std::string hint = open_dims_hint(job.model, inputs.size() > 1 ? file_stem(inputs[m]) + ":" : "");
@@ -600,13 +595,14 @@ void run_pipeline(const std::vector<fs::path>& inputs, const CompileOptions& opt
   }
   summary.weights = store.stats();
   if (options.compile_only) {
-    // compile --object: the cache's entries are the result; nothing is written.
+    // compile --object: the jobs and the cache's entries are the result; nothing is written.
     std::vector<bool> counted(store.size(), false);
     for (const Job& job : jobs) summary.models.push_back(model_summary(job, store, counted));
     if (cache) {
       summary.cache = cache->stats();
       cache->save();
     }
+    if (hooks.compiled) hooks.compiled(jobs, summary.cache);
     return;
   }
 
@@ -697,6 +693,8 @@ void run_pipeline(const std::vector<fs::path>& inputs, const CompileOptions& opt
   }
 }
 
+namespace {
+
 bool is_report(const fs::path& path) {
   std::ifstream in(path);
   const auto json = nlohmann::json::parse(in, nullptr, false);
@@ -733,7 +731,7 @@ void write_failure_report(const std::vector<fs::path>& inputs, const CompileOpti
 RunSummary compile_models(const std::vector<fs::path>& inputs, const CompileOptions& options,
                           const BackendRegistry& backends) {
   return run_reported(inputs, options, [&](RunSummary& summary, bool& outputs_checked) {
-    run_pipeline(inputs, options, backends, summary, outputs_checked);
+    run_stages(inputs, options, backends, JobHooks{}, summary, outputs_checked);
   });
 }
 

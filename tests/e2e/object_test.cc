@@ -82,6 +82,44 @@ TEST_F(ObjectTest, LinkWritesWhatShareWritesByteForByte) {
   }
 }
 
+// An object holds the model as compiling left it, not the source: link reads it and runs only
+// the write stage, with the source gone.
+TEST_F(ObjectTest, LinkStartsFromTheCompiledModelAndOnlyWrites) {
+  const auto made = objects();
+  fs::remove_all(dir_.path() / "machine_cnn_upsample");
+  const fs::path report = dir_.path() / "link.json";
+  const auto r = link(made, dir_.path() / "linked", "--report " + quote(report));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::set<std::string> stages;
+  const auto timings = nlohmann::json::parse(read_file(report))["timings"];
+  for (const auto& t : timings) stages.insert(t["stage"]);
+  EXPECT_EQ(stages, (std::set<std::string>{"read_object", "compile", "write_context_binary", "build_models", "write_models"}));
+  // The CNN stores its weights in the model file: the object's graph holds none of them, its
+  // weights member each once, the entries its packed Conv weights.
+  const Parts parts = split(dir_.path() / "objects" / "cnn_upsample.ctxo");
+  std::map<std::string, uint64_t> sizes;
+  for (const auto& m : parts.header["members"]) sizes[m["kind"].get<std::string>()] += m["size"].get<uint64_t>();
+  const uint64_t source = fs::file_size(mixed_group()[2]);
+  EXPECT_LT(sizes["model"], source / 10);
+  EXPECT_LT(sizes["weights"], source);
+  EXPECT_EQ(sizes.count("data"), 0u);
+}
+
+// --weightless objects: the binary refers to the tensors of the model's external data, as the
+// one `compile --weightless` writes does.
+TEST_F(ObjectTest, WeightlessObjectsLinkToWhatCompileWrites) {
+  const fs::path model = copy_model("weightless.onnx", dir_.path() / "machine");
+  const fs::path object = dir_.path() / "weightless.ctxo";
+  auto r = ctxgen("compile " + quote(model) + " --weightless --object " + quote(object) + " -q");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = link({object}, dir_.path() / "linked");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--weightless: 4 tensor(s) stay in"), std::string::npos) << r.output;
+  r = ctxgen("compile " + quote(model) + " --weightless --output-dir " + quote(dir_.path() / "compiled") + " -q");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_same_files(file_contents(dir_.path() / "compiled"), file_contents(dir_.path() / "linked"));
+}
+
 TEST_F(ObjectTest, ModelsWithCpuNodesLinkTheirWeightsIntoAnExternalFile) {
   // The decode step's open dims keep nodes on CPU: their weights go into weights.data.
   const fs::path model = mixed_group()[1];
@@ -137,6 +175,20 @@ TEST_F(ObjectTest, LinkRefusesObjectsItCannotUseByName) {
   parts.rest.resize(cut);
   join(other, parts);
   refused(other, "no compile result for partition", 7);
+  // A header that points a weight or a partition past what the object holds.
+  parts = split(made[1]);
+  for (auto& w : parts.header["job"]["weights"])
+    if (w.contains("held")) w["held"] = uint64_t{1} << 40;
+  join(other, parts);
+  refused(other, "reaches past its weights member", 7);
+  parts = split(made[1]);
+  parts.header["job"]["partitions"][0]["nodes"][0] = 1u << 30;
+  join(other, parts);
+  refused(other, "its partitions name a node its model lacks", 7);
+  parts = split(made[1]);
+  parts.header["job"].erase("value_types");
+  join(other, parts);
+  refused(other, "its header is not an object's", 7);
   std::ofstream(other, std::ios::trunc) << "{}";
   refused(other, "not a ctxgen object", 7);
   // Every object alike, but for another machine's CPU level than this one compiles for.
