@@ -14,6 +14,7 @@
 #include <cstring>
 #include <limits>
 #include <set>
+#include <tuple>
 #include <unordered_set>
 
 #include <nlohmann/json.hpp>
@@ -59,18 +60,27 @@ void weights_read(const onnx::GraphProto& graph, const std::unordered_set<std::s
     }
 }
 
-// Bytes an object holds in its "weights" member, each at a multiple of 64.
-uint64_t hold(std::string& held, const uint8_t* data, size_t size) {
-  held.resize((held.size() + 63) / 64 * 64, '\0');
-  const uint64_t at = held.size();
-  held.append(reinterpret_cast<const char*>(data), size);
-  return at;
-}
+// The bytes of an object's "weights" member: each distinct byte string once, at a multiple of 64.
+struct HeldBytes {
+  std::string bytes;
+  std::map<std::tuple<uint64_t, uint64_t, uint64_t>, std::vector<uint64_t>> by_content;  // hash, size -> offsets
+
+  uint64_t hold(const uint8_t* data, size_t size) {
+    const Hash128 hash = xxh3_128(data, size);
+    auto& same = by_content[{hash.high, hash.low, size}];
+    for (uint64_t at : same)
+      if (std::memcmp(bytes.data() + at, data, size) == 0) return at;
+    bytes.resize((bytes.size() + 63) / 64 * 64, '\0');
+    same.push_back(bytes.size());
+    bytes.append(reinterpret_cast<const char*>(data), size);
+    return same.back();
+  }
+};
 
 // What the graph (the "model" member) does not say of a compiled job: its weights (each in a file
 // of external data, held in the "weights" member, or, folded away, nowhere), constants, value
 // types, fixed inputs, and what the stages before compiling found.
-nlohmann::json describe_job(const Job& job, const fs::path& folder, std::string& held, std::set<fs::path>& data_files) {
+nlohmann::json describe_job(const Job& job, const fs::path& folder, HeldBytes& held, std::set<fs::path>& data_files) {
   const Model& model = job.model;
   std::set<int64_t> read;
   const auto used = names_in_use(model.graph());
@@ -89,7 +99,7 @@ nlohmann::json describe_job(const Job& job, const fs::path& folder, std::string&
       j["data"] = relative.generic_string();
       j["offset"] = w.data.file_offset;
     } else if (read.count(static_cast<int64_t>(i)) && w.data.data != nullptr) {
-      j["held"] = hold(held, w.data.data, w.data.size);
+      j["held"] = held.hold(w.data.data, w.data.size);
       w.data.blob().release();
     } else {
       j["size"] = 0;  // folded into others and read by nothing: its bytes may be gone
@@ -104,7 +114,7 @@ nlohmann::json describe_job(const Job& job, const fs::path& folder, std::string&
   for (const auto& [name, v] : model.fixed_values) {
     const std::string declared = deterministic_bytes(v.declared);
     fixed[name] = {{"dims", v.dims}, {"values", v.values}, {"bytes", v.bytes}, {"position", v.position},
-                   {"had_default", v.had_default}, {"declared", hold(held, reinterpret_cast<const uint8_t*>(declared.data()), declared.size())},
+                   {"had_default", v.had_default}, {"declared", held.hold(reinterpret_cast<const uint8_t*>(declared.data()), declared.size())},
                    {"declared_size", declared.size()}};
   }
   nlohmann::json partitions = nlohmann::json::array(), cpu_nodes = nlohmann::json::array();
@@ -147,12 +157,12 @@ RunSummary compile_object(const fs::path& model, const CompileOptions& options, 
   JobHooks hooks;
   hooks.compiled = [&](std::vector<Job>& jobs, const CacheStats& cache) {
     const Job& job = jobs.front();
-    std::string held;
+    HeldBytes held;
     std::set<fs::path> data_files;
     job_description = describe_job(job, external_data_folder(model), held, data_files);
     members.push_back({{{"kind", "model"}, {"name", model.filename().string()}}, deterministic_bytes(*job.model.proto)});
     member_files.emplace_back();
-    members.push_back({{{"kind", "weights"}, {"name", "weights"}}, std::move(held)});
+    members.push_back({{{"kind", "weights"}, {"name", "weights"}}, std::move(held.bytes)});
     member_files.emplace_back();
     for (const fs::path& data : data_files) {
       members.push_back({{{"kind", "data"}, {"name", fs::relative(data, external_data_folder(model)).generic_string()}}, ""});

@@ -103,6 +103,12 @@ TEST_F(ObjectTest, LinkStartsFromTheCompiledModelAndOnlyWrites) {
   EXPECT_LT(sizes["model"], source / 10);
   EXPECT_LT(sizes["weights"], source);
   EXPECT_EQ(sizes.count("data"), 0u);
+  // The decode step's layer norms repeat their scales and biases: held once each.
+  std::vector<uint64_t> held;
+  const Parts decode = split(dir_.path() / "objects" / "decoder_decode.ctxo");
+  for (const auto& w : decode.header["job"]["weights"])
+    if (w.contains("held")) held.push_back(w["held"]);
+  EXPECT_GT(held.size(), std::set<uint64_t>(held.begin(), held.end()).size());
 }
 
 // --weightless objects: the binary refers to the tensors of the model's external data, as the
