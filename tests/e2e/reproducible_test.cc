@@ -47,5 +47,30 @@ TEST(Reproducible, AGroupIsTheSameByteForByteInAnotherFolderOnAnotherNumberOfThr
   }
 }
 
+// Objects too: each model's object, made in another folder on another number of threads, is the
+// same file.
+TEST(Reproducible, AnObjectIsTheSameByteForByteInAnotherFolderOnAnotherNumberOfThreads) {
+  TempDir dir;
+  for (const auto& model : mixed_group()) {
+    SCOPED_TRACE(model.filename().string());
+    const std::string stem = model.stem().string();
+    const std::string dims = stem == "decoder_decode"                  ? " --fix-dim seq=1 --fix-dim past=15"
+                             : stem.rfind("decoder_prefill", 0) == 0 ? " --fix-dim seq=16"
+                                                                     : "";
+    std::map<std::string, std::string> made[2];
+    for (int threads = 1; threads <= 2; ++threads) {
+      const fs::path folder = dir.path() / model.stem() / (threads == 1 ? "a" : "b/deeper");
+      fs::create_directories(folder);
+      fs::copy_file(model, folder / model.filename(), fs::copy_options::overwrite_existing);
+      const auto r = run_command("cd " + quote(folder) + " && OMP_NUM_THREADS=" + std::to_string(threads) + " " +
+                                 CTXGEN_BINARY + " compile " + model.filename().string() + " --fix-dim batch=1" + dims + " --object " +
+                                 quote(folder / "out" / "model.ctxo") + " -q");
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+      made[threads - 1] = file_contents(folder / "out");
+    }
+    expect_same_files(made[0], made[1]);
+  }
+}
+
 }  // namespace
 }  // namespace ctxgen::testing
