@@ -483,7 +483,7 @@ std::unique_ptr<OpPlan> plan_shape(const ref::Op&, const std::vector<const ref::
 std::unique_ptr<OpPlan> plan_gather_nd(const ref::Op&, const std::vector<const ref::Value*>&, const ref::Value&);
 std::unique_ptr<OpPlan> plan_eye_like(const ref::Op&, const std::vector<const ref::Value*>&, const ref::Value&);
 extern const Planner plan_trilu, plan_axis, plan_axis_strides, plan_pad, plan_one_hot;  // kernels_data.cc
-extern const Planner plan_reduction, plan_columns, plan_normalisation, plan_nll_loss, plan_cum_sum,
+extern const Planner plan_reduction, plan_columns, plan_normalisation, plan_batch_normalization, plan_nll_loss, plan_cum_sum,
     plan_arg_extreme;                                                                     // kernels_norm.cc
 extern const Planner plan_window;                                                         // kernels_pool.cc
 extern const Planner plan_product;                                                        // kernels_linear.cc

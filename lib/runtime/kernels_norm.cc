@@ -220,19 +220,56 @@ struct Normalisation final : OpPlan {
 };
 const Planner plan_normalisation = plan_as<Normalisation>;
 
+// BatchNormalization's epsilon, its epilogue (a fused activation), and where its channels are: axis
+// 1, or last (an image channels last, [N, 1, H, W, C]).
+struct BatchNormPlan final : OpPlan {
+  BatchNormPlan(const ref::Op& op, const std::vector<const ref::Value*>& in, const ref::Value&)
+      : epsilon(op.get_float("epsilon", 1e-5f)), channels_last(op.get_int("channels_last", 0) == 1),
+        epilogue(fused_activation_of(op)) {
+    scratch_bytes = 2 * in[1]->dims[0] * sizeof(float);  // each channel's scale and shift
+  }
+  double epsilon;
+  bool channels_last;
+  FusedActivation epilogue;
+};
+const Planner plan_batch_normalization = plan_as<BatchNormPlan>;
+
 void batch_normalization(Ins in, const Output& out) {
   const Dims& d = in[0].dims();
-  int64_t channels = d[1], inner = product(d, 2, d.size());
-  const double eps = plan_of<Normalisation>(out).epsilon;
+  const auto& p = plan_of<BatchNormPlan>(out);
+  const int64_t channels = p.channels_last ? d.back() : d[1];
   const float *scale = in[1].f32(), *bias = in[2].f32(), *mean = in[3].f32(), *var = in[4].f32();
-  for (int64_t b = 0; b < d[0]; ++b)
-    for (int64_t c = 0; c < channels; ++c) {
-      auto s = static_cast<float>(scale[c] / std::sqrt(static_cast<double>(var[c]) + eps));
-      float shift = bias[c] - mean[c] * s;
-      const float* x = in[0].f32() + (b * channels + c) * inner;
-      float* y = out.f32() + (b * channels + c) * inner;
-      for (int64_t i = 0; i < inner; ++i) y[i] = x[i] * s + shift;
+  float* s = reinterpret_cast<float*>(out.scratch);
+  float* shift = s + channels;
+  for (int64_t c = 0; c < channels; ++c) {
+    s[c] = static_cast<float>(scale[c] / std::sqrt(static_cast<double>(var[c]) + p.epsilon));
+    shift[c] = bias[c] - mean[c] * s[c];
+  }
+  const float* x = in[0].f32();
+  float* y = out.f32();
+  if (p.channels_last) {
+    // Rows of one pixel's channels: the same arithmetic a vector of channels at a time.
+    const int64_t pixels = product(d, 0, d.size() - 1);
+    parallel_ranges(out.parallel, pixels, 2 * channels, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const float* xi = x + i * channels;
+        float* yi = y + i * channels;
+        for (int64_t c = 0; c < channels; ++c) yi[c] = xi[c] * s[c] + shift[c];
+      }
+      if (!p.epilogue.empty()) p.epilogue.apply(y + begin * channels, (end - begin) * channels);
+    });
+    return;
+  }
+  const int64_t inner = product(d, 2, d.size());
+  parallel_ranges(out.parallel, d[0] * channels, 2 * inner, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t c = row % channels;
+      const float* xr = x + row * inner;
+      float* yr = y + row * inner;
+      for (int64_t i = 0; i < inner; ++i) yr[i] = xr[i] * s[c] + shift[c];
     }
+    if (!p.epilogue.empty()) p.epilogue.apply(y + begin * inner, (end - begin) * inner);
+  });
 }
 
 // A row's sum of term(i) in double, as 8 interleaved partial sums added at the end: a fixed order,

@@ -717,8 +717,10 @@ OutType batch_normalization(const OpCheck& c) {
   c.expect_inputs(DType::kFloat32);
   const Dims& x = c.in(0).dims;
   c.expect(x.size() >= 2, [&] { return "input 0 has dims " + dims_text(x) + ", expected N x C x ..."; });
-  for (size_t i = 1; i <= 4; ++i) c.expect_dims(c.in(i), {x[1]}, "input " + std::to_string(i));
+  const bool last = c.int_attr_or("channels_last", 0, 0, 1) == 1;
+  for (size_t i = 1; i <= 4; ++i) c.expect_dims(c.in(i), {last ? x.back() : x[1]}, "input " + std::to_string(i));
   c.float_attr("epsilon");
+  fused_activation(c);
   return {DType::kFloat32, x};
 }
 
@@ -1210,7 +1212,7 @@ const std::vector<OpDef>& op_defs() {
       {"ConvWeight", conv_weight, k::conv_weight, true, k::plan_conv_weight},
       {"MaxPool", max_pool, k::max_pool, true, k::plan_window},
       {"AveragePool", average_pool, k::average_pool, true, k::plan_window},
-      {"BatchNormalization", batch_normalization, k::batch_normalization, true, k::plan_normalisation},
+      {"BatchNormalization", batch_normalization, k::batch_normalization, true, k::plan_batch_normalization},
       {"LayerNormalization", layer_normalization, k::layer_normalization, true, k::plan_normalisation},
       {"ReduceMean", reduce, k::reduce_mean, true, k::plan_reduction},
       {"ReduceSum", reduce, k::reduce_sum, true, k::plan_reduction},

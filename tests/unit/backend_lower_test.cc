@@ -704,6 +704,56 @@ TEST(RefLower, ImagesStayChannelsLastBetweenConvolutions) {
   EXPECT_EQ(got["m"], want["m"]);
 }
 
+// DenseNet's block: the features joined so far (a Concat, read by the next Concat too) pass a
+// BatchNormalization and a Relu into a Conv. The BatchNormalization runs on the channels-last
+// image with the Relu as its epilogue, so the joined images are never laid out row-major again;
+// the results are those of the row-major program, bit for bit.
+TEST(RefLower, ABatchNormalizationBetweenConcatsRunsChannelsLastWithItsRelu) {
+  const auto model = [](bool expose) {
+    TestModel t;
+    t.input("x", {1, 3, 10, 10})
+        .floats("w1", {8, 3, 3, 3}, iota_floats(8 * 27, 0.05f))
+        .floats("w2", {8, 3, 3, 3}, iota_floats(8 * 27, -0.03f))
+        .floats("w3", {8, 16, 3, 3}, iota_floats(8 * 144, 0.01f))
+        .floats("s", {16}, iota_floats(16, 0.5f)).floats("b", {16}, iota_floats(16, -0.2f))
+        .floats("m", {16}, iota_floats(16, 0.1f)).floats("v", {16}, std::vector<float>(16, 0.7f))
+        .node("Conv", {"x", "w1"}, {"c1"}).attr("pads", std::vector<int64_t>{1, 1, 1, 1})
+        .node("Conv", {"x", "w2"}, {"c2"}).attr("pads", std::vector<int64_t>{1, 1, 1, 1})
+        .node("Concat", {"c1", "c2"}, {"k"}).attr("axis", int64_t{1})
+        .node("BatchNormalization", {"k", "s", "b", "m", "v"}, {"n"})
+        .node("Relu", {"n"}, {"r"})
+        .node("Conv", {"r", "w3"}, {"c3"}).attr("pads", std::vector<int64_t>{1, 1, 1, 1})
+        .node("Concat", {"k", "c3"}, {"y"}).attr("axis", int64_t{1})
+        .output("y");
+    if (expose) t.output("c1").output("c2");
+    return t.load();
+  };
+  const auto last = lower(model(false)), plain = lower(model(true));
+  const ref::Program& p = last->program();
+  if (p.ops[0].get_int("channels_last", 0) == 0)
+    GTEST_SKIP() << "oneDNN does not convolve channels last at full speed on " << runtime::hardware_architecture();
+  const auto types = op_types(p);
+  EXPECT_EQ(std::count(types.begin(), types.end(), std::string("Relu")), 0);
+  // Row-major once, for the output.
+  EXPECT_EQ(std::count(types.begin(), types.end(), std::string("Transpose")), 1) << ::testing::PrintToString(types);
+  const auto& bn = only_op(p, "BatchNormalization");
+  EXPECT_EQ(bn.get_int("channels_last", 0), 1);
+  EXPECT_EQ(bn.get_int("act", 0), static_cast<int64_t>(ref::Activation::kRelu));
+  EXPECT_EQ(only_op(plain->program(), "BatchNormalization").get_int("channels_last", 0), 0);
+  check_memory_plan(p);
+  std::vector<float> x(3 * 10 * 10);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i));
+  const auto y = [&](const Lowered& l) {
+    const auto bytes = run_lowered(l, {bytes_of(x)});
+    for (size_t i = 0; i < bytes.size(); ++i)
+      if (l.result.outputs[i].name == "y") return values_of<float>(bytes[i]);
+    return std::vector<float>{};
+  };
+  const auto got = y(*last);
+  EXPECT_EQ(got.size(), 24u * 10 * 10);
+  EXPECT_EQ(got, y(*plain));
+}
+
 TEST(RefLower, ConstantMatMulAndGemmWeightsArePackedToNK) {
   std::vector<float> b = iota_floats(4 * 3, 1.0f);  // [K=4, N=3]
   auto l = lower(TestModel()

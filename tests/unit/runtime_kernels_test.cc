@@ -1207,6 +1207,40 @@ TEST(RuntimeKernels, PadRowsMatchTheElementByElementDefinition) {
     }
 }
 
+// BatchNormalization with a fused Relu, on row-major images and on the same images channels last
+// ([N, 1, H, W, C]): each value is Relu(x * s + (B - mean * s)), s = scale / sqrt(var + epsilon).
+TEST(RuntimeKernels, BatchNormalizationWithItsReluInEitherLayoutIsTheDefinition) {
+  const int64_t n = 2, c = 3, h = 4, w = 5;
+  std::vector<float> x(static_cast<size_t>(n * c * h * w));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.7f * static_cast<float>(i));
+  const std::vector<float> scale = {1.5f, -0.5f, 2.0f}, bias = {0.1f, -0.2f, 0.3f}, mean = {0.3f, -0.4f, 0.0f},
+                           var = {0.8f, 2.0f, 0.25f};
+  const float eps = 1e-3f;
+  std::vector<float> want(x.size()), last(x.size()), want_last(x.size());
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t k = 0; k < c; ++k) {
+      const auto ck = static_cast<size_t>(k);
+      const auto s = static_cast<float>(scale[ck] / std::sqrt(static_cast<double>(var[ck]) + eps));
+      const float shift = bias[ck] - mean[ck] * s;
+      for (int64_t i = 0; i < h * w; ++i) {
+        const auto at = static_cast<size_t>((b * c + k) * h * w + i), at_last = static_cast<size_t>((b * h * w + i) * c + k);
+        want[at] = std::max(x[at] * s + shift, 0.0f);
+        last[at_last] = x[at];
+        want_last[at_last] = want[at];
+      }
+    }
+  const std::vector<In> params = {{{c}, f32(scale)}, {{c}, f32(bias)}, {{c}, f32(mean)}, {{c}, f32(var)}};
+  const auto run = [&](const Dims& dims, const std::vector<float>& image, int64_t channels_last) {
+    std::vector<In> in = {{dims, f32(image)}};
+    in.insert(in.end(), params.begin(), params.end());
+    return run_op("BatchNormalization", in, dims,
+                  {float_attr("epsilon", eps), int_attr("act", static_cast<int64_t>(ref::Activation::kRelu)),
+                   int_attr("channels_last", channels_last)});
+  };
+  EXPECT_EQ(run({n, c, h, w}, x, 0), want);
+  EXPECT_EQ(run({n, 1, h, w, c}, last, 1), want_last);
+}
+
 TEST(RuntimeKernels, ReduceMaxAndMin) {
   In x{{2, 3}, f32({1, 5, -2, 4, 0, 3})};
   expect_near(run_op("ReduceMax", {x}, {2}, {ints_attr("axes", {1}), int_attr("keepdims", 0)}), {5, 4});

@@ -845,8 +845,11 @@ void recognise_hard_swish(Draft& d) {
   drop_ops(d, removed);
 }
 
-// The ops whose kernels run an epilogue (FusedActivation) over their results.
-bool has_epilogue(const ref::Op& op) { return op.type == "Conv" || op.type == "Gemm" || op.type == "MatMul"; }
+// The ops whose kernels run an epilogue (FusedActivation) over their results: a BatchNormalization
+// no Conv took (DenseNet's before each Relu) among them.
+bool has_epilogue(const ref::Op& op) {
+  return op.type == "Conv" || op.type == "Gemm" || op.type == "MatMul" || op.type == "BatchNormalization";
+}
 
 void fuse_activations(Draft& d) {
   absorb_into_producers(d, [&](const ref::Op& act, int32_t y, ref::Op& target) {
@@ -1117,7 +1120,7 @@ void pack_conv_weights(Draft& d) {
 // It would reorder each row-major image to that and back; so a Conv writes its image channels last
 // when every op reading it can take that, and reads such an image as it is, and the ops that keep
 // channels apart (pools, Resize over H and W, Concat on channels, elementwise activations and
-// same-shape arithmetic) run on channels-last images as they are, until an op needs the row-major
+// same-shape arithmetic, BatchNormalization) run on channels-last images as they are, until an op needs the row-major
 // image: there one Transpose (and Reshape) lays it out again, once per image. A channels-last
 // image is an ordinary tensor [N, 1, H, W, C] in the program (the channels a last spatial axis the
 // windows do not move along), so every other stage sees ordinary ops.
@@ -1133,7 +1136,9 @@ class ChannelsLast {
       if (is_channels_last_conv(op)) {
         place_conv(op);
       } else if (reads_one(op) && runs_channels_last(op) && writes_arena(op)) {
-        for (auto& v : op.inputs) v = channels_last(v);
+        // A BatchNormalization's parameters are per channel, the same in either layout.
+        const size_t images = op.type == "BatchNormalization" ? 1 : op.inputs.size();
+        for (size_t i = 0; i < images; ++i) op.inputs[i] = channels_last(op.inputs[i]);
         adapt_attrs(op);
         set_channels_last(op.outputs[0]);
       } else {
@@ -1176,6 +1181,7 @@ class ChannelsLast {
     }
     if (op.type == "Concat") return op.get_int("axis", 0) == 1 && std::all_of(op.inputs.begin(), op.inputs.end(), image);
     if (activation_of(op.type) != ref::Activation::kNone) return op.inputs.size() == 1;
+    if (op.type == "BatchNormalization") return true;
     static const std::set<std::string> arithmetic = {"Add", "Sub", "Mul", "Div", "Max", "Min"};
     if (arithmetic.count(op.type))
       return op.inputs.size() == 2 && !d_.is_weight(op.inputs[0]) && !d_.is_weight(op.inputs[1]) &&
@@ -1225,6 +1231,8 @@ class ChannelsLast {
       set_attr(op, ints_attr("sizes", last_dims(op.get_ints("sizes"))));
     } else if (op.type == "Concat") {
       set_attr(op, int_attr("axis", 4));
+    } else if (op.type == "BatchNormalization") {
+      set_attr(op, int_attr("channels_last", 1));
     }
   }
 

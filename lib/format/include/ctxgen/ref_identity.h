@@ -14,7 +14,9 @@ inline constexpr const char* kEpName = "CtxgenRef";       // EPContext `source`,
 // may lay one out (`transposed`), and Conv, Gemm and MatMul may scale and shift their results
 // (`out_scale`, `out_shift`), which 3.2 would misread or ignore.
 // 3.4: Requantize, an op 3.3 does not know.
-inline constexpr const char* kSdkVersion = "ctxgen-ref 3.4";
+// 3.5: BatchNormalization may read a channels-last image (`channels_last`) and fuse an activation
+// (`act`), which 3.4 would misread.
+inline constexpr const char* kSdkVersion = "ctxgen-ref 3.5";
 // The hardware architecture is the CPU level packed weights are laid out for, read from the
 // machine: runtime::hardware_architecture().
 
