@@ -323,7 +323,8 @@ struct FusedActivation {
   ref::Activation kind = ref::Activation::kNone;
   float alpha = 0, beta = 0;
   std::optional<float> scale, shift;
-  bool empty() const { return kind == ref::Activation::kNone && !scale && !shift; }
+  std::optional<float> lo, hi;  // then max(x, lo) and min(x, hi): a Max or Min by a constant
+  bool empty() const { return kind == ref::Activation::kNone && !scale && !shift && !lo && !hi; }
   void apply(float* data, int64_t n) const;  // to data[0, n) in place
   // The same over the caller's threads: an epilogue a convolution could not fuse runs over its
   // whole output after it.

@@ -126,9 +126,11 @@ Desc image_desc(const Dims& dims, bool channels_last) {
 }
 
 // Activations oneDNN applies exactly as ONNX defines them, inside the convolution's own pass; with
-// an output scale or shift after them, the whole epilogue runs after the convolution.
+// an output scale, shift or bound after them, the whole epilogue runs after the convolution
+// (oneDNN's clip would make a NaN the bound, where Max and Min keep it).
 std::optional<std::pair<dnnl::algorithm, std::pair<float, float>>> post_op(const ref::Op& op) {
-  if (op.attr("out_scale") || op.attr("out_shift")) return std::nullopt;
+  for (const char* name : {"out_scale", "out_shift", "out_lo", "out_hi"})
+    if (op.attr(name)) return std::nullopt;
   const float alpha = op.get_float("act_alpha", 0.0f), beta = op.get_float("act_beta", 0.0f);
   switch (static_cast<ref::Activation>(op.get_int("act", 0))) {
     case ref::Activation::kRelu: return {{dnnl::algorithm::eltwise_relu, {0.0f, 0.0f}}};

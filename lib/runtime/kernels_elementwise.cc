@@ -275,9 +275,11 @@ TypedScalar TypedScalar::of(const ref::Op& op, const std::string& name, ref::DTy
 
 FusedActivation fused_activation_of(const ref::Op& op) {
   FusedActivation a{static_cast<ref::Activation>(op.get_int("act", 0)), op.get_float("act_alpha", 0.0f),
-                    op.get_float("act_beta", 0.0f), std::nullopt, std::nullopt};
+                    op.get_float("act_beta", 0.0f), std::nullopt, std::nullopt, std::nullopt, std::nullopt};
   if (op.attr("out_scale")) a.scale = op.get_float("out_scale", 1.0f);
   if (op.attr("out_shift")) a.shift = op.get_float("out_shift", 0.0f);
+  if (op.attr("out_lo")) a.lo = op.get_float("out_lo", 0.0f);
+  if (op.attr("out_hi")) a.hi = op.get_float("out_hi", 0.0f);
   return a;
 }
 
@@ -303,9 +305,12 @@ void FusedActivation::apply(float* data, int64_t n) const {
   activate(kind, alpha, beta, data, n);
   // Without one of them the other is not applied at all: adding 0 would turn -0 into +0.
   const float s = scale.value_or(1.0f), t = shift.value_or(0.0f);
-  if (scale && shift) return in_place(data, n, [=](float x) { return x * s + t; });  // fp-contract is off: two roundings
-  if (scale) return in_place(data, n, [=](float x) { return x * s; });
-  if (shift) return in_place(data, n, [=](float x) { return x + t; });
+  if (scale && shift) in_place(data, n, [=](float x) { return x * s + t; });  // fp-contract is off: two roundings
+  else if (scale) in_place(data, n, [=](float x) { return x * s; });
+  else if (shift) in_place(data, n, [=](float x) { return x + t; });
+  // As the Max and Min kernels take them, the result first: a NaN stays NaN.
+  if (lo) in_place(data, n, [l = *lo](float x) { return std::max(x, l); });
+  if (hi) in_place(data, n, [h = *hi](float x) { return std::min(x, h); });
 }
 
 void FusedActivation::apply(float* data, int64_t n, const ParallelFor* parallel) const {

@@ -152,7 +152,7 @@ OutType cast(const OpCheck& c) {
 // The fused activation of Conv, Gemm and MatMul: `act` optional (none), its parameters required
 // by the activations that read them.
 void fused_activation(const OpCheck& c) {
-  for (const char* name : {"out_scale", "out_shift"})
+  for (const char* name : {"out_scale", "out_shift", "out_lo", "out_hi"})
     if (c.op().attr(name)) c.float_attr(name);
   if (!c.op().attr("act")) return;
   auto act = static_cast<ref::Activation>(c.int_attr("act", 0, static_cast<int64_t>(ref::Activation::kHardSwish)));
@@ -985,7 +985,8 @@ OutType conv_transpose(const OpCheck& c) {
   c.expect(!__builtin_mul_overflow(wd[1], group, &channels) && channels <= kMaxElements,
            [&] { return "weight dims " + dims_text(wd) + " in " + std::to_string(group) + " groups make over 2^48 output channels"; });
   // The Conv kernels this shares its plan with read these; no ConvTranspose the compiler writes has them.
-  for (const char* name : {"channels_last", "src_channels_last", "dst_channels_last", "act", "out_scale", "out_shift"})
+  for (const char* name :
+       {"channels_last", "src_channels_last", "dst_channels_last", "act", "out_scale", "out_shift", "out_lo", "out_hi"})
     c.expect(c.op().attr(name) == nullptr, [&] { return std::string("attribute '") + name + "' on a ConvTranspose"; });
   if (packed) {
     for (size_t a = 0; a < n; ++a)

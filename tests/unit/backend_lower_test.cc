@@ -570,6 +570,46 @@ TEST(RefLower, ScalarMulThenAddJoinTheEpilogue) {
   EXPECT_EQ(bytes_of(output_named(*matmul(false), ab, "y")), bytes_of(output_named(*matmul(true), ab, "y")));
 }
 
+// A Max and then a Min by scalars after a Conv's fused activation (tf2onnx's Max(LeakyRelu(x),
+// -0.4)) join its epilogue as bounds, inside oneDNN's pass for a packed Conv, in ref's own for
+// the others: the same bits as the ops, NaN included. A Max whose constant comes first stays (it
+// would give the constant for a NaN).
+TEST(RefLower, ScalarMaxThenMinJoinTheEpilogue) {
+  const auto model = [](bool constant_weight, bool expose, bool constant_first) {
+    TestModel t;
+    t.input("x", {1, 3, 7, 7}).floats("lo", {}, {-0.4f}).floats("hi", {1}, {0.9f});
+    if (constant_weight) t.floats("w", {8, 3, 3, 3}, iota_floats(8 * 27, 0.125f));
+    else t.input("w", {8, 3, 3, 3});
+    t.node("Conv", {"x", "w"}, {"c"}).attr("pads", std::vector<int64_t>{1, 1, 1, 1})
+        .node("LeakyRelu", {"c"}, {"l"}).attr("alpha", 0.2f)
+        .node("Max", constant_first ? std::vector<std::string>{"lo", "l"} : std::vector<std::string>{"l", "lo"}, {"m"})
+        .node("Min", {"m", "hi"}, {"y"})
+        .output("y");
+    if (expose) t.output("l");
+    return lower(t.load());
+  };
+  std::vector<float> xs = iota_floats(3 * 7 * 7, 2.5f);
+  xs[20] = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<std::vector<uint8_t>> in = {bytes_of(xs), bytes_of(iota_floats(8 * 27, 0.125f))};
+  for (bool constant_weight : {true, false}) {
+    SCOPED_TRACE(constant_weight ? "packed Conv" : "Conv of an input weight");
+    const auto feed = constant_weight ? std::vector<std::vector<uint8_t>>{in[0]} : in;
+    const auto fused = model(constant_weight, false, false);
+    ASSERT_EQ(op_types(fused->program()), std::vector<std::string>{"Conv"});
+    const ref::Op& conv = fused->program().ops[0];
+    EXPECT_EQ(conv.get_int("act", 0), static_cast<int64_t>(ref::Activation::kLeakyRelu));
+    EXPECT_EQ(conv.get_float("out_lo", 0), -0.4f);
+    EXPECT_EQ(conv.get_float("out_hi", 0), 0.9f);
+    const auto apart = model(constant_weight, true, false);
+    EXPECT_EQ(op_types(apart->program()), (std::vector<std::string>{"Conv", "Max", "Min"}));
+    const auto got = output_named(*fused, feed, "y"), want = output_named(*apart, feed, "y");
+    EXPECT_EQ(bytes_of(got), bytes_of(want));
+    EXPECT_TRUE(std::any_of(got.begin(), got.end(), [](float v) { return std::isnan(v); }));
+    EXPECT_TRUE(std::any_of(got.begin(), got.end(), [](float v) { return v == -0.4f; }));
+    EXPECT_EQ(op_types(model(constant_weight, false, true)->program()), (std::vector<std::string>{"Conv", "Max", "Min"}));
+  }
+}
+
 TEST(RefLower, ActivationsFuseOnlyWhenLegal) {
   auto gemm = [](const std::string& act, bool expose) {
     TestModel t;

@@ -403,7 +403,7 @@ TEST(RuntimeKernels, ErfAndTanhAreWithinTwoUlpOfTheLibrary) {
   if (x.size() % 4 == 0) x.push_back(0.5f);
   const auto n = static_cast<int64_t>(x.size());
   std::vector<float> fused = x;
-  runtime::FusedActivation{Activation::kTanh, 0.0f, 0.0f, std::nullopt, std::nullopt}.apply(fused.data(), n);
+  runtime::FusedActivation{Activation::kTanh, 0.0f, 0.0f, std::nullopt, std::nullopt, std::nullopt, std::nullopt}.apply(fused.data(), n);
   for (const auto& [op, f] : std::vector<std::pair<std::string, float (*)(float)>>{
            {"Erf", [](float v) { return std::erf(v); }}, {"Tanh", [](float v) { return std::tanh(v); }}}) {
     SCOPED_TRACE(op);

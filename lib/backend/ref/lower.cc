@@ -873,19 +873,32 @@ void fuse_activations(Draft& d) {
 
 // A Mul and then an Add by scalar constants after a Conv, Gemm or MatMul (and its fused
 // activation), read by nothing else, join its epilogue (`out_scale`, `out_shift`): PaddleOCR v4's
-// affine after each HardSwish, attention's scaling. Each is rounded as the op it replaces, so the
-// results are the same bits; in any other order (an Add then a Mul, two Muls) the ops stay.
+// affine after each HardSwish, attention's scaling. Then a Max and a Min by scalar constants
+// (`out_lo`, `out_hi`): tf2onnx's Max(LeakyRelu(x), -0.4) in openWakeWord's speech embedding. Each
+// is rounded or compared as the op it replaces, so the results are the same bits; in any other
+// order (an Add then a Mul, two Muls, a Mul after a Max) the ops stay.
 void fold_scalar_epilogues(Draft& d) {
   absorb_into_producers(d, [&](const ref::Op& op, int32_t y, ref::Op& target) {
-    if ((op.type != "Mul" && op.type != "Add") || op.inputs.size() != 2) return false;
+    static const std::map<std::string, const char*> kAttr = {
+        {"Mul", "out_scale"}, {"Add", "out_shift"}, {"Max", "out_lo"}, {"Min", "out_hi"}};
+    const auto attr = kAttr.find(op.type);
+    if (attr == kAttr.end() || op.inputs.size() != 2) return false;
+    // Max and Min keep their first input when it is NaN: the Conv's result must be that one.
+    const bool bound = op.type == "Max" || op.type == "Min";
+    if (bound && op.inputs[0] != y) return false;
     const std::optional<float> value = scalar_weight(d, op.inputs[0] == y ? op.inputs[1] : op.inputs[0]);
     if (!value || !has_epilogue(target) || d.value(y).dtype != ref::DType::kFloat32 ||
-        d.value(op.outputs[0]).dims != d.value(y).dims || target.attr("out_shift") ||
-        (op.type == "Mul" && target.attr("out_scale")))
+        d.value(op.outputs[0]).dims != d.value(y).dims || target.attr(attr->second))
       return false;
+    // The epilogue's order is scale, shift, lo, hi: nothing joins before what is there already.
+    const std::vector<const char*> later = op.type == "Mul"   ? std::vector<const char*>{"out_shift", "out_lo", "out_hi"}
+                                           : op.type == "Add" ? std::vector<const char*>{"out_lo", "out_hi"}
+                                           : op.type == "Max" ? std::vector<const char*>{"out_hi"}
+                                                              : std::vector<const char*>{};
+    if (std::any_of(later.begin(), later.end(), [&](const char* a) { return target.attr(a) != nullptr; })) return false;
     log().debug("ref: {} by {} giving '{}' joins the epilogue of {} '{}'", op.type, *value,
                 d.names[static_cast<size_t>(op.outputs[0])], target.type, d.names[static_cast<size_t>(y)]);
-    set_attr(target, float_attr(op.type == "Mul" ? "out_scale" : "out_shift", *value));
+    set_attr(target, float_attr(attr->second, *value));
     return true;
   });
 }
