@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "ctxgen/error.h"
 #include "kernels.h"
@@ -33,6 +34,20 @@ void strided_copy(const T* x, T* y, const Dims& out_dims, const Dims (&strides)[
     return;
   }
   const int64_t rows = out_dims[tiles.axis], row_step = strides[0][tiles.axis];
+  if (inner < kTile) {
+    // A short last axis (a shuffle within each pixel, G of 2 to 8): its G input rows interleaved,
+    // G a constant where it is 2 or 4, so the loop becomes vector shuffles.
+    const auto interleave = [&](const int64_t* at, auto g) {
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < g; ++j) y[at[0] + i * row_step + j] = x[at[1] + i + j * step];
+    };
+    for_each_row(tiles.outer, strides, [&](const int64_t* at) {
+      if (inner == 2) interleave(at, std::integral_constant<int64_t, 2>{});
+      else if (inner == 4) interleave(at, std::integral_constant<int64_t, 4>{});
+      else interleave(at, inner);
+    });
+    return;
+  }
   for_each_row(tiles.outer, strides, [&](const int64_t* at) {
     for (int64_t i0 = 0; i0 < rows; i0 += kTile)
       for (int64_t j0 = 0; j0 < inner; j0 += kTile) {
@@ -96,7 +111,9 @@ std::unique_ptr<OpPlan> plan_transpose(const ref::Op& op, const std::vector<cons
   const Dims& dims = plan->dims;
   const size_t rank = dims.size();
   plan->tiles.axis = rank;
-  if (rank > 1 && dims.back() >= kTile && plan->strides[1].back() != 1)
+  // Also for a short last axis (a channel shuffle within each pixel of a channels-last image, [P, G,
+  // C/G] to [P, C/G, G]): row by row, each row would copy G values.
+  if (rank > 1 && dims.back() > 1 && plan->strides[1].back() != 1)
     for (size_t a = 0; a + 1 < rank; ++a)
       if (plan->strides[1][a] == 1 && dims[a] >= kTile) plan->tiles.axis = a;
   if (plan->tiles.axis < rank) {

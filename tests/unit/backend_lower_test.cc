@@ -794,6 +794,52 @@ TEST(RefLower, ABatchNormalizationBetweenConcatsRunsChannelsLastWithItsRelu) {
   EXPECT_EQ(got, y(*plain));
 }
 
+// ShuffleNet v2's unit: Concat, the channel shuffle (Reshape, Transpose, Reshape) and a Split into
+// halves, one into the next Conv. Channels last the shuffle is a transpose within each pixel and
+// the halves are slices along the last axis, so no image is laid out row-major between the
+// convolutions; the results are the row-major program's, bit for bit.
+TEST(RefLower, ShuffleNetsChannelShuffleAndSplitStayChannelsLast) {
+  const auto model = [](bool expose) {
+    TestModel t;
+    t.input("x", {1, 3, 10, 10})
+        .floats("w1", {8, 3, 3, 3}, iota_floats(8 * 27, 0.05f))
+        .floats("w2", {8, 3, 3, 3}, iota_floats(8 * 27, -0.03f))
+        .floats("w3", {8, 8, 1, 1}, iota_floats(64, 0.02f))
+        .int64s("to5", {5}, {1, 2, 8, 10, 10}).int64s("to4", {4}, {1, 16, 10, 10}).int64s("halves", {2}, {8, 8})
+        .node("Conv", {"x", "w1"}, {"c1"}).attr("pads", std::vector<int64_t>{1, 1, 1, 1})
+        .node("Conv", {"x", "w2"}, {"c2"}).attr("pads", std::vector<int64_t>{1, 1, 1, 1})
+        .node("Concat", {"c1", "c2"}, {"k"}).attr("axis", int64_t{1})
+        .node("Reshape", {"k", "to5"}, {"g"})
+        .node("Transpose", {"g"}, {"t"}).attr("perm", std::vector<int64_t>{0, 2, 1, 3, 4})
+        .node("Reshape", {"t", "to4"}, {"s"})
+        .node("Split", {"s", "halves"}, {"a", "b"}).attr("axis", int64_t{1})
+        .node("Conv", {"b", "w3"}, {"c3"})
+        .node("Concat", {"a", "c3"}, {"y"}).attr("axis", int64_t{1})
+        .output("y");
+    if (expose) t.output("c1").output("c2");
+    return t.load();
+  };
+  const auto last = lower(model(false)), plain = lower(model(true));
+  const ref::Program& p = last->program();
+  if (p.ops[0].get_int("channels_last", 0) == 0)
+    GTEST_SKIP() << "oneDNN does not convolve channels last at full speed on " << runtime::hardware_architecture();
+  const auto types = op_types(p);
+  // The shuffle's Transpose, and one for the output.
+  EXPECT_EQ(std::count(types.begin(), types.end(), std::string("Transpose")), 2) << ::testing::PrintToString(types);
+  size_t slices = 0;
+  for (const auto& op : p.ops) {
+    if (op.type != "Slice") continue;
+    ++slices;
+    EXPECT_EQ(value(p, op.outputs[0]).dims, (std::vector<int64_t>{1, 1, 10, 10, 8}));
+  }
+  EXPECT_EQ(slices, 2u);
+  check_memory_plan(p);
+  std::vector<float> x(3 * 10 * 10);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i));
+  const auto y = [&](const Lowered& l) { return output_named(l, {bytes_of(x)}, "y"); };
+  EXPECT_EQ(y(*last), y(*plain));
+}
+
 TEST(RefLower, ConstantMatMulAndGemmWeightsArePackedToNK) {
   std::vector<float> b = iota_floats(4 * 3, 1.0f);  // [K=4, N=3]
   auto l = lower(TestModel()

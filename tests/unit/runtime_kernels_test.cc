@@ -889,27 +889,29 @@ TEST(RuntimeKernels, WholeRowReductionsMatchOneRunningResult) {
 // A transpose that moves the input's contiguous axis copies in tiles: every permutation of a 4-D
 // tensor whose sides are not multiples of the tile gives what index arithmetic gives.
 TEST(RuntimeKernels, TransposeInTilesMatchesIndexArithmetic) {
-  const Dims x = {2, 19, 3, 37};
-  std::vector<float> values(static_cast<size_t>(runtime::product(x)));
-  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
-  Dims perm = {0, 1, 2, 3};
-  do {
-    Dims y;
-    for (int64_t a : perm) y.push_back(x[static_cast<size_t>(a)]);
-    const auto got = run_op("Transpose", {{x, f32(values)}}, y, {ints_attr("perm", perm)});
-    const Dims xs = runtime::strides_of(x);
-    std::vector<float> want;
-    for (int64_t i0 = 0; i0 < y[0]; ++i0)
-      for (int64_t i1 = 0; i1 < y[1]; ++i1)
-        for (int64_t i2 = 0; i2 < y[2]; ++i2)
-          for (int64_t i3 = 0; i3 < y[3]; ++i3) {
-            const int64_t at[4] = {i0, i1, i2, i3};
-            int64_t offset = 0;
-            for (size_t a = 0; a < 4; ++a) offset += at[a] * xs[static_cast<size_t>(perm[a])];
-            want.push_back(values[static_cast<size_t>(offset)]);
-          }
-    EXPECT_EQ(got, want) << "perm " << perm[0] << perm[1] << perm[2] << perm[3];
-  } while (std::next_permutation(perm.begin(), perm.end()));
+  // Every order of the axes: last axes of 2, 3 and 4 (a shuffle within a pixel) among them.
+  for (const Dims& x : {Dims{2, 19, 3, 37}, Dims{5, 4, 19, 2}}) {
+    std::vector<float> values(static_cast<size_t>(runtime::product(x)));
+    for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
+    Dims perm = {0, 1, 2, 3};
+    do {
+      Dims y;
+      for (int64_t a : perm) y.push_back(x[static_cast<size_t>(a)]);
+      const auto got = run_op("Transpose", {{x, f32(values)}}, y, {ints_attr("perm", perm)});
+      const Dims xs = runtime::strides_of(x);
+      std::vector<float> want;
+      for (int64_t i0 = 0; i0 < y[0]; ++i0)
+        for (int64_t i1 = 0; i1 < y[1]; ++i1)
+          for (int64_t i2 = 0; i2 < y[2]; ++i2)
+            for (int64_t i3 = 0; i3 < y[3]; ++i3) {
+              const int64_t at[4] = {i0, i1, i2, i3};
+              int64_t offset = 0;
+              for (size_t a = 0; a < 4; ++a) offset += at[a] * xs[static_cast<size_t>(perm[a])];
+              want.push_back(values[static_cast<size_t>(offset)]);
+            }
+      EXPECT_EQ(got, want) << "perm " << perm[0] << perm[1] << perm[2] << perm[3];
+    } while (std::next_permutation(perm.begin(), perm.end()));
+  }
 }
 
 TEST(RuntimeKernels, TransposeConcatReshape) {

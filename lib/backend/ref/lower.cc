@@ -1133,7 +1133,8 @@ void pack_conv_weights(Draft& d) {
 // It would reorder each row-major image to that and back; so a Conv writes its image channels last
 // when every op reading it can take that, and reads such an image as it is, and the ops that keep
 // channels apart (pools, Resize over H and W, Concat on channels, elementwise activations and
-// same-shape arithmetic, BatchNormalization) run on channels-last images as they are, until an op needs the row-major
+// same-shape arithmetic, BatchNormalization, Slice, ShuffleNet's channel shuffle) run on channels-last
+// images as they are, until an op needs the row-major
 // image: there one Transpose (and Reshape) lays it out again, once per image. A channels-last
 // image is an ordinary tensor [N, 1, H, W, C] in the program (the channels a last spatial axis the
 // windows do not move along), so every other stage sees ordinary ops.
@@ -1145,7 +1146,16 @@ class ChannelsLast {
     std::vector<ref::Op> ops = std::move(d_.program.ops);
     d_.program.ops.clear();
     ops_ = &ops;
-    for (ref::Op op : ops) {
+    for (size_t i = 0; i < ops.size(); ++i) {
+      ref::Op op = ops[i];
+      if (auto it = rewritten_.find(i); it != rewritten_.end()) {
+        d_.program.ops.push_back(std::move(it->second));
+        continue;
+      }
+      if (shuffle_channels(op)) {
+        d_.program.ops.push_back(std::move(op));
+        continue;
+      }
       if (is_channels_last_conv(op)) {
         place_conv(op);
       } else if (reads_one(op) && runs_channels_last(op) && writes_arena(op)) {
@@ -1194,12 +1204,50 @@ class ChannelsLast {
     }
     if (op.type == "Concat") return op.get_int("axis", 0) == 1 && std::all_of(op.inputs.begin(), op.inputs.end(), image);
     if (activation_of(op.type) != ref::Activation::kNone) return op.inputs.size() == 1;
-    if (op.type == "BatchNormalization") return true;
+    if (op.type == "BatchNormalization" || op.type == "Slice") return true;
     static const std::set<std::string> arithmetic = {"Add", "Sub", "Mul", "Div", "Max", "Min"};
     if (arithmetic.count(op.type))
       return op.inputs.size() == 2 && !d_.is_weight(op.inputs[0]) && !d_.is_weight(op.inputs[1]) &&
              image_dims(op.inputs[0]) == image_dims(op.inputs[1]);
     return false;
+  }
+
+  // The one op reading v, when one op alone reads it and v is not a partition output.
+  std::optional<size_t> only_reader(int32_t v) const {
+    const auto& readers = reads_[static_cast<size_t>(v)];
+    if (readers.size() != 1 || d_.value(v).kind != ValueKind::kArena) return std::nullopt;
+    return readers.front();
+  }
+
+  // ShuffleNet's channel shuffle of a channels-last image: a Reshape of [N, C, H, W] to
+  // [N, G, C/G, H, W], a Transpose (0, 2, 1, 3, 4) and a Reshape back, each read by the next
+  // alone. On the image channels last that is a transpose within each pixel: Reshape to
+  // [N, H, W, G, C/G], Transpose (0, 1, 2, 4, 3), Reshape to [N, 1, H, W, C], channels last.
+  bool shuffle_channels(ref::Op& op) {
+    if (op.type != "Reshape" || op.inputs.size() != 1 || !last_[static_cast<size_t>(op.inputs[0])]) return false;
+    const auto x = image_dims(op.inputs[0]);  // [N, C, H, W]
+    const auto shape = op.get_ints("shape");
+    if (shape.size() != 5 || shape[0] != x[0] || shape[1] < 1 || shape[1] * shape[2] != x[1] || shape[3] != x[2] ||
+        shape[4] != x[3])
+      return false;
+    const auto t = only_reader(op.outputs[0]);
+    if (!t || (*ops_)[*t].type != "Transpose" || (*ops_)[*t].get_ints("perm") != std::vector<int64_t>{0, 2, 1, 3, 4}) return false;
+    const auto back = only_reader((*ops_)[*t].outputs[0]);
+    if (!back || (*ops_)[*back].type != "Reshape" || (*ops_)[*back].get_ints("shape") != x ||
+        d_.value((*ops_)[*back].outputs[0]).kind != ValueKind::kArena)
+      return false;
+    const int64_t groups = shape[1], each = shape[2];
+    set_attr(op, ints_attr("shape", {x[0], x[2], x[3], groups, each}));
+    d_.value(op.outputs[0]).dims = {x[0], x[2], x[3], groups, each};
+    ref::Op transpose = (*ops_)[*t];
+    set_attr(transpose, ints_attr("perm", {0, 1, 2, 4, 3}));
+    d_.value(transpose.outputs[0]).dims = {x[0], x[2], x[3], each, groups};
+    ref::Op reshape = (*ops_)[*back];
+    set_attr(reshape, ints_attr("shape", last_dims(x)));
+    set_channels_last(reshape.outputs[0]);
+    rewritten_[*t] = std::move(transpose);
+    rewritten_[*back] = std::move(reshape);
+    return true;
   }
 
   void place_conv(ref::Op& op) {
@@ -1246,6 +1294,12 @@ class ChannelsLast {
       set_attr(op, int_attr("axis", 4));
     } else if (op.type == "BatchNormalization") {
       set_attr(op, int_attr("channels_last", 1));
+    } else if (op.type == "Slice") {
+      // Per axis of [N, C, H, W], taken to [N, 1, H, W, C]; the new axis is one whole element.
+      for (const auto& [name, whole] : {std::pair{"starts", 0}, std::pair{"steps", 1}, std::pair{"sizes", 1}}) {
+        const auto v = op.get_ints(name);
+        set_attr(op, ints_attr(name, {v[0], whole, v[2], v[3], v[1]}));
+      }
     }
   }
 
@@ -1289,6 +1343,7 @@ class ChannelsLast {
   std::vector<bool> last_;                  // per value: a channels-last image
   const std::vector<ref::Op>* ops_ = nullptr;
   std::map<int32_t, int32_t> plain_, last_of_;
+  std::map<size_t, ref::Op> rewritten_;  // ops of a channel shuffle, by their positions before this pass
 };
 
 // ---- finishing ---------------------------------------------------------------------------------
