@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
 #include <random>
@@ -744,34 +745,53 @@ TEST(RefLower, ImagesStayChannelsLastBetweenConvolutions) {
   EXPECT_EQ(got["m"], want["m"]);
 }
 
+// Two convolutions of an image x [1, 3, 10, 10] joined on channels into "k" [1, 16, 10, 10], then
+// `tail` (ending in output "y"), lowered twice: as it is, and with the convolutions' images
+// partition outputs, which keeps them row-major: the program the channels-last one must equal.
+struct JoinedImages {
+  std::unique_ptr<Lowered> last, plain;
+  explicit JoinedImages(const std::function<void(TestModel&)>& tail) {
+    const auto model = [&](bool expose) {
+      TestModel t;
+      t.input("x", {1, 3, 10, 10})
+          .floats("w1", {8, 3, 3, 3}, iota_floats(8 * 27, 0.05f))
+          .floats("w2", {8, 3, 3, 3}, iota_floats(8 * 27, -0.03f))
+          .node("Conv", {"x", "w1"}, {"c1"}).attr("pads", std::vector<int64_t>{1, 1, 1, 1})
+          .node("Conv", {"x", "w2"}, {"c2"}).attr("pads", std::vector<int64_t>{1, 1, 1, 1})
+          .node("Concat", {"c1", "c2"}, {"k"}).attr("axis", int64_t{1});
+      tail(t);
+      t.output("y");
+      if (expose) t.output("c1").output("c2");
+      return t.load();
+    };
+    last = lower(model(false));
+    plain = lower(model(true));
+  }
+  bool channels_last() const { return last->program().ops[0].get_int("channels_last", 0) == 1; }
+  std::vector<float> y(const Lowered& l) const {
+    std::vector<float> x(3 * 10 * 10);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i));
+    return output_named(l, {bytes_of(x)}, "y");
+  }
+};
+
 // DenseNet's block: the features joined so far (a Concat, read by the next Concat too) pass a
 // BatchNormalization and a Relu into a Conv. The BatchNormalization runs on the channels-last
 // image with the Relu as its epilogue, so the joined images are never laid out row-major again;
 // the results are those of the row-major program, bit for bit.
 TEST(RefLower, ABatchNormalizationBetweenConcatsRunsChannelsLastWithItsRelu) {
-  const auto model = [](bool expose) {
-    TestModel t;
-    t.input("x", {1, 3, 10, 10})
-        .floats("w1", {8, 3, 3, 3}, iota_floats(8 * 27, 0.05f))
-        .floats("w2", {8, 3, 3, 3}, iota_floats(8 * 27, -0.03f))
-        .floats("w3", {8, 16, 3, 3}, iota_floats(8 * 144, 0.01f))
+  const JoinedImages joined([](TestModel& t) {
+    t.floats("w3", {8, 16, 3, 3}, iota_floats(8 * 144, 0.01f))
         .floats("s", {16}, iota_floats(16, 0.5f)).floats("b", {16}, iota_floats(16, -0.2f))
         .floats("m", {16}, iota_floats(16, 0.1f)).floats("v", {16}, std::vector<float>(16, 0.7f))
-        .node("Conv", {"x", "w1"}, {"c1"}).attr("pads", std::vector<int64_t>{1, 1, 1, 1})
-        .node("Conv", {"x", "w2"}, {"c2"}).attr("pads", std::vector<int64_t>{1, 1, 1, 1})
-        .node("Concat", {"c1", "c2"}, {"k"}).attr("axis", int64_t{1})
         .node("BatchNormalization", {"k", "s", "b", "m", "v"}, {"n"})
         .node("Relu", {"n"}, {"r"})
         .node("Conv", {"r", "w3"}, {"c3"}).attr("pads", std::vector<int64_t>{1, 1, 1, 1})
-        .node("Concat", {"k", "c3"}, {"y"}).attr("axis", int64_t{1})
-        .output("y");
-    if (expose) t.output("c1").output("c2");
-    return t.load();
-  };
-  const auto last = lower(model(false)), plain = lower(model(true));
-  const ref::Program& p = last->program();
-  if (p.ops[0].get_int("channels_last", 0) == 0)
+        .node("Concat", {"k", "c3"}, {"y"}).attr("axis", int64_t{1});
+  });
+  if (!joined.channels_last())
     GTEST_SKIP() << "oneDNN does not convolve channels last at full speed on " << runtime::hardware_architecture();
+  const ref::Program& p = joined.last->program();
   const auto types = op_types(p);
   EXPECT_EQ(std::count(types.begin(), types.end(), std::string("Relu")), 0);
   // Row-major once, for the output.
@@ -779,19 +799,11 @@ TEST(RefLower, ABatchNormalizationBetweenConcatsRunsChannelsLastWithItsRelu) {
   const auto& bn = only_op(p, "BatchNormalization");
   EXPECT_EQ(bn.get_int("channels_last", 0), 1);
   EXPECT_EQ(bn.get_int("act", 0), static_cast<int64_t>(ref::Activation::kRelu));
-  EXPECT_EQ(only_op(plain->program(), "BatchNormalization").get_int("channels_last", 0), 0);
+  EXPECT_EQ(only_op(joined.plain->program(), "BatchNormalization").get_int("channels_last", 0), 0);
   check_memory_plan(p);
-  std::vector<float> x(3 * 10 * 10);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i));
-  const auto y = [&](const Lowered& l) {
-    const auto bytes = run_lowered(l, {bytes_of(x)});
-    for (size_t i = 0; i < bytes.size(); ++i)
-      if (l.result.outputs[i].name == "y") return values_of<float>(bytes[i]);
-    return std::vector<float>{};
-  };
-  const auto got = y(*last);
+  const auto got = joined.y(*joined.last);
   EXPECT_EQ(got.size(), 24u * 10 * 10);
-  EXPECT_EQ(got, y(*plain));
+  EXPECT_EQ(got, joined.y(*joined.plain));
 }
 
 // ShuffleNet v2's unit: Concat, the channel shuffle (Reshape, Transpose, Reshape) and a Split into
@@ -799,30 +811,19 @@ TEST(RefLower, ABatchNormalizationBetweenConcatsRunsChannelsLastWithItsRelu) {
 // the halves are slices along the last axis, so no image is laid out row-major between the
 // convolutions; the results are the row-major program's, bit for bit.
 TEST(RefLower, ShuffleNetsChannelShuffleAndSplitStayChannelsLast) {
-  const auto model = [](bool expose) {
-    TestModel t;
-    t.input("x", {1, 3, 10, 10})
-        .floats("w1", {8, 3, 3, 3}, iota_floats(8 * 27, 0.05f))
-        .floats("w2", {8, 3, 3, 3}, iota_floats(8 * 27, -0.03f))
-        .floats("w3", {8, 8, 1, 1}, iota_floats(64, 0.02f))
+  const JoinedImages joined([](TestModel& t) {
+    t.floats("w3", {8, 8, 1, 1}, iota_floats(64, 0.02f))
         .int64s("to5", {5}, {1, 2, 8, 10, 10}).int64s("to4", {4}, {1, 16, 10, 10}).int64s("halves", {2}, {8, 8})
-        .node("Conv", {"x", "w1"}, {"c1"}).attr("pads", std::vector<int64_t>{1, 1, 1, 1})
-        .node("Conv", {"x", "w2"}, {"c2"}).attr("pads", std::vector<int64_t>{1, 1, 1, 1})
-        .node("Concat", {"c1", "c2"}, {"k"}).attr("axis", int64_t{1})
         .node("Reshape", {"k", "to5"}, {"g"})
         .node("Transpose", {"g"}, {"t"}).attr("perm", std::vector<int64_t>{0, 2, 1, 3, 4})
         .node("Reshape", {"t", "to4"}, {"s"})
         .node("Split", {"s", "halves"}, {"a", "b"}).attr("axis", int64_t{1})
         .node("Conv", {"b", "w3"}, {"c3"})
-        .node("Concat", {"a", "c3"}, {"y"}).attr("axis", int64_t{1})
-        .output("y");
-    if (expose) t.output("c1").output("c2");
-    return t.load();
-  };
-  const auto last = lower(model(false)), plain = lower(model(true));
-  const ref::Program& p = last->program();
-  if (p.ops[0].get_int("channels_last", 0) == 0)
+        .node("Concat", {"a", "c3"}, {"y"}).attr("axis", int64_t{1});
+  });
+  if (!joined.channels_last())
     GTEST_SKIP() << "oneDNN does not convolve channels last at full speed on " << runtime::hardware_architecture();
+  const ref::Program& p = joined.last->program();
   const auto types = op_types(p);
   // The shuffle's Transpose, and one for the output.
   EXPECT_EQ(std::count(types.begin(), types.end(), std::string("Transpose")), 2) << ::testing::PrintToString(types);
@@ -834,10 +835,7 @@ TEST(RefLower, ShuffleNetsChannelShuffleAndSplitStayChannelsLast) {
   }
   EXPECT_EQ(slices, 2u);
   check_memory_plan(p);
-  std::vector<float> x(3 * 10 * 10);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i));
-  const auto y = [&](const Lowered& l) { return output_named(l, {bytes_of(x)}, "y"); };
-  EXPECT_EQ(y(*last), y(*plain));
+  EXPECT_EQ(joined.y(*joined.last), joined.y(*joined.plain));
 }
 
 TEST(RefLower, ConstantMatMulAndGemmWeightsArePackedToNK) {
