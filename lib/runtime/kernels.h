@@ -221,9 +221,11 @@ void im2col(const T* x, const Dims& in_spatial, const Dims& in_strides, int64_t 
 using Epilogue = FunctionRef<void(int64_t j0, int64_t cols)>;
 
 // y [m, n] = op(A) [m, k] x op(B) [k, n], all dense row-major (op: transposed when asked), split
-// over the caller's threads when large (kernels_linear.cc).
+// over the caller's threads when large (kernels_linear.cc). With `few_rows` (room for m x n
+// floats), a product of at most kFewRows rows by a B stored transposed runs as B·Aᵀ there.
+inline constexpr int64_t kFewRows = 32;
 void gemm_rowmajor(int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* y, const ParallelFor* parallel,
-                   bool trans_a = false, bool trans_b = false, const Epilogue& after = {});
+                   bool trans_a = false, bool trans_b = false, const Epilogue& after = {}, float* few_rows = nullptr);
 
 // Integer arithmetic wraps around as two's complement instead of overflowing (which would be
 // undefined behaviour); floats are left as they are.

@@ -175,6 +175,22 @@ TEST(RuntimeKernels, GemmsCutOverThreadsMatchTheProduct) {
     const auto got = values_of<float>(run_bytes(p.program(), {f32(a), f32(bt)}, {}, parallel)[0]);
     expect_near(got, want, 1e-3f);
   }
+  // Few rows (up to kFewRows) by B stored [N, K], as a 16-row transformer's projections: run as
+  // B times A transposed, MatMul and Gemm alike, on one thread and cut over two.
+  for (const int64_t rows : {int64_t{1}, int64_t{7}, runtime::kFewRows}) {
+    const std::vector<float> a_rows(a.begin(), a.begin() + rows * k), want_rows(want.begin(), want.begin() + rows * n);
+    for (const runtime::ParallelFor& parallel : {runtime::ParallelFor{}, two_threads})
+      for (const bool gemm : {false, true}) {
+        SCOPED_TRACE(std::to_string(rows) + (gemm ? " rows, Gemm" : " rows, MatMul"));
+        ProgramBuilder p;
+        const int32_t x = p.input({rows, k}), w = p.input({n, k}), y = p.output({rows, n});
+        if (gemm)
+          p.op("Gemm", {x, w, -1}, y, gemm_attrs(0, 1, 1, 1));
+        else
+          p.op("MatMul", {x, w}, y, {int_attr("transB", 1)});
+        expect_near(values_of<float>(run_bytes(p.program(), {f32(a_rows), f32(bt)}, {}, parallel)[0]), want_rows, 1e-3f);
+      }
+  }
   // Batched, B stored with its last two dims swapped: attention's Q x K^T with K as it is.
   expect_near(run_op("MatMul", {{{2, 1, 3}, f32({1, 2, 3, 4, 5, 6})}, {{2, 2, 3}, f32({1, 0, 0, 0, 1, 1, 1, 1, 1, 2, 0, 0})}},
                      {2, 1, 2}, {int_attr("transB", 1)}),
