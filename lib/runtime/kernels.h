@@ -313,7 +313,8 @@ struct TypedScalars final : OpPlan {
 
 // The strides of a broadcasting op's output, then of each input seen through the output's dims.
 struct BroadcastPlan final : OpPlan {
-  std::vector<Dims> strides;
+  Dims dims;                  // the output's, single axes left out and neighbours every operand steps alike merged
+  std::vector<Dims> strides;  // over `dims`: the output's, then each input's
 };
 std::unique_ptr<OpPlan> plan_broadcast(const ref::Op&, const std::vector<const ref::Value*>& in, const ref::Value& out);
 

@@ -33,13 +33,14 @@ void strided_copy(const T* x, T* y, const Dims& out_dims, const Dims (&strides)[
     });
     return;
   }
-  const int64_t rows = out_dims[tiles.axis], row_step = strides[0][tiles.axis];
+  const int64_t rows = out_dims[tiles.axis], row_step = strides[0][tiles.axis], in_row = strides[1][tiles.axis];
   if (inner < kTile) {
-    // A short last axis (a shuffle within each pixel, G of 2 to 8): its G input rows interleaved,
-    // G a constant where it is 2 or 4, so the loop becomes vector shuffles.
+    // A short last axis (a shuffle within each pixel, G of 2 to 8; a Slice of a few values of each
+    // row, as detectors decode boxes): `rows` of them a call, G a constant where it is 2 or 4, so
+    // the loop becomes vector shuffles.
     const auto interleave = [&](const int64_t* at, auto g) {
       for (int64_t i = 0; i < rows; ++i)
-        for (int64_t j = 0; j < g; ++j) y[at[0] + i * row_step + j] = x[at[1] + i + j * step];
+        for (int64_t j = 0; j < g; ++j) y[at[0] + i * row_step + j] = x[at[1] + i * in_row + j * step];
     };
     for_each_row(tiles.outer, strides, [&](const int64_t* at) {
       if (inner == 2) interleave(at, std::integral_constant<int64_t, 2>{});
@@ -92,6 +93,17 @@ struct StridedCopy final : OpPlan {
   Tiles tiles;
 };
 
+// The tiles' outer rows; a copy row by row of a short last axis goes `rows` of it a call instead
+// (strided_copy), the axis before it the tiles' axis.
+void plan_short_rows(StridedCopy& plan) {
+  const size_t rank = plan.dims.size();
+  if (plan.tiles.axis == rank && rank > 1 && plan.dims.back() < kTile && plan.dims[rank - 2] > 1) plan.tiles.axis = rank - 2;
+  if (plan.tiles.axis == rank) return;
+  plan.tiles.outer = plan.dims;
+  plan.tiles.outer[plan.tiles.axis] = 1;
+  plan.tiles.outer.back() = 1;
+}
+
 std::unique_ptr<OpPlan> plan_transpose(const ref::Op& op, const std::vector<const ref::Value*>& in, const ref::Value& out) {
   auto plan = std::make_unique<StridedCopy>();
   const Dims perm = op.get_ints("perm"), in_strides = strides_of(in[0]->dims);
@@ -116,11 +128,7 @@ std::unique_ptr<OpPlan> plan_transpose(const ref::Op& op, const std::vector<cons
   if (rank > 1 && dims.back() > 1 && plan->strides[1].back() != 1)
     for (size_t a = 0; a + 1 < rank; ++a)
       if (plan->strides[1][a] == 1 && dims[a] >= kTile) plan->tiles.axis = a;
-  if (plan->tiles.axis < rank) {
-    plan->tiles.outer = dims;
-    plan->tiles.outer[plan->tiles.axis] = 1;
-    plan->tiles.outer.back() = 1;
-  }
+  plan_short_rows(*plan);
   return plan;
 }
 
@@ -136,6 +144,7 @@ std::unique_ptr<OpPlan> plan_slice(const ref::Op& op, const std::vector<const re
     }
   plan->dims = out.dims;
   plan->strides[0] = strides_of(out.dims);
+  plan_short_rows(*plan);
   return plan;
 }
 
@@ -233,6 +242,23 @@ void concat(Ins in, const Output& out) {
   int64_t outer = product(od, 0, axis), inner = product(od, axis + 1, od.size()) * es;
   int64_t out_row = od[axis] * inner;
   parallel_ranges(out.parallel, outer, out_row, [&](int64_t begin, int64_t end) {
+    if (out_row <= 64) {
+      // Rows of a few values (a detector's boxes joined along their last axis): input by input,
+      // its rows a fixed-size copy each, not a call.
+      int64_t at = 0;
+      for (const Tensor& t : in) {
+        const int64_t row = t.dims()[axis] * inner;
+        const auto rows = [&](auto size) {
+          for (int64_t o = begin; o < end; ++o) std::memcpy(out.bytes() + o * out_row + at, t.bytes() + o * row, size);
+        };
+        if (row == 4) rows(std::integral_constant<size_t, 4>{});
+        else if (row == 8) rows(std::integral_constant<size_t, 8>{});
+        else if (row == 16) rows(std::integral_constant<size_t, 16>{});
+        else rows(static_cast<size_t>(row));
+        at += row;
+      }
+      return;
+    }
     for (int64_t o = begin; o < end; ++o) {
       uint8_t* to = out.bytes() + o * out_row;
       for (const Tensor& t : in) {

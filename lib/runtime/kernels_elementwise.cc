@@ -70,7 +70,7 @@ void broadcast_map(Ins in, const Output& out, F f, std::index_sequence<I...>) {
     return;
   }
   const auto& plan = static_cast<const BroadcastPlan&>(*out.plan);
-  const Dims& dims = out.dims();
+  const Dims& dims = plan.dims;
   const Dims* strides = plan.strides.data();  // the output's, then each input's
   int64_t inner = dims.empty() ? 1 : dims.back();
   int64_t step[kInputs] = {(dims.empty() ? 0 : strides[I + 1].back())...};
@@ -253,10 +253,24 @@ void floats_of_halves(const uint16_t* from, float* to, int64_t count) {
   for (; i < count; ++i) to[i] = float_of_half(from[i]);
 }
 
+// Neighbouring axes every operand steps through alike are one: a scalar times boxes [1, 4420, 2]
+// is one row of 8840 values, not 4420 rows of 2.
 std::unique_ptr<OpPlan> plan_broadcast(const ref::Op&, const std::vector<const ref::Value*>& in, const ref::Value& out) {
+  std::vector<Dims> strides = {strides_of(out.dims)};
+  for (const ref::Value* v : in) strides.push_back(broadcast_strides(v->dims, out.dims));
   auto plan = std::make_unique<BroadcastPlan>();
-  plan->strides.push_back(strides_of(out.dims));
-  for (const ref::Value* v : in) plan->strides.push_back(broadcast_strides(v->dims, out.dims));
+  plan->strides.resize(strides.size());
+  for (size_t a = 0; a < out.dims.size(); ++a) {
+    if (out.dims[a] == 1) continue;
+    bool joins = !plan->dims.empty();
+    for (size_t k = 0; joins && k < strides.size(); ++k) joins = plan->strides[k].back() == strides[k][a] * out.dims[a];
+    if (joins) plan->dims.back() *= out.dims[a];
+    else plan->dims.push_back(out.dims[a]);
+    for (size_t k = 0; k < strides.size(); ++k) {
+      if (joins) plan->strides[k].back() = strides[k][a];
+      else plan->strides[k].push_back(strides[k][a]);
+    }
+  }
   return plan;
 }
 
@@ -290,12 +304,12 @@ void activate(ref::Activation kind, float alpha, float beta, float* data, int64_
     case ref::Activation::kNone: return;
     case ref::Activation::kRelu: return in_place(data, n, [](float x) { return std::max(x, 0.0f); });
     case ref::Activation::kLeakyRelu: return in_place(data, n, [=](float x) { return leaky_relu_of(x, alpha); });
-    case ref::Activation::kSigmoid: return in_place(data, n, sigmoid_of);
+    case ref::Activation::kSigmoid: return in_place(data, n, [](float x) { return sigmoid_of(x); });
     case ref::Activation::kTanh: return tanh_n(data, data, n);
     case ref::Activation::kClip: return in_place(data, n, [=](float x) { return clip_of(x, alpha, beta); });
     case ref::Activation::kHardSigmoid:
       return in_place(data, n, [=](float x) { return hard_sigmoid_of(x, alpha, beta); });
-    case ref::Activation::kHardSwish: return in_place(data, n, hard_swish_of);
+    case ref::Activation::kHardSwish: return in_place(data, n, [](float x) { return hard_swish_of(x); });
   }
 }
 
@@ -412,7 +426,7 @@ void abs(Ins in, const Output& out) {
 }
 
 void sqrt(Ins in, const Output& out) { unary(in, out, [](float x) { return std::sqrt(x); }); }
-void exp(Ins in, const Output& out) { unary(in, out, exp_approx); }
+void exp(Ins in, const Output& out) { unary(in, out, [](float x) { return exp_approx(x); }); }
 void log(Ins in, const Output& out) { unary(in, out, [](float x) { return std::log(x); }); }
 void erf(Ins in, const Output& out) { unary_n(in, out, erf_n); }
 void sin(Ins in, const Output& out) { unary(in, out, [](float x) { return std::sin(x); }); }
@@ -469,9 +483,9 @@ void mod(Ins in, const Output& out) {
 }
 
 void relu(Ins in, const Output& out) { unary(in, out, [](float x) { return std::max(x, 0.0f); }); }
-void sigmoid(Ins in, const Output& out) { unary(in, out, sigmoid_of); }
+void sigmoid(Ins in, const Output& out) { unary(in, out, [](float x) { return sigmoid_of(x); }); }
 void tanh(Ins in, const Output& out) { unary_n(in, out, tanh_n); }
-void hard_swish(Ins in, const Output& out) { unary(in, out, hard_swish_of); }
+void hard_swish(Ins in, const Output& out) { unary(in, out, [](float x) { return hard_swish_of(x); }); }
 // log(1 + e^x) without overflow for large x.
 void softplus(Ins in, const Output& out) {
   unary(in, out, [](float x) { return x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)); });

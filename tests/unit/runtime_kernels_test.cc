@@ -1259,6 +1259,43 @@ TEST(RuntimeKernels, BatchNormalizationWithItsReluInEitherLayoutIsTheDefinition)
   EXPECT_EQ(run({n, 1, h, w, c}, last, 1), want_last);
 }
 
+// Rows of a few values, as a detector decodes its boxes ([1, 4420, 2] and 4): a Mul by a scalar,
+// by a row of 2 and by a column, and a Concat along the last axis of rows of 1, 2 and 4 floats,
+// against index arithmetic, on one thread and on two.
+TEST(RuntimeKernels, ShortRowsMatchIndexArithmetic) {
+  const int64_t boxes = 4420;
+  std::vector<float> x(static_cast<size_t>(boxes * 2)), column(static_cast<size_t>(boxes));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 97) * 0.25f - 3.0f;
+  for (size_t i = 0; i < column.size(); ++i) column[i] = static_cast<float>(i % 5) + 0.5f;
+  const std::vector<float> scalar = {0.1f}, pair = {0.1f, 0.2f};
+  for (const runtime::ParallelFor& parallel : {runtime::ParallelFor{}, two_threads}) {
+    for (const auto& [by, dims] : {std::pair{scalar, Dims{}}, std::pair{pair, Dims{1, 1, 2}}, std::pair{column, Dims{boxes, 1}}}) {
+      ProgramBuilder p;
+      const int32_t a = p.input({1, boxes, 2}), b = p.input(dims), y = p.output({1, boxes, 2});
+      p.op("Mul", {a, b}, y);
+      const auto got = values_of<float>(run_bytes(p.program(), {f32(x), f32(by)}, {}, parallel)[0]);
+      std::vector<float> want(x.size());
+      for (size_t i = 0; i < x.size(); ++i)
+        want[i] = x[i] * (by.size() == 1 ? by[0] : by.size() == 2 ? by[i % 2] : by[i / 2]);
+      EXPECT_EQ(got, want) << "by " << by.size() << " values";
+    }
+    ProgramBuilder p;
+    const int32_t a = p.input({1, boxes, 1}), b = p.input({1, boxes, 2}), c = p.input({1, boxes, 4});
+    const int32_t y = p.output({1, boxes, 7});
+    p.op("Concat", {a, b, c}, y, {int_attr("axis", 2)});
+    std::vector<float> four(static_cast<size_t>(boxes * 4));
+    for (size_t i = 0; i < four.size(); ++i) four[i] = -static_cast<float>(i);
+    const auto got = values_of<float>(run_bytes(p.program(), {f32(column), f32(x), f32(four)}, {}, parallel)[0]);
+    std::vector<float> want;
+    for (int64_t r = 0; r < boxes; ++r) {
+      want.push_back(column[static_cast<size_t>(r)]);
+      for (int64_t j = 0; j < 2; ++j) want.push_back(x[static_cast<size_t>(r * 2 + j)]);
+      for (int64_t j = 0; j < 4; ++j) want.push_back(four[static_cast<size_t>(r * 4 + j)]);
+    }
+    EXPECT_EQ(got, want);
+  }
+}
+
 TEST(RuntimeKernels, ReduceMaxAndMin) {
   In x{{2, 3}, f32({1, 5, -2, 4, 0, 3})};
   expect_near(run_op("ReduceMax", {x}, {2}, {ints_attr("axes", {1}), int_attr("keepdims", 0)}), {5, 4});
