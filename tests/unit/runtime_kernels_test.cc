@@ -68,6 +68,27 @@ TEST(RuntimeKernels, SoftmaxAlongAxisOrCoercedTo2d) {
               {0.5f, 0.5f});
 }
 
+// Rows of a few values (a detector's 4420 pairs of scores) go in blocks side by side, the same
+// operations in the same order as along a row alone: bit for bit a softmax over the transposed
+// input's first axis, Softmax and LogSoftmax, for row lengths 1 to 8 and a long one.
+TEST(RuntimeKernels, SoftmaxOfShortRowsIsTheSoftmaxOfItsColumns) {
+  const int64_t rows = 4420;
+  for (const int64_t n : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{8}, int64_t{9}})
+    for (const char* type : {"Softmax", "LogSoftmax"}) {
+      std::vector<float> x(static_cast<size_t>(rows * n)), t(x.size());
+      for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i)) * 20.0f;
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t k = 0; k < n; ++k) t[static_cast<size_t>(k * rows + r)] = x[static_cast<size_t>(r * n + k)];
+      const auto along = run_op(type, {{{1, rows, n}, f32(x)}}, {1, rows, n}, {int_attr("axis", 2), int_attr("coerce_2d", 0)});
+      const auto down = run_op(type, {{{n, rows}, f32(t)}}, {n, rows}, {int_attr("axis", 0), int_attr("coerce_2d", 0)});
+      size_t wrong = 0;
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t k = 0; k < n; ++k)
+          wrong += std::memcmp(&along[static_cast<size_t>(r * n + k)], &down[static_cast<size_t>(k * rows + r)], sizeof(float)) != 0;
+      EXPECT_EQ(wrong, 0u) << type << ", rows of " << n;
+    }
+}
+
 TEST(RuntimeKernels, MatMulBroadcastsBatchDims) {
   // [2,2,2] x [2,2]: B is shared by both batches.
   expect_near(run_op("MatMul", {{{2, 2, 2}, f32({1, 2, 3, 4, 5, 6, 7, 8})}, {{2, 2}, f32({1, 0, 1, 1})}}, {2, 2, 2}),
