@@ -13,7 +13,9 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <set>
+#include <stdexcept>
 #include <tuple>
 #include <unordered_set>
 
@@ -297,17 +299,31 @@ LoadOptions load_options(const nlohmann::json& load) {
   return l;
 }
 
-// Each weight's TensorProto, found by the reference it holds.
-void point_weights(onnx::GraphProto& graph, std::vector<Weight>& weights) {
+// Each weight's TensorProto, found by the reference it holds; false when one refers to no weight.
+bool point_weights(onnx::GraphProto& graph, std::vector<Weight>& weights) {
   for (auto& t : *graph.mutable_initializer()) {
     const int64_t ref = weight_ref(t);
-    if (ref >= 0 && static_cast<size_t>(ref) < weights.size()) weights[static_cast<size_t>(ref)].tensor = &t;
+    if (ref >= static_cast<int64_t>(weights.size())) return false;
+    if (ref >= 0) weights[static_cast<size_t>(ref)].tensor = &t;
   }
   for (auto& node : *graph.mutable_node())
     for (auto& a : *node.mutable_attribute()) {
-      if (a.has_g()) point_weights(*a.mutable_g(), weights);
-      for (auto& g : *a.mutable_graphs()) point_weights(g, weights);
+      if (a.has_g() && !point_weights(*a.mutable_g(), weights)) return false;
+      for (auto& g : *a.mutable_graphs())
+        if (!point_weights(g, weights)) return false;
     }
+  return true;
+}
+
+// The bytes a tensor of `dtype` and `dims` holds; nullopt for dims no tensor has.
+std::optional<uint64_t> tensor_bytes_of(int32_t dtype, const std::vector<int64_t>& dims) {
+  uint64_t count = 1;
+  for (int64_t d : dims)
+    if (d < 0 || __builtin_mul_overflow(count, static_cast<uint64_t>(d), &count)) return std::nullopt;
+  if (is_4bit(dtype)) return (count + 1) / 2;
+  uint64_t bytes = 0;
+  if (element_size(dtype) == 0 || __builtin_mul_overflow(count, element_size(dtype), &bytes)) return std::nullopt;
+  return bytes;
 }
 
 // The job compile --object described (describe_job), its model at `path`: beside it the object's
@@ -328,6 +344,14 @@ void read_job(Job& job, const ObjectFile& o, const fs::path& path) {
   if (graph->size > static_cast<uint64_t>(std::numeric_limits<int>::max()) ||
       !model.proto->ParseFromArray(graph->data, static_cast<int>(graph->size)))
     throw refuse("its model member is not an ONNX model");
+  // Counts, sizes and indices are whole numbers; a float or a negative one is a damaged header.
+  const auto whole = [&](const nlohmann::json& j) -> uint64_t {
+    if (!j.is_number_unsigned()) throw refuse("its header holds " + j.dump() + " where a count or an index belongs");
+    return j.get<uint64_t>();
+  };
+  std::set<std::string> data_members;
+  for (const Member& m : o.members)
+    if (m.kind == "data") data_members.insert(m.name);
   // Views of the object's bytes keep the mapping, not a file: they are not external data.
   const auto bytes_at = [&](uint64_t offset, uint64_t size) {
     if (offset > held->size || size > held->size - offset) throw refuse("a weight reaches past its weights member");
@@ -338,20 +362,28 @@ void read_job(Job& job, const ObjectFile& o, const fs::path& path) {
     return data;
   };
   std::map<std::string, std::shared_ptr<const MappedFile>> files;
+  std::vector<bool> has_bytes;
   for (const auto& j : d.at("weights")) {
     Weight w;
     w.name = j.at("name");
-    const int origin = j.at("origin");
-    if (origin < 0 || origin > static_cast<int>(WeightOrigin::kFolded)) throw refuse("a weight of no known origin");
+    const uint64_t origin = whole(j.at("origin"));
+    if (origin > static_cast<uint64_t>(WeightOrigin::kFolded)) throw refuse("a weight of no known origin");
     w.origin = static_cast<WeightOrigin>(origin);
     w.graph = j.at("graph");
     w.external = j.at("external");
-    const uint64_t size = j.at("size");
+    w.data.dtype = j.at("dtype");
+    w.data.dims = j.at("dims").get<std::vector<int64_t>>();
+    const uint64_t size = whole(j.at("size"));
+    has_bytes.push_back(j.contains("data") || j.contains("held"));
+    if (has_bytes.back() && tensor_bytes_of(w.data.dtype, w.data.dims) != size)
+      throw refuse("weight '" + w.name + "' holds " + std::to_string(size) + " bytes, not what its type and dims need");
     if (j.contains("data")) {
+      // One of the object's files, never a path of the header's choosing.
       const std::string name = j.at("data");
+      if (!data_members.count(name)) throw refuse("weight '" + w.name + "' is in '" + name + "', which the object does not hold");
       auto& file = files[name];
       if (!file) file = MappedFile::open(path.parent_path() / name);
-      const uint64_t offset = j.at("offset");
+      const uint64_t offset = whole(j.at("offset"));
       if (offset > file->size() || size > file->size() - offset) throw refuse("weight '" + w.name + "' reaches past " + name);
       w.data.data = file->data() + offset;
       w.data.size = size;
@@ -359,16 +391,24 @@ void read_job(Job& job, const ObjectFile& o, const fs::path& path) {
       w.data.file = file;
       w.data.file_offset = offset;
     } else if (j.contains("held")) {
-      w.data = bytes_at(j.at("held"), size);
+      const TensorData bytes = bytes_at(whole(j.at("held")), size);
+      w.data.data = bytes.data;
+      w.data.size = bytes.size;
+      w.data.owner = bytes.owner;
     }
-    w.data.dtype = j.at("dtype");
-    w.data.dims = j.at("dims").get<std::vector<int64_t>>();
     model.weights.push_back(std::move(w));
   }
-  point_weights(*model.proto->mutable_graph(), model.weights);
+  if (!point_weights(*model.proto->mutable_graph(), model.weights)) throw refuse("its model refers to a weight it does not hold");
+  // Every weight the graph still reads has its bytes.
+  std::set<int64_t> read;
+  const auto used = names_in_use(model.graph());
+  weights_read(model.graph(), &used, read);
+  for (int64_t w : read)
+    if (!has_bytes[static_cast<size_t>(w)]) throw refuse("its model reads weight '" + model.weights[static_cast<size_t>(w)].name +
+                                                         "', whose bytes it does not hold");
   for (const auto& [name, index] : d.at("constants").items()) {
-    if (index.get<size_t>() >= model.weights.size()) throw refuse("constant '" + name + "' is no weight");
-    model.constants[name] = index;
+    if (whole(index) >= model.weights.size()) throw refuse("constant '" + name + "' is no weight");
+    model.constants[name] = whole(index);
   }
   for (const auto& [name, j] : d.at("value_types").items()) {
     ValueType& type = model.value_types[name];
@@ -381,20 +421,25 @@ void read_job(Job& job, const ObjectFile& o, const fs::path& path) {
     v.dims = j.at("dims").get<std::vector<int64_t>>();
     v.values = j.at("values").get<std::vector<std::string>>();
     v.bytes = j.at("bytes").get<std::vector<uint8_t>>();
-    v.position = j.at("position");
+    v.position = whole(j.at("position"));
     v.had_default = j.at("had_default");
-    const TensorData declared = bytes_at(j.at("declared"), j.at("declared_size"));
-    if (!v.declared.ParseFromArray(declared.data, static_cast<int>(declared.size))) throw refuse("input '" + name + "' is declared unreadably");
+    const TensorData declared = bytes_at(whole(j.at("declared")), whole(j.at("declared_size")));
+    if (declared.size > static_cast<uint64_t>(std::numeric_limits<int>::max()) ||
+        !v.declared.ParseFromArray(declared.data, static_cast<int>(declared.size)))
+      throw refuse("input '" + name + "' is declared unreadably");
   }
   job.input_nodes = d.at("input_nodes");
   const nlohmann::json& sp = d.at("specialised");
   job.specialised = {sp.at("folded_nodes"), sp.at("removed_nodes"), sp.at("typed_values"), sp.at("inlined_branches"),
                      sp.at("folded_by_op").get<std::map<std::string, size_t>>()};
-  const size_t nodes = static_cast<size_t>(model.graph().node_size());
+  // Each node of the graph in one partition or on CPU, exactly once.
+  std::vector<bool> placed(static_cast<size_t>(model.graph().node_size()), false);
   const auto node_index = [&](const nlohmann::json& j) {
-    const size_t node = j;
-    if (node >= nodes) throw refuse("its partitions name a node its model lacks");
-    return node;
+    const uint64_t node = whole(j);
+    if (node >= placed.size()) throw refuse("its partitions name a node its model lacks");
+    if (placed[node]) throw refuse("its partitions place node " + std::to_string(node) + " twice");
+    placed[node] = true;
+    return static_cast<size_t>(node);
   };
   for (const auto& j : d.at("partitions")) {
     Partition p;
@@ -406,6 +451,7 @@ void read_job(Job& job, const ObjectFile& o, const fs::path& path) {
     job.plan.partitions.push_back(std::move(p));
   }
   for (const auto& j : d.at("cpu_nodes")) job.plan.cpu_nodes.push_back({node_index(j.at("node")), j.at("reason")});
+  if (std::find(placed.begin(), placed.end(), false) != placed.end()) throw refuse("its partitions leave a node out");
 }
 
 }  // namespace
@@ -498,6 +544,8 @@ RunSummary link_objects(const std::vector<fs::path>& given, CompileOptions optio
       read_job(job, read[m], inputs[m]);
     } catch (const nlohmann::json::exception& e) {
       throw Error(ErrorCode::kInvalidBinary, objects[m].string() + ": its header is not an object's: " + e.what());
+    } catch (const std::logic_error& e) {  // a weight reference that is not a number (weight_ref)
+      throw Error(ErrorCode::kInvalidBinary, objects[m].string() + ": its model's weight references are damaged: " + e.what());
     }
   };
   RunSummary summary;

@@ -195,6 +195,27 @@ TEST_F(ObjectTest, LinkRefusesObjectsItCannotUseByName) {
   parts.header["job"].erase("value_types");
   join(other, parts);
   refused(other, "its header is not an object's", 7);
+  // A weight in a file the object does not hold (a path of the header's choosing), one whose bytes
+  // are not what its dims need, a node placed twice, a size that is not a whole number.
+  const auto first_weight = [&](const char* key, const auto& change) {
+    parts = split(made[1]);
+    for (auto& w : parts.header["job"]["weights"])
+      if (w.contains(key)) {
+        change(w);
+        break;
+      }
+    join(other, parts);
+  };
+  first_weight("held", [](nlohmann::json& w) { w["data"] = "/etc/passwd"; w["offset"] = 0; w.erase("held"); });
+  refused(other, "which the object does not hold", 7);
+  first_weight("held", [](nlohmann::json& w) { w["size"] = w["size"].get<uint64_t>() + 4; });
+  refused(other, "not what its type and dims need", 7);
+  first_weight("held", [](nlohmann::json& w) { w["size"] = 4.5; });
+  refused(other, "where a count or an index belongs", 7);
+  parts = split(made[1]);
+  parts.header["job"]["cpu_nodes"].push_back({{"node", parts.header["job"]["partitions"][0]["nodes"][0]}, {"reason", "x"}});
+  join(other, parts);
+  refused(other, "twice", 7);
   std::ofstream(other, std::ios::trunc) << "{}";
   refused(other, "not a ctxgen object", 7);
   // Every object alike, but for another machine's CPU level than this one compiles for.
