@@ -210,6 +210,21 @@ TEST(RuntimeValidate, RejectsBadDataflow) {
     b.op("Abs", {u}, y);
     expect_invalid(b.program(), "op 1 (Neg): input 0 (value 1) overlaps the output (value 2) in the arena", 0);
   }
+  {
+    // A Reshape may write exactly over its input (it copies nothing then), not partly.
+    for (const uint64_t at : {uint64_t{0}, uint64_t{64}}) {
+      ProgramBuilder b;
+      int32_t x = b.input({32});
+      int32_t t = b.arena({32}, 0);
+      int32_t u = b.arena({2, 16}, at);
+      int32_t y = b.output({2, 16});
+      b.op("Relu", {x}, t);
+      b.op("Reshape", {t}, u, {ints_attr("shape", {2, 16})});
+      b.op("Neg", {u}, y);
+      if (at == 0) EXPECT_NO_THROW(runtime::validate(b.program(), 0));
+      else expect_invalid(b.program(), "op 1 (Reshape): input 0 (value 1) overlaps the output (value 2) in the arena", 0);
+    }
+  }
 }
 
 // One op over small inputs, for the per-op rules.

@@ -1,7 +1,8 @@
 // Greedy-by-size placement (as in TFLite's arena planner): values are placed largest first, each
 // in the smallest gap left between already placed values whose lifetimes overlap its own. Big
 // values then claim space first and small ones fill the holes, which packs better than placing in
-// execution order.
+// execution order. A Reshape's output is its input's bytes (no value is written twice, so the two
+// can share them): the pair is placed as one value living as long as both, and nothing is copied.
 
 #include "memory_plan.h"
 
@@ -60,11 +61,29 @@ uint64_t best_fit(const std::vector<Placed>& busy, uint64_t size) {
 
 }  // namespace
 
+// The value whose bytes v shares (itself when none): Reshapes of arena values joined in chains.
+std::vector<size_t> shared_bytes(const ref::Program& program) {
+  std::vector<size_t> root(program.values.size());
+  std::iota(root.begin(), root.end(), size_t{0});
+  const auto arena = [&](int32_t v) { return v >= 0 && program.values[static_cast<size_t>(v)].kind == ref::ValueKind::kArena; };
+  for (const ref::Op& op : program.ops)
+    if (op.type == "Reshape" && arena(op.inputs[0]) && arena(op.outputs[0]))
+      root[static_cast<size_t>(op.outputs[0])] = root[static_cast<size_t>(op.inputs[0])];  // written after its input
+  return root;
+}
+
 void plan_memory(ref::Program& program) {
   auto life = lifetimes(program);
+  const std::vector<size_t> root = shared_bytes(program);
+  for (size_t v = 0; v < program.values.size(); ++v) {
+    if (root[v] == v) continue;
+    Lifetime& r = life[root[v]];
+    r.first = std::min(r.first, life[v].first);
+    r.last = std::max(r.last, life[v].last);
+  }
   std::vector<size_t> order;
   for (size_t v = 0; v < program.values.size(); ++v)
-    if (program.values[v].kind == ref::ValueKind::kArena) order.push_back(v);
+    if (program.values[v].kind == ref::ValueKind::kArena && root[v] == v) order.push_back(v);
   // Largest first; ties by first use then id keep the plan deterministic.
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     uint64_t sa = aligned(program.values[a].byte_size()), sb = aligned(program.values[b].byte_size());
@@ -86,6 +105,8 @@ void plan_memory(ref::Program& program) {
                   p);
     high_water = std::max(high_water, offset + size);
   }
+  for (size_t v = 0; v < program.values.size(); ++v)
+    if (root[v] != v) program.values[v].index = program.values[root[v]].index;
   program.arena_bytes = high_water;
 }
 

@@ -15,7 +15,8 @@ inline constexpr const char* kEpName = "CtxgenRef";       // EPContext `source`,
 // (`out_scale`, `out_shift`), which 3.2 would misread or ignore.
 // 3.4: Requantize, an op 3.3 does not know.
 // 3.5: BatchNormalization may read a channels-last image (`channels_last`) and fuse an activation
-// (`act`), and epilogues may bound their results (`out_lo`, `out_hi`), which 3.4 would misread.
+// (`act`), epilogues may bound their results (`out_lo`, `out_hi`), and a Reshape's output may lie
+// on its input's arena bytes, which 3.4 would misread or refuse.
 inline constexpr const char* kSdkVersion = "ctxgen-ref 3.5";
 // The hardware architecture is the CPU level packed weights are laid out for, read from the
 // machine: runtime::hardware_architecture().
