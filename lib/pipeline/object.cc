@@ -153,8 +153,15 @@ RunSummary compile_object(const fs::path& model, const CompileOptions& options, 
   if (compile.cache_dir.empty()) compile.cache_dir = staging.path() / "cache";
   compile.cache_max_size = 0;  // this run's entries go into the object first
 
-  std::vector<std::pair<nlohmann::json, std::string>> members;  // description, the bytes...
-  std::vector<fs::path> member_files;                           // ...or the file holding them
+  // Each member: its description, and its bytes, made here or in a file.
+  struct Written {
+    nlohmann::json description;
+    std::string made;
+    std::shared_ptr<const MappedFile> file;
+    const uint8_t* data() const { return file ? file->data() : reinterpret_cast<const uint8_t*>(made.data()); }
+    size_t size() const { return file ? file->size() : made.size(); }
+  };
+  std::vector<Written> members;
   nlohmann::json job_description;
   JobHooks hooks;
   hooks.compiled = [&](std::vector<Job>& jobs, const CacheStats& cache) {
@@ -162,18 +169,14 @@ RunSummary compile_object(const fs::path& model, const CompileOptions& options, 
     HeldBytes held;
     std::set<fs::path> data_files;
     job_description = describe_job(job, external_data_folder(model), held, data_files);
-    members.push_back({{{"kind", "model"}, {"name", model.filename().string()}}, deterministic_bytes(*job.model.proto)});
-    member_files.emplace_back();
-    members.push_back({{{"kind", "weights"}, {"name", "weights"}}, std::move(held.bytes)});
-    member_files.emplace_back();
-    for (const fs::path& data : data_files) {
-      members.push_back({{{"kind", "data"}, {"name", fs::relative(data, external_data_folder(model)).generic_string()}}, ""});
-      member_files.push_back(data);
-    }
-    for (const std::string& key : std::set<std::string>(cache.keys.begin(), cache.keys.end())) {
-      members.push_back({{{"kind", "entry"}, {"name", key}}, ""});
-      member_files.push_back(compile.cache_dir / "entries" / key.substr(0, 2) / key);
-    }
+    members.push_back({{{"kind", "model"}, {"name", model.filename().string()}}, deterministic_bytes(*job.model.proto), nullptr});
+    members.push_back({{{"kind", "weights"}, {"name", "weights"}}, std::move(held.bytes), nullptr});
+    for (const fs::path& data : data_files)
+      members.push_back({{{"kind", "data"}, {"name", fs::relative(data, external_data_folder(model)).generic_string()}}, "",
+                         MappedFile::open(data)});
+    for (const std::string& key : std::set<std::string>(cache.keys.begin(), cache.keys.end()))
+      members.push_back({{{"kind", "entry"}, {"name", key}}, "",
+                         MappedFile::open(compile.cache_dir / "entries" / key.substr(0, 2) / key)});
   };
   RunSummary summary = run_reported({model}, compile, [&](RunSummary& s, bool& checked) {
     run_stages({model}, compile, backends, hooks, s, checked);
@@ -182,19 +185,10 @@ RunSummary compile_object(const fs::path& model, const CompileOptions& options, 
   const Backend& backend = backend_for(backends, options.backend, options.target);
   const LoadOptions load = options.per_model.empty() ? LoadOptions{} : options.per_model.front();
   nlohmann::json list = nlohmann::json::array();
-  std::vector<std::shared_ptr<const MappedFile>> mapped(members.size());
-  for (size_t i = 0; i < members.size(); ++i) {
-    auto& [description, bytes] = members[i];
-    const uint8_t* data = reinterpret_cast<const uint8_t*>(bytes.data());
-    size_t size = bytes.size();
-    if (!member_files[i].empty()) {
-      mapped[i] = MappedFile::open(member_files[i]);
-      data = mapped[i]->data();
-      size = mapped[i]->size();
-    }
-    description["size"] = size;
-    description["xxh3_128"] = xxh3_128(data, size).hex();
-    list.push_back(description);
+  for (Written& m : members) {
+    m.description["size"] = m.size();
+    m.description["xxh3_128"] = xxh3_128(m.data(), m.size()).hex();
+    list.push_back(m.description);
   }
   const nlohmann::json header = {
       {"format", kObjectFormat}, {"ctxgen_version", CTXGEN_VERSION}, {"backend_name", options.backend},
@@ -207,10 +201,7 @@ RunSummary compile_object(const fs::path& model, const CompileOptions& options, 
   const uint64_t size = text.size();
   file.write(reinterpret_cast<const uint8_t*>(&size), sizeof size);
   file.write(reinterpret_cast<const uint8_t*>(text.data()), text.size());
-  for (size_t i = 0; i < members.size(); ++i) {
-    if (mapped[i]) file.write(mapped[i]->data(), mapped[i]->size());
-    else file.write(reinterpret_cast<const uint8_t*>(members[i].second.data()), members[i].second.size());
-  }
+  for (const Written& m : members) file.write(m.data(), m.size());
   outputs.finished(file.finish(object));
   outputs.commit();
   summary.outputs = outputs.written();

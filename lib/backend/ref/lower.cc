@@ -879,26 +879,21 @@ void fuse_activations(Draft& d) {
 // order (an Add then a Mul, two Muls, a Mul after a Max) the ops stay.
 void fold_scalar_epilogues(Draft& d) {
   absorb_into_producers(d, [&](const ref::Op& op, int32_t y, ref::Op& target) {
-    static const std::map<std::string, const char*> kAttr = {
+    // The epilogue's order, which its attributes follow: nothing joins before what is there already.
+    static const std::vector<std::pair<std::string, const char*>> kOrder = {
         {"Mul", "out_scale"}, {"Add", "out_shift"}, {"Max", "out_lo"}, {"Min", "out_hi"}};
-    const auto attr = kAttr.find(op.type);
-    if (attr == kAttr.end() || op.inputs.size() != 2) return false;
+    const auto at = std::find_if(kOrder.begin(), kOrder.end(), [&](const auto& o) { return o.first == op.type; });
+    if (at == kOrder.end() || op.inputs.size() != 2) return false;
     // Max and Min keep their first input when it is NaN: the Conv's result must be that one.
-    const bool bound = op.type == "Max" || op.type == "Min";
-    if (bound && op.inputs[0] != y) return false;
+    if ((op.type == "Max" || op.type == "Min") && op.inputs[0] != y) return false;
     const std::optional<float> value = scalar_weight(d, op.inputs[0] == y ? op.inputs[1] : op.inputs[0]);
     if (!value || !has_epilogue(target) || d.value(y).dtype != ref::DType::kFloat32 ||
-        d.value(op.outputs[0]).dims != d.value(y).dims || target.attr(attr->second))
+        d.value(op.outputs[0]).dims != d.value(y).dims ||
+        std::any_of(at, kOrder.end(), [&](const auto& o) { return target.attr(o.second) != nullptr; }))
       return false;
-    // The epilogue's order is scale, shift, lo, hi: nothing joins before what is there already.
-    const std::vector<const char*> later = op.type == "Mul"   ? std::vector<const char*>{"out_shift", "out_lo", "out_hi"}
-                                           : op.type == "Add" ? std::vector<const char*>{"out_lo", "out_hi"}
-                                           : op.type == "Max" ? std::vector<const char*>{"out_hi"}
-                                                              : std::vector<const char*>{};
-    if (std::any_of(later.begin(), later.end(), [&](const char* a) { return target.attr(a) != nullptr; })) return false;
     log().debug("ref: {} by {} giving '{}' joins the epilogue of {} '{}'", op.type, *value,
                 d.names[static_cast<size_t>(op.outputs[0])], target.type, d.names[static_cast<size_t>(y)]);
-    set_attr(target, float_attr(attr->second, *value));
+    set_attr(target, float_attr(at->second, *value));
     return true;
   });
 }
