@@ -492,6 +492,9 @@ TEST(RuntimeKernels, PackedConvMatchesThePlainOne) {
       // Cut into bands of rows when computed channels last: dilated, padded unevenly, odd rows.
       {{1, 16, 23, 24}, {32, 16, 3, 3}, {3, 3}, {1, 1}, {2, 0, 3, 1}, {2, 1}, 1, true, {act(Activation::kRelu)}},
       {{1, 8, 40, 13}, {16, 8, 5, 3}, {5, 3}, {3, 1}, {0, 1, 4, 1}, {1, 1}, 1, true, {}},
+      // A first convolution (UltraFace's): read from its planes when its output is channels last.
+      {{1, 3, 30, 41}, {16, 3, 3, 3}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, 1, true, {act(Activation::kRelu)}},
+      {{1, 3, 17, 20}, {16, 3, 3, 3}, {3, 3}, {2, 3}, {0, 1, 1, 0}, {1, 1}, 1, false, {act(Activation::kSigmoid)}},
   };
   std::mt19937 random(7);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
@@ -558,25 +561,24 @@ TEST(RuntimeKernels, PackedConvMatchesThePlainOne) {
             t[static_cast<size_t>((n * d[2] * d[3] + i) * d[1] + ch)] = v[static_cast<size_t>((n * d[1] + ch) * d[2] * d[3] + i)];
       return t;
     };
-    for (const bool given_last : {false, true}) {
-      SCOPED_TRACE(given_last ? "channels-last images" : "row-major images");
+    // Images given row-major, the output alone channels last (a first convolution), both.
+    for (const auto& [src_last, dst_last] : {std::pair{false, false}, {false, true}, {true, true}}) {
+      SCOPED_TRACE(std::string("channels-last source ") + (src_last ? "yes" : "no") + ", output " + (dst_last ? "yes" : "no"));
       ref::Op op = last_op;
-      if (given_last) {
-        op.attrs.push_back(int_attr("src_channels_last", 1));
-        op.attrs.push_back(int_attr("dst_channels_last", 1));
-      }
-      const Dims xd = given_last ? Dims{c.x[0], 1, c.x[2], c.x[3], c.x[1]} : c.x;
-      const Dims yd = given_last ? Dims{y[0], 1, y[2], y[3], y[1]} : y;
+      if (src_last) op.attrs.push_back(int_attr("src_channels_last", 1));
+      if (dst_last) op.attrs.push_back(int_attr("dst_channels_last", 1));
+      const Dims xd = src_last ? Dims{c.x[0], 1, c.x[2], c.x[3], c.x[1]} : c.x;
+      const Dims yd = dst_last ? Dims{y[0], 1, y[2], y[3], y[1]} : y;
       ProgramBuilder q;
       std::vector<int32_t> last_ids = {q.input(xd), q.input({static_cast<int64_t>(last_w.size() / sizeof(float))})};
-      std::vector<Bytes> last_inputs = {f32(given_last ? to_last(x, c.x) : x), Bytes(last_w.begin(), last_w.end())};
+      std::vector<Bytes> last_inputs = {f32(src_last ? to_last(x, c.x) : x), Bytes(last_w.begin(), last_w.end())};
       if (c.bias) {
         last_ids.push_back(q.input({c.w[0]}));
         last_inputs.push_back(f32(b));
       }
       q.op("Conv", last_ids, q.output(yd), op.attrs);
       for (const runtime::ParallelFor& parallel : {runtime::ParallelFor{}, two_threads})
-        expect_near(values_of<float>(run_bytes(q.program(), last_inputs, {}, parallel)[0]), given_last ? to_last(plain, y) : plain,
+        expect_near(values_of<float>(run_bytes(q.program(), last_inputs, {}, parallel)[0]), dst_last ? to_last(plain, y) : plain,
                     1e-4f);
     }
   }
