@@ -541,6 +541,28 @@ TEST(RefLower, DecomposedHardSwishIsRecognised) {
             (std::vector<std::string>{"Conv", "Add", "Clip", "Mul", "Div"}));
 }
 
+// Pow(x, 2) of a constant exponent is Mul(x, x), giving powf's bits for every kind of float;
+// another exponent, or one whose dims widen the output, stays a Pow.
+TEST(RefLower, PowOfTwoIsAProduct) {
+  const auto model = [](const std::vector<int64_t>& exponent_dims, float exponent) {
+    TestModel t;
+    t.input("x", {2, 4}).floats("e", exponent_dims, {exponent}).node("Pow", {"x", "e"}, {"y"}).output("y");
+    return t.load();
+  };
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> x = {-0.0f, 0.0f, -3.5f, 1.0e-20f, 3.0e19f, -inf, std::numeric_limits<float>::quiet_NaN(), 0.1f};
+  auto l = lower(model({}, 2.0f));
+  EXPECT_EQ(op_types(l->program()), std::vector<std::string>{"Mul"});
+  const auto got = output_named(*l, {bytes_of(x)}, "y");
+  ASSERT_EQ(got.size(), x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float want = std::pow(x[i], 2.0f);
+    EXPECT_EQ(std::memcmp(&got[i], &want, sizeof want), 0) << x[i] << ": " << got[i] << " vs " << want;
+  }
+  EXPECT_EQ(op_types(lower(model({}, 3.0f))->program()), std::vector<std::string>{"Pow"});
+  EXPECT_EQ(op_types(lower(model({1, 1, 1}, 2.0f))->program()), std::vector<std::string>{"Pow"});
+}
+
 // A Mul and then an Add by scalars after a Conv's (or a MatMul's) fused activation join its
 // epilogue, giving the same bits as the ops; an Add before the Mul, a second Mul, or ops reading a
 // value seen elsewhere, stay.
