@@ -193,7 +193,8 @@ TEST(RefLower, ShapeOpsBecomeReshapeCopies) {
                      .node("Reshape", {"d", "shape"}, {"e"})
                      .output("e")
                      .load());
-  EXPECT_EQ(op_types(l->program()), std::vector<std::string>(5, "Reshape"));
+  // The Identity gives its input back: it goes (RefLower.OpsGivingTheirInputBackGo).
+  EXPECT_EQ(op_types(l->program()), std::vector<std::string>(4, "Reshape"));
   for (const auto& op : l->program().ops) {
     // The axes/shape constants are resolved into one `shape` attribute: the output dims.
     ASSERT_EQ(op.attrs.size(), 1u);
@@ -205,6 +206,33 @@ TEST(RefLower, ShapeOpsBecomeReshapeCopies) {
   EXPECT_EQ(value(l->program(), l->program().ops[2].outputs[0]).dims, (std::vector<int64_t>{1, 6}));
   EXPECT_EQ(value(l->program(), l->program().outputs[0]).dims, (std::vector<int64_t>{3, 2}));
   EXPECT_TRUE(l->result.weight_ids.empty());
+}
+
+// Identity, a Concat of one input and a Pad of zero pads (torch's DenseNet transitions) give their
+// input back: they go, and what reads them reads it (here a Relu, which the Conv then absorbs),
+// unless they write a partition output.
+TEST(RefLower, OpsGivingTheirInputBackGo) {
+  const auto model = [](bool expose) {
+    TestModel t(9);
+    t.input("x", {1, 2, 4, 4}).floats("w", {3, 2, 1, 1}, iota_floats(6, 0.5f))
+        .node("Conv", {"x", "w"}, {"c"})
+        .node("Pad", {"c"}, {"p"})
+        .attr("pads", std::vector<int64_t>(8, 0))
+        .node("Concat", {"p"}, {"k"})
+        .attr("axis", int64_t{1})
+        .node("Identity", {"k"}, {"i"})
+        .node("Relu", {"i"}, {"y"})
+        .output("y");
+    if (expose) t.output("i");
+    return t.load();
+  };
+  auto l = lower(model(false));
+  ASSERT_EQ(op_types(l->program()), std::vector<std::string>{"Conv"});
+  EXPECT_EQ(l->program().ops[0].get_int("act", 0), static_cast<int64_t>(ref::Activation::kRelu));
+  const auto x = bytes_of(iota_floats(2 * 4 * 4, -0.75f));
+  const auto exposed = lower(model(true));
+  EXPECT_EQ(op_types(exposed->program()), (std::vector<std::string>{"Conv", "Reshape", "Relu"}));
+  EXPECT_EQ(output_named(*l, {x}, "y"), output_named(*exposed, {x}, "y"));
 }
 
 TEST(RefLower, SliceStartsAndStepsCoverEveryAxisClamped) {

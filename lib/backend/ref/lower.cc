@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <set>
 #include <unordered_map>
@@ -251,6 +252,26 @@ void drop_ops(Draft& d, const std::vector<bool>& removed) {
   for (size_t i = 0; i < d.program.ops.size(); ++i)
     if (!removed[i]) kept.push_back(std::move(d.program.ops[i]));
   d.program.ops = std::move(kept);
+}
+
+// An op that gives its input back unchanged (a Reshape to the same dims: what Identity, Dropout, a
+// Concat of one input and a Pad of zero pads become, as torch exports DenseNet's transitions) is
+// dropped and its readers read its input: it would cost a copy, or, between channels-last images,
+// two transposes. One writing a partition output stays.
+void drop_identities(Draft& d) {
+  std::vector<int32_t> same(d.program.values.size());
+  std::iota(same.begin(), same.end(), 0);
+  std::vector<bool> removed(d.program.ops.size(), false);
+  for (size_t i = 0; i < d.program.ops.size(); ++i) {
+    ref::Op& op = d.program.ops[i];
+    for (int32_t& v : op.inputs)
+      if (v >= 0) v = same[static_cast<size_t>(v)];
+    const int32_t y = op.outputs[0];
+    if (op.type != "Reshape" || d.value(y).kind != ValueKind::kArena || d.value(op.inputs[0]).dims != d.value(y).dims) continue;
+    same[static_cast<size_t>(y)] = op.inputs[0];
+    removed[i] = true;
+  }
+  drop_ops(d, removed);
 }
 
 // Folds ops into the op producing one of their inputs. For each op and each input `y` only it
@@ -1402,6 +1423,7 @@ LoweredPartition lower_partition(const Model& model, const Partition& partition,
     for (const Weight& w : model.weights)
       if (w.external && w.data.file) draft.source_files.insert(w.data.file.get());
   skip_half_round_trips(draft, lowerer.float_casts());
+  drop_identities(draft);
   move_quantized_values(draft);
   concat_quantized(draft);
   fuse_quantized_convs(draft);

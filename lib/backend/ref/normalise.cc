@@ -671,6 +671,7 @@ NormalisedNode transpose(const NodeView& v) {
 
 NormalisedNode concat(const NodeView& v) {
   if (v.input_count() == 0) refuse("Concat without inputs");
+  if (v.input_count() == 1) return identity(v);  // a list of one, as torch exports DenseNet's
   auto first = v.typed_input(0).dims;
   auto rank = static_cast<int64_t>(first.size());
   if (v.opset() >= 4 && !v.has_attr("axis")) refuse("attribute axis is missing");
@@ -804,6 +805,7 @@ NormalisedNode pad(const NodeView& v) {
     }
   }
   if (pads.size() != 2 * x.dims.size()) refuse("pads " + values_text(pads) + " do not fit rank " + std::to_string(rank));
+  if (std::all_of(pads.begin(), pads.end(), [](int64_t p) { return p == 0; })) return identity(v);
   return make(v, "Pad", {v.input(0)},
               {ints_attr("pads", pads), int_attr("mode", mode_code), scalar_attr("value", x.dtype, value)});
 }
