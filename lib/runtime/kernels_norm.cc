@@ -253,6 +253,14 @@ struct BatchNormPlan final : OpPlan {
 };
 const Planner plan_batch_normalization = plan_as<BatchNormPlan>;
 
+// y = x * scale + shift per channel over `pixels` rows of `channels` values (an image channels
+// last); in place or not.
+CTXGEN_VECTOR_CLONES void scale_shift_pixels(const float* x, float* y, const float* __restrict scale,
+                                             const float* __restrict shift, int64_t pixels, int64_t channels) {
+  for (int64_t i = 0; i < pixels; ++i, x += channels, y += channels)
+    for (int64_t c = 0; c < channels; ++c) y[c] = x[c] * scale[c] + shift[c];
+}
+
 void batch_normalization(Ins in, const Output& out) {
   const Dims& d = in[0].dims();
   const auto& p = plan_of<BatchNormPlan>(out);
@@ -267,15 +275,16 @@ void batch_normalization(Ins in, const Output& out) {
   const float* x = in[0].f32();
   float* y = out.f32();
   if (p.channels_last) {
-    // Rows of one pixel's channels: the same arithmetic a vector of channels at a time.
-    const int64_t pixels = product(d, 0, d.size() - 1);
+    // Rows of one pixel's channels: the same arithmetic a vector of channels at a time, and the
+    // epilogue over each few pixels while they are in L1 (over a thread's whole range it read
+    // DenseNet's images a second time: its 58 BatchNormalizations took 4.6 ms of 45).
+    const int64_t pixels = product(d, 0, d.size() - 1), chunk = std::max<int64_t>(1, 4096 / channels);
     parallel_ranges(out.parallel, pixels, 2 * channels, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        const float* xi = x + i * channels;
-        float* yi = y + i * channels;
-        for (int64_t c = 0; c < channels; ++c) yi[c] = xi[c] * s[c] + shift[c];
+      for (int64_t i = begin; i < end; i += chunk) {
+        const int64_t n = std::min(chunk, end - i);
+        scale_shift_pixels(x + i * channels, y + i * channels, s, shift, n, channels);
+        if (!p.epilogue.empty()) p.epilogue.apply(y + i * channels, n * channels);
       }
-      if (!p.epilogue.empty()) p.epilogue.apply(y + begin * channels, (end - begin) * channels);
     });
     return;
   }
