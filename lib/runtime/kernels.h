@@ -311,17 +311,12 @@ struct TypedScalars final : OpPlan {
   TypedScalar a, b;
 };
 
-// The strides of a broadcasting op's output, then of each input seen through the output's dims.
-struct BroadcastPlan final : OpPlan {
-  Dims dims;                  // the output's, single axes left out and neighbours every operand steps alike merged
-  std::vector<Dims> strides;  // over `dims`: the output's, then each input's
-};
-std::unique_ptr<OpPlan> plan_broadcast(const ref::Op&, const std::vector<const ref::Value*>& in, const ref::Value& out);
 
 // The fused activation (attrs act, act_alpha, act_beta) of an op, read once for a whole tensor or
 // for all the pieces of one.
-// The epilogue of a Conv, Gemm or MatMul: an activation, then a Mul and an Add by scalars the
-// lowering folded in (`out_scale`, `out_shift`), each rounded as the op it replaces.
+// The epilogue of a Conv, Gemm, MatMul, BatchNormalization or float32 Add: an activation, then a
+// Mul and an Add by scalars the lowering folded in (`out_scale`, `out_shift`), each rounded as the
+// op it replaces.
 struct FusedActivation {
   ref::Activation kind = ref::Activation::kNone;
   float alpha = 0, beta = 0;
@@ -334,6 +329,14 @@ struct FusedActivation {
   void apply(float* data, int64_t n, const ParallelFor* parallel) const;
 };
 FusedActivation fused_activation_of(const ref::Op& op);
+
+// The strides of a broadcasting op's output, then of each input seen through the output's dims.
+struct BroadcastPlan final : OpPlan {
+  Dims dims;                  // the output's, single axes left out and neighbours every operand steps alike merged
+  std::vector<Dims> strides;  // over `dims`: the output's, then each input's
+  FusedActivation epilogue;   // a float32 Add's, when it has one
+};
+std::unique_ptr<OpPlan> plan_broadcast(const ref::Op& op, const std::vector<const ref::Value*>& in, const ref::Value& out);
 
 // A 2-D ConvInteger of a weight of the binary on oneDNN's int8 convolution, where the CPU sums
 // exactly (kernels_qconv.cc); nullptr where it cannot run there.

@@ -149,8 +149,8 @@ OutType cast(const OpCheck& c) {
   return {c.dtype_attr("to"), c.in(0).dims};
 }
 
-// The fused activation of Conv, Gemm and MatMul: `act` optional (none), its parameters required
-// by the activations that read them.
+// The epilogue of Conv, Gemm, MatMul, BatchNormalization and a float32 Add: `act` optional (none),
+// its parameters required by the activations that read them.
 void fused_activation(const OpCheck& c) {
   for (const char* name : {"out_scale", "out_shift", "out_lo", "out_hi"})
     if (c.op().attr(name)) c.float_attr(name);
@@ -159,6 +159,16 @@ void fused_activation(const OpCheck& c) {
   if (act == ref::Activation::kLeakyRelu || act == ref::Activation::kClip || act == ref::Activation::kHardSigmoid)
     c.float_attr("act_alpha");
   if (act == ref::Activation::kClip || act == ref::Activation::kHardSigmoid) c.float_attr("act_beta");
+}
+
+// Add, whose float32 result may run an epilogue (fused_activation) as a Conv's does.
+OutType add(const OpCheck& c) {
+  const OutType out = arithmetic(c);
+  for (const char* name : {"act", "out_scale", "out_shift", "out_lo", "out_hi"})
+    c.expect(!c.op().attr(name) || out.dtype == DType::kFloat32,
+             [&] { return std::string("attribute '") + name + "' on an Add of " + ref::dtype_name(out.dtype); });
+  fused_activation(c);
+  return out;
 }
 
 // ---- constants ---------------------------------------------------------------------------------
@@ -1135,7 +1145,7 @@ OutType size(const OpCheck& c) {
 const std::vector<OpDef>& op_defs() {
   namespace k = kernels;
   static const std::vector<OpDef> kOps = {
-      {"Add", arithmetic, k::add, true, plan_broadcast},
+      {"Add", add, k::add, true, plan_broadcast},
       {"Sub", arithmetic, k::sub, true, plan_broadcast},
       {"Mul", arithmetic, k::mul, true, plan_broadcast},
       {"Div", arithmetic, k::div, true, plan_broadcast},

@@ -561,12 +561,10 @@ TEST(RefLower, DecomposedHardSwishIsRecognised) {
     ASSERT_EQ(got.size(), steps.size());
     for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], steps[i], 1e-6f * (1 + std::fabs(steps[i]))) << i;
   }
-  EXPECT_EQ(op_types(lower(model("Div", 6.0f, 3.0f, true))->program()),
-            (std::vector<std::string>{"Conv", "Add", "Clip", "Mul", "Div"}));
-  EXPECT_EQ(op_types(lower(model("Div", 6.0f, 2.0f, false))->program()),
-            (std::vector<std::string>{"Conv", "Add", "Clip", "Mul", "Div"}));
-  EXPECT_EQ(op_types(lower(model("Div", 5.0f, 3.0f, false))->program()),
-            (std::vector<std::string>{"Conv", "Add", "Clip", "Mul", "Div"}));
+  // The Clip then joins the Add's epilogue.
+  EXPECT_EQ(op_types(lower(model("Div", 6.0f, 3.0f, true))->program()), (std::vector<std::string>{"Conv", "Add", "Mul", "Div"}));
+  EXPECT_EQ(op_types(lower(model("Div", 6.0f, 2.0f, false))->program()), (std::vector<std::string>{"Conv", "Add", "Mul", "Div"}));
+  EXPECT_EQ(op_types(lower(model("Div", 5.0f, 3.0f, false))->program()), (std::vector<std::string>{"Conv", "Add", "Mul", "Div"}));
 }
 
 // Pow(x, 2) of a constant exponent is Mul(x, x), giving powf's bits for every kind of float;
@@ -701,9 +699,22 @@ TEST(RefLower, ActivationsFuseOnlyWhenLegal) {
   EXPECT_EQ(hs->program().ops[0].get_float("act_alpha", 0), -1.0f);
   EXPECT_EQ(hs->program().ops[0].get_float("act_beta", 0), 2.0f);
 
-  auto add = lower(TestModel().input("a", {4}).input("b", {4}).node("Add", {"a", "b"}, {"s"}).node("Relu", {"s"}, {"y"})
-                       .output("y").load());
-  EXPECT_EQ(op_types(add->program()), (std::vector<std::string>{"Add", "Relu"}));
+  // A float32 Add (a residual connection) takes the activation after it too, giving the two ops'
+  // bits (NaN, -0).
+  const auto add = [](bool expose) {
+    TestModel t;
+    t.input("a", {6}).input("b", {6}).node("Add", {"a", "b"}, {"s"}).node("Relu", {"s"}, {"y"}).output("y");
+    if (expose) t.output("s");
+    return lower(t.load());
+  };
+  const auto fused = add(false), apart = add(true);
+  ASSERT_EQ(op_types(fused->program()), std::vector<std::string>{"Add"});
+  EXPECT_EQ(fused->program().ops[0].get_int("act", 0), static_cast<int64_t>(ref::Activation::kRelu));
+  EXPECT_EQ(op_types(apart->program()), (std::vector<std::string>{"Add", "Relu"}));
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<std::vector<uint8_t>> feed = {bytes_of(std::vector<float>{1.5f, -2.0f, -0.0f, nan, 0.25f, -1e30f}),
+                                   bytes_of(std::vector<float>{-1.0f, 1.0f, -0.0f, 1.0f, -0.5f, -1e30f})};
+  EXPECT_EQ(bytes_of(output_named(*fused, feed, "y")), bytes_of(output_named(*apart, feed, "y")));
 }
 
 // A constant B is stored [N, K] (transB = 1) for MatMul and Gemm alike; a Gemm B already stored

@@ -364,6 +364,10 @@ TEST(RuntimeValidate, PerOpElementTypeRules) {
                  "op 0 (Add): input 1 has element type int64, expected int32", 0);
   expect_invalid(single("Add", {{{2}, kB}, {{2}, kB}}, {2}, {}, kB), "input 0 has element type bool, which this op does not take", 0);
   expect_invalid(single("Add", {{{2}, kI}, {{2}, kI}}, {2}, {}), "output has element type float32, expected int64", 0);
+  // A float32 Add may run an epilogue (a fused activation, scalars), an Add of integers not.
+  EXPECT_NO_THROW(runtime::validate(single("Add", {{{2}, kF}, {{2}, kF}}, {2}, {int_attr("act", 1), float_attr("out_lo", 0)}), 0));
+  expect_invalid(single("Add", {{{2}, kI32}, {{2}, kI32}}, {2}, {int_attr("act", 1)}, kI32), "attribute 'act' on an Add of int32", 0);
+  expect_invalid(single("Add", {{{2}, kF}, {{2}, kF}}, {2}, {int_attr("act", 99)}), "act", 0);
   expect_invalid(single("Equal", {{{2}, kF}, {{2}, kF}}, {2}, {}), "output has element type float32, expected bool", 0);
   expect_invalid(single("Less", {{{2}, kB}, {{2}, kB}}, {2}, {}, kB), "input 0 has element type bool, which this op does not take", 0);
   expect_invalid(single("And", {{{2}, kI32}, {{2}, kI32}}, {2}, {}, kB), "input 0 has element type int32, expected bool", 0);

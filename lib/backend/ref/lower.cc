@@ -880,15 +880,17 @@ void square_pows(Draft& d) {
 }
 
 // The ops whose kernels run an epilogue (FusedActivation) over their results: a BatchNormalization
-// no Conv took (DenseNet's before each Relu) among them.
-bool has_epilogue(const ref::Op& op) {
+// no Conv took (DenseNet's before each Relu) among them, and a float32 Add (a residual connection
+// and the Relu after it, as BlazeFace's blocks end: one pass over the image instead of two).
+bool has_epilogue(Draft& d, const ref::Op& op) {
+  if (op.type == "Add") return d.value(op.outputs[0]).dtype == ref::DType::kFloat32;
   return op.type == "Conv" || op.type == "Gemm" || op.type == "MatMul" || op.type == "BatchNormalization";
 }
 
 void fuse_activations(Draft& d) {
   absorb_into_producers(d, [&](const ref::Op& act, int32_t y, ref::Op& target) {
     const ref::Activation kind = activation_of(act.type);
-    if (kind == ref::Activation::kNone || y != act.inputs[0] || !has_epilogue(target) || target.get_int("act", 0) != 0)
+    if (kind == ref::Activation::kNone || y != act.inputs[0] || !has_epilogue(d, target) || target.get_int("act", 0) != 0)
       return false;
     // The normalised activations list their float parameters in act_alpha, act_beta order:
     // LeakyRelu alpha; HardSigmoid alpha, beta; Clip min, max.
@@ -921,7 +923,7 @@ void fold_scalar_epilogues(Draft& d) {
     // Max and Min keep their first input when it is NaN: the Conv's result must be that one.
     if ((op.type == "Max" || op.type == "Min") && op.inputs[0] != y) return false;
     const std::optional<float> value = scalar_weight(d, op.inputs[0] == y ? op.inputs[1] : op.inputs[0]);
-    if (!value || !has_epilogue(target) || d.value(y).dtype != ref::DType::kFloat32 ||
+    if (!value || !has_epilogue(d, target) || d.value(y).dtype != ref::DType::kFloat32 ||
         d.value(op.outputs[0]).dims != d.value(y).dims ||
         std::any_of(at, kOrder.end(), [&](const auto& o) { return target.attr(o.second) != nullptr; }))
       return false;

@@ -17,7 +17,8 @@ inline constexpr const char* kEpName = "CtxgenRef";       // EPContext `source`,
 // 3.5: BatchNormalization may read a channels-last image (`channels_last`) and fuse an activation
 // (`act`), epilogues may bound their results (`out_lo`, `out_hi`), and a Reshape's output may lie
 // on its input's arena bytes, which 3.4 would misread or refuse.
-inline constexpr const char* kSdkVersion = "ctxgen-ref 3.5";
+// 3.6: a float32 Add may run an epilogue (`act`, `out_scale` ...), which 3.5 would ignore.
+inline constexpr const char* kSdkVersion = "ctxgen-ref 3.6";
 // The hardware architecture is the CPU level packed weights are laid out for, read from the
 // machine: runtime::hardware_architecture().
 
