@@ -883,6 +883,37 @@ TEST(RefLower, ABatchNormalizationBetweenConcatsRunsChannelsLastWithItsRelu) {
   EXPECT_EQ(got, joined.y(*joined.plain));
 }
 
+// A squeeze-and-excitation block (MobileNetV3's, PaddleOCR's): a global average pool, two 1x1
+// Convs on the one pixel, and the image scaled by the result per channel. Channels last the pool
+// is a ReduceMean over H and W of [N, 1, H, W, C] into [N, 1, 1, 1, C] and the scaling a Mul
+// broadcasting that over the image, so nothing is laid out row-major between the convolutions; the
+// results are the row-major program's, bit for bit (the pool's sums are exact in double here).
+TEST(RefLower, ASqueezeAndExcitationBlockStaysChannelsLast) {
+  const JoinedImages joined([](TestModel& t) {
+    t.floats("w3", {4, 16, 1, 1}, iota_floats(64, 0.02f)).floats("w4", {16, 4, 1, 1}, iota_floats(64, -0.03f))
+        .floats("w5", {8, 16, 3, 3}, iota_floats(8 * 144, 0.01f))
+        .node("GlobalAveragePool", {"k"}, {"g"})
+        .node("Conv", {"g", "w3"}, {"e1"})
+        .node("Relu", {"e1"}, {"r"})
+        .node("Conv", {"r", "w4"}, {"e2"})
+        .node("HardSigmoid", {"e2"}, {"h"})
+        .node("Mul", {"k", "h"}, {"scaled"})
+        .node("Conv", {"scaled", "w5"}, {"y"}).attr("pads", std::vector<int64_t>{1, 1, 1, 1});
+  });
+  if (!joined.channels_last())
+    GTEST_SKIP() << "oneDNN does not convolve channels last at full speed on " << runtime::hardware_architecture();
+  const ref::Program& p = joined.last->program();
+  const auto types = op_types(p);
+  // No layout op at all: the last Conv writes the row-major output itself.
+  EXPECT_EQ(types, (std::vector<std::string>{"Conv", "Conv", "Concat", "ReduceMean", "Conv", "Conv", "Mul", "Conv"}));
+  EXPECT_EQ(value(p, only_op(p, "ReduceMean").outputs[0]).dims, (std::vector<int64_t>{1, 1, 1, 1, 16}));
+  EXPECT_EQ(value(p, only_op(p, "Mul").outputs[0]).dims, (std::vector<int64_t>{1, 1, 10, 10, 16}));
+  check_memory_plan(p);
+  const auto got = joined.y(*joined.last);
+  EXPECT_EQ(got.size(), 8u * 10 * 10);
+  EXPECT_EQ(got, joined.y(*joined.plain));
+}
+
 // ShuffleNet v2's unit: Concat, the channel shuffle (Reshape, Transpose, Reshape) and a Split into
 // halves, one into the next Conv. Channels last the shuffle is a transpose within each pixel and
 // the halves are slices along the last axis, so no image is laid out row-major between the

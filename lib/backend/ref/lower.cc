@@ -1163,9 +1163,9 @@ void pack_conv_weights(Draft& d) {
 // contiguous and the runtime can cut the convolution into bands of rows for the session's threads.
 // It would reorder each row-major image to that and back; so a Conv writes its image channels last
 // when every op reading it can take that, and reads such an image as it is, and the ops that keep
-// channels apart (pools, Resize over H and W, Concat on channels, elementwise activations and
-// same-shape arithmetic, BatchNormalization, Slice, ShuffleNet's channel shuffle) run on channels-last
-// images as they are, until an op needs the row-major
+// channels apart (pools, a global average pool, Resize over H and W, Concat on channels,
+// elementwise activations and arithmetic of images, BatchNormalization, Slice, ShuffleNet's
+// channel shuffle) run on channels-last images as they are, until an op needs the row-major
 // image: there one Transpose (and Reshape) lays it out again, once per image. A channels-last
 // image is an ordinary tensor [N, 1, H, W, C] in the program (the channels a last spatial axis the
 // windows do not move along), so every other stage sees ordinary ops.
@@ -1236,11 +1236,22 @@ class ChannelsLast {
     if (op.type == "Concat") return op.get_int("axis", 0) == 1 && std::all_of(op.inputs.begin(), op.inputs.end(), image);
     if (activation_of(op.type) != ref::Activation::kNone) return op.inputs.size() == 1;
     if (op.type == "BatchNormalization" || op.type == "Slice") return true;
+    // A global average pool (a squeeze-and-excitation block's): over H and W, into an image of
+    // one pixel, whose channels lie the same way in either layout.
+    if (op.type == "ReduceMean")
+      return op.get_ints("axes") == std::vector<int64_t>{2, 3} && d_.value(op.outputs[0]).dims.size() == 4;
+    // Images of one shape, or one broadcast over the other (the excitation's per-channel scales,
+    // an image of one pixel), as numpy broadcasts them in either layout.
     static const std::set<std::string> arithmetic = {"Add", "Sub", "Mul", "Div", "Max", "Min"};
-    if (arithmetic.count(op.type))
-      return op.inputs.size() == 2 && !d_.is_weight(op.inputs[0]) && !d_.is_weight(op.inputs[1]) &&
-             image_dims(op.inputs[0]) == image_dims(op.inputs[1]);
-    return false;
+    if (!arithmetic.count(op.type) || op.inputs.size() != 2) return false;
+    const auto y = d_.value(op.outputs[0]).dims;
+    return std::all_of(op.inputs.begin(), op.inputs.end(), [&](int32_t v) {
+      if (d_.is_weight(v) || !image(v)) return false;
+      const auto dims = image_dims(v);
+      for (size_t a = 0; a < dims.size(); ++a)
+        if (dims[a] != y[a] && dims[a] != 1) return false;
+      return true;
+    });
   }
 
   // The one op reading v, when one op alone reads it and v is not a partition output.
