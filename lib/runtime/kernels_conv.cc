@@ -279,32 +279,19 @@ dnnl::memory memory_at(const Desc& desc, const void* data) {
   return dnnl::memory(desc, onednn::engine(), const_cast<void*>(data));
 }
 
-// oneDNN's memory objects around a packed Conv's buffers, kept from one run to the next: making
-// one allocates (4 or 5 a piece on every run were ~7% of the CNN's time on one thread), while the
-// buffers (arena, weights, scratch) stay put from run to run of a run state. A buffer that moves
-// (ONNX Runtime's output, say) gets a new object.
-class Memories final : public OpState {
+// A packed Conv's oneDNN memory objects in a run state.
+class Memories final : public OpState, public onednn::MemorySlots {
  public:
   // The given images, the primitive's (when reordered), then per piece its source, weight,
   // destination, scratchpad and bias.
   enum Slot : size_t { kGivenSrc, kGivenDst, kSrc, kDst, kPieces };
   enum PieceSlot : size_t { kPieceSrc, kWeight, kPieceDst, kPad, kBias, kPerPiece };
 
-  explicit Memories(size_t pieces) : slots_(kPieces + kPerPiece * pieces) {}
-  const dnnl::memory& at(size_t slot, const Desc& desc, const void* data) {
-    auto& [where, memory] = slots_[slot];  // pieces running at once use slots of their own
-    if (!memory || where != data) {
-      memory = memory_at(desc, data);
-      where = data;
-    }
-    return memory;
-  }
+  explicit Memories(size_t pieces) : MemorySlots(kPieces + kPerPiece * pieces) {}
+  using MemorySlots::at;
   const dnnl::memory& at(size_t piece, PieceSlot slot, const Desc& desc, const void* data) {
     return at(kPieces + kPerPiece * piece + slot, desc, data);
   }
-
- private:
-  std::vector<std::pair<const void*, dnnl::memory>> slots_;
 };
 
 struct ConvPlan final : OpPlan {

@@ -34,6 +34,15 @@ void reorder(const dnnl::reorder& primitive, const dnnl::memory& from, const dnn
   execute(primitive, args, 2);
 }
 
+const dnnl::memory& MemorySlots::at(size_t slot, const dnnl::memory::desc& desc, const void* data) {
+  auto& [where, memory] = slots_[slot];
+  if (!memory || where != data) {
+    memory = dnnl::memory(desc, engine(), const_cast<void*>(data));
+    where = data;
+  }
+  return memory;
+}
+
 OneThread::OneThread() : before_(omp_get_max_threads()) { omp_set_num_threads(1); }
 OneThread::~OneThread() { omp_set_num_threads(before_); }
 

@@ -34,6 +34,20 @@ class OneThread {
 void execute(const dnnl::primitive& primitive, const dnnl_exec_arg_t* args, int count);
 void reorder(const dnnl::reorder& primitive, const dnnl::memory& from, const dnnl::memory& to);
 
+// oneDNN's memory objects around a kernel's buffers, kept from one run to the next: making one
+// allocates (4 or 5 a packed Conv's piece on every run were ~7% of the exported CNN's time on one
+// thread), while the buffers (arena, weights, scratch) stay put from run to run of a run state. A
+// buffer that moves (ONNX Runtime's output, say) gets a new object. Slots used at once by pieces
+// running at once must differ.
+class MemorySlots {
+ public:
+  explicit MemorySlots(size_t slots) : slots_(slots) {}
+  const dnnl::memory& at(size_t slot, const dnnl::memory::desc& desc, const void* data);
+
+ private:
+  std::vector<std::pair<const void*, dnnl::memory>> slots_;
+};
+
 // How many plans of primitives the process keeps (kept.h): each holds its primitives' code
 // (~0.12 MB a packed Conv's), so the 256 most recently used, and none when the host turned oneDNN's
 // own primitive cache off (ONEDNN_PRIMITIVE_CACHE_CAPACITY=0) to keep memory down.

@@ -212,6 +212,27 @@ TEST(RuntimeKernels, GemmsCutOverThreadsMatchTheProduct) {
         expect_near(values_of<float>(run_bytes(p.program(), {f32(a_rows), f32(bt)}, {}, parallel)[0]), want_rows, 1e-3f);
       }
   }
+  // Few rows by a constant B (a weight): laid out once for oneDNN's matmul, in blocks of columns
+  // (517 of them: four) or whole (40), each block's columns copied into place.
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{7, n}, {runtime::kFewRows, n}, {3, 40}}) {
+    std::vector<float> want_rows;
+    for (int64_t i = 0; i < rows; ++i) want_rows.insert(want_rows.end(), want.begin() + i * n, want.begin() + i * n + cols);
+    const std::vector<float> a_rows(a.begin(), a.begin() + rows * k), b_rows(bt.begin(), bt.begin() + cols * k);
+    for (const runtime::ParallelFor& parallel : {runtime::ParallelFor{}, two_threads})
+      for (const bool gemm : {false, true}) {
+        SCOPED_TRACE(std::to_string(rows) + " rows by a weight of " + std::to_string(cols) + (gemm ? ", Gemm" : ", MatMul"));
+        ProgramBuilder p;
+        const int32_t x = p.input({rows, k}), w = p.weight({cols, k}, 0), y = p.output({rows, cols});
+        if (gemm)
+          p.op("Gemm", {x, w, -1}, y, gemm_attrs(0, 1, 1, 1));
+        else
+          p.op("MatMul", {x, w}, y, {int_attr("transB", 1), int_attr("act", static_cast<int64_t>(Activation::kRelu))});
+        std::vector<float> expected = want_rows;
+        if (!gemm)
+          for (float& v : expected) v = std::max(v, 0.0f);
+        expect_near(values_of<float>(run_bytes(p.program(), {f32(a_rows)}, {f32(b_rows)}, parallel)[0]), expected, 1e-3f);
+      }
+  }
   // Batched, B stored with its last two dims swapped: attention's Q x K^T with K as it is.
   expect_near(run_op("MatMul", {{{2, 1, 3}, f32({1, 2, 3, 4, 5, 6})}, {{2, 2, 3}, f32({1, 0, 0, 0, 1, 1, 1, 1, 1, 2, 0, 0})}},
                      {2, 1, 2}, {int_attr("transB", 1)}),

@@ -68,13 +68,15 @@ inline void serial_tasks(size_t tasks, const std::function<void(size_t)>& body) 
   for (size_t t = 0; t < tasks; ++t) body(t);
 }
 
-// Whether `program` runs a packed Conv or ConvTranspose, a QLinearConv or a ConvWeight: oneDNN allocates inside each primitive
-// call, and the memory objects around a buffer that moved are made again.
+// Whether `program` runs a packed Conv or ConvTranspose, a QLinearConv, a ConvWeight, or a
+// ConvInteger, MatMul or Gemm of a weight: oneDNN allocates inside each primitive call, and the
+// memory objects around a buffer that moved are made again.
 inline bool calls_onednn_primitive(const ref::Program& program) {
   for (const ref::Op& op : program.ops)
     if (((op.type == "Conv" || op.type == "ConvTranspose") && op.get_int("packed", 0) != 0) || op.type == "QLinearConv" ||
         op.type == "ConvWeight" ||
-        (op.type == "ConvInteger" && program.values[static_cast<size_t>(op.inputs[1])].kind == ref::ValueKind::kWeight))
+        ((op.type == "ConvInteger" || op.type == "MatMul" || op.type == "Gemm") &&
+         program.values[static_cast<size_t>(op.inputs[1])].kind == ref::ValueKind::kWeight))
       return true;
   return false;
 }
