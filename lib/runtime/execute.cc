@@ -225,7 +225,7 @@ void compute_constants(const ref::Program& program, Plans& plans) {
     data.clear();
     for (int32_t id : op.inputs) data.push_back(id < 0 ? nullptr : plans.weights[static_cast<size_t>(id)]);
     try {
-      step.plan->take_constants(data, [&](size_t i) { return content(op.inputs[i]); });
+      step.plan->take_constants(data);
     } catch (const Error& e) {
       throw e.within("ref program: op " + std::to_string(k) + " (" + op.type + ")");
     }

@@ -14,7 +14,6 @@
 #include <type_traits>
 #include <vector>
 
-#include "ctxgen/bytes.h"
 #include "ctxgen/ref_program.h"
 #include "ctxgen/runtime.h"
 #include "shape.h"
@@ -52,9 +51,9 @@ struct OpPlan {
   // The op's state for a new run state; none for most ops.
   virtual std::unique_ptr<OpState> make_state() const { return nullptr; }
   // Told once, before the first run, where each input that is the same on every run lies (a
-  // weight, or a value made of weights alone; nullptr for the others), and a hash of one's bytes
-  // when asked: a plan may lay such an input out for its kernel.
-  virtual void take_constants(const std::vector<const void*>& /*data*/, const std::function<Hash128(size_t)>& /*content*/) {}
+  // weight, or a value made of weights alone; nullptr for the others): a plan may lay such an
+  // input out for its kernel.
+  virtual void take_constants(const std::vector<const void*>& /*data*/) {}
   uint64_t scratch_bytes = 0;  // what the kernel needs of Output::scratch on each run
 };
 

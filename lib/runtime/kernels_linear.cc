@@ -127,12 +127,15 @@ MadeBytes transpose_matrix(const uint8_t* from, size_t rows, size_t cols) {
 
 namespace {
 
-// A product of few rows by a constant B stored [N, K], on oneDNN's matmul with B laid out for it
-// once a session (in blocks of columns the caller's threads share, as gemm_rowmajor cuts them):
-// its blocked layout streams B faster than sgemm reads the plain one (16 x 512 x 2048 out of
-// cache: 6.3 against 8.5 ms for 12 of them on one thread, side by side). A block writes its
-// columns densely (a strided destination takes oneDNN's slower GEMM), into y when it is the only
-// one, else into the run's scratch, whence they are copied.
+// A product of 2 to 32 rows by a constant B stored [N, K] with 256 < K <= 512, on oneDNN's matmul
+// with B laid out for it once a session (in blocks of columns the caller's threads share, as
+// gemm_rowmajor cuts them): there its blocked layout streams B faster than sgemm reads the plain
+// one (16 x 512 x 2048 out of cache: 6.3 against 8.5 ms for 12 of them on one thread, side by
+// side; the 512-wide transformer's 16-token step 1.17-1.34 -> 1.07-1.11 of ONNX Runtime's time).
+// Elsewhere it was not: K = 256 as fast, K = 1024 and a single row slower, and laying B out costs
+// session creation ~0.3 ms a MB. A block writes its columns densely (a strided destination takes
+// oneDNN's slower GEMM), into y when it is the only one, else into the run's scratch, whence
+// they are copied.
 struct PackedProduct {
   struct Block {
     int64_t j0 = 0, cols = 0;
@@ -149,6 +152,10 @@ std::shared_ptr<const PackedProduct> pack_product(int64_t m, int64_t n, int64_t 
   auto packed = std::make_shared<PackedProduct>();
   onednn::OneThread one;
   const int64_t width = column_width(m, n, k);
+  const auto fail = [&](const dnnl::error& e) {
+    return Error(ErrorCode::kRuntime, std::string("oneDNN cannot lay out a ") + std::to_string(k) + " x " +
+                                          std::to_string(n) + " weight for its product: " + e.what());
+  };
   try {
     for (int64_t j0 = 0; j0 < n; j0 += width) {
       const int64_t cols = std::min(width, n - j0);
@@ -156,15 +163,20 @@ std::shared_ptr<const PackedProduct> pack_product(int64_t m, int64_t n, int64_t 
       const dnnl::matmul::primitive_desc pd(
           dnnl::matmul::desc(src, Desc({k, cols}, f32, dnnl::memory::format_tag::any), dst), onednn::engine());
       if (std::string(pd.impl_info_str()).starts_with("ref")) return nullptr;  // sgemm then
-      dnnl::memory weights(pd.weights_desc(), onednn::engine());
-      // Rows [j0, j0 + cols) of B [N, K] are B's columns as [K, cols].
-      dnnl::memory from(Desc({k, cols}, f32, dnnl::memory::dims{1, k}), onednn::engine(), const_cast<float*>(b + j0 * k));
-      onednn::reorder(dnnl::reorder(from, weights), from, weights);
-      packed->blocks.push_back({j0, cols, dnnl::matmul(pd), src, dst, std::move(weights)});
+      packed->blocks.push_back({j0, cols, dnnl::matmul(pd), src, dst, dnnl::memory(pd.weights_desc(), onednn::engine())});
     }
   } catch (const dnnl::error& e) {
-    throw Error(ErrorCode::kRuntime, std::string("oneDNN cannot lay out a ") + std::to_string(k) + " x " +
-                                         std::to_string(n) + " weight for its product: " + e.what());
+    throw fail(e);
+  }
+  // Rows [j0, j0 + cols) of B [N, K] are B's columns as [K, cols].
+  try {
+    for (PackedProduct::Block& block : packed->blocks) {
+      dnnl::memory from(Desc({k, block.cols}, f32, dnnl::memory::dims{1, k}), onednn::engine(),
+                        const_cast<float*>(b + block.j0 * k));
+      onednn::reorder(dnnl::reorder(from, block.weights), from, block.weights);
+    }
+  } catch (const dnnl::error& e) {
+    throw fail(e);
   }
   return packed;
 }
@@ -240,11 +252,12 @@ struct Product final : OpPlan {
   std::unique_ptr<OpState> make_state() const override {
     return packed ? std::make_unique<ProductMemories>(packed->blocks.size()) : nullptr;
   }
-  void take_constants(const std::vector<const void*>& data, const std::function<Hash128(size_t)>& content) override {
+  void take_constants(const std::vector<const void*>& data) override {
     const auto [m, n, k] = few_rows;
-    if (m < 2 || k > 512 || !data[1] || n == 0) return;
-    const Hash128 b = content(1);
-    std::string key(reinterpret_cast<const char*>(&b), sizeof b);
+    if (m < 2 || k <= 256 || k > 512 || !data[1] || n == 0) return;
+    // Keyed by where B lies: while an entry lives, the session holding it keeps B's bytes there,
+    // so no other B can be at that address (hashing 32 MB of a transformer's weights cost 1.6 ms).
+    std::string key(reinterpret_cast<const char*>(&data[1]), sizeof data[1]);
     for (int64_t d : few_rows) key.append(reinterpret_cast<const char*>(&d), sizeof d);
     packed = packed_products().find(key, [&] { return pack_product(m, n, k, static_cast<const float*>(data[1])); });
   }

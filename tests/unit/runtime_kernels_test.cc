@@ -212,25 +212,33 @@ TEST(RuntimeKernels, GemmsCutOverThreadsMatchTheProduct) {
         expect_near(values_of<float>(run_bytes(p.program(), {f32(a_rows), f32(bt)}, {}, parallel)[0]), want_rows, 1e-3f);
       }
   }
-  // Few rows by a constant B (a weight): laid out once for oneDNN's matmul, in blocks of columns
-  // (517 of them: four) or whole (40), each block's columns copied into place.
+  // Few rows by a constant B (a weight) of K = 300: laid out once for oneDNN's matmul, in blocks of
+  // columns (517 of them: four) or whole (40), each block's columns copied into place.
+  const int64_t k2 = 300;
+  std::vector<float> a2(static_cast<size_t>(runtime::kFewRows * k2)), b2(static_cast<size_t>(n * k2));  // b2 [N, K]
+  for (size_t i = 0; i < a2.size(); ++i) a2[i] = static_cast<float>(static_cast<int>(i * 7 % 13) - 6) / 8;
+  for (size_t i = 0; i < b2.size(); ++i) b2[i] = static_cast<float>(static_cast<int>(i * 5 % 11) - 5) / 4;
   for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{7, n}, {runtime::kFewRows, n}, {3, 40}}) {
-    std::vector<float> want_rows;
-    for (int64_t i = 0; i < rows; ++i) want_rows.insert(want_rows.end(), want.begin() + i * n, want.begin() + i * n + cols);
-    const std::vector<float> a_rows(a.begin(), a.begin() + rows * k), b_rows(bt.begin(), bt.begin() + cols * k);
+    std::vector<float> relu_product;
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) {
+        double sum = 0;
+        for (int64_t p = 0; p < k2; ++p) sum += static_cast<double>(a2[static_cast<size_t>(i * k2 + p)]) * b2[static_cast<size_t>(j * k2 + p)];
+        relu_product.push_back(std::max(static_cast<float>(sum), 0.0f));
+      }
+    const std::vector<float> a_rows(a2.begin(), a2.begin() + rows * k2), b_rows(b2.begin(), b2.begin() + cols * k2);
     for (const runtime::ParallelFor& parallel : {runtime::ParallelFor{}, two_threads})
       for (const bool gemm : {false, true}) {
         SCOPED_TRACE(std::to_string(rows) + " rows by a weight of " + std::to_string(cols) + (gemm ? ", Gemm" : ", MatMul"));
         ProgramBuilder p;
-        const int32_t x = p.input({rows, k}), w = p.weight({cols, k}, 0), y = p.output({rows, cols});
+        const int32_t x = p.input({rows, k2}), w = p.weight({cols, k2}, 0), y = p.output({rows, cols});
+        std::vector<ref::Attr> attrs = gemm ? gemm_attrs(0, 1, 1, 1) : std::vector<ref::Attr>{int_attr("transB", 1)};
+        attrs.push_back(int_attr("act", static_cast<int64_t>(Activation::kRelu)));
         if (gemm)
-          p.op("Gemm", {x, w, -1}, y, gemm_attrs(0, 1, 1, 1));
+          p.op("Gemm", {x, w, -1}, y, attrs);
         else
-          p.op("MatMul", {x, w}, y, {int_attr("transB", 1), int_attr("act", static_cast<int64_t>(Activation::kRelu))});
-        std::vector<float> expected = want_rows;
-        if (!gemm)
-          for (float& v : expected) v = std::max(v, 0.0f);
-        expect_near(values_of<float>(run_bytes(p.program(), {f32(a_rows)}, {f32(b_rows)}, parallel)[0]), expected, 1e-3f);
+          p.op("MatMul", {x, w}, y, attrs);
+        expect_near(values_of<float>(run_bytes(p.program(), {f32(a_rows)}, {f32(b_rows)}, parallel)[0]), relu_product, 1e-3f);
       }
   }
   // Batched, B stored with its last two dims swapped: attention's Q x K^T with K as it is.
