@@ -253,7 +253,7 @@ struct Product final : OpPlan {
     return packed ? std::make_unique<ProductMemories>(packed->blocks.size()) : nullptr;
   }
   void take_constants(const std::vector<const void*>& data) override {
-    const auto [m, n, k] = few_rows;
+    const int64_t m = few_rows[0], n = few_rows[1], k = few_rows[2];  // clang 14 lambdas capture no bindings
     if (m < 2 || k <= 256 || k > 512 || !data[1] || n == 0) return;
     // Keyed by where B lies: while an entry lives, the session holding it keeps B's bytes there,
     // so no other B can be at that address (hashing 32 MB of a transformer's weights cost 1.6 ms).
