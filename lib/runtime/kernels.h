@@ -315,7 +315,6 @@ struct TypedScalars final : OpPlan {
   TypedScalar a, b;
 };
 
-
 // The fused activation (attrs act, act_alpha, act_beta) of an op, read once for a whole tensor or
 // for all the pieces of one.
 // The epilogue of a Conv, Gemm, MatMul, BatchNormalization or float32 Add: an activation, then a

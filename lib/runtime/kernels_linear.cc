@@ -152,10 +152,6 @@ std::shared_ptr<const PackedProduct> pack_product(int64_t m, int64_t n, int64_t 
   auto packed = std::make_shared<PackedProduct>();
   onednn::OneThread one;
   const int64_t width = column_width(m, n, k);
-  const auto fail = [&](const dnnl::error& e) {
-    return Error(ErrorCode::kRuntime, std::string("oneDNN cannot lay out a ") + std::to_string(k) + " x " +
-                                          std::to_string(n) + " weight for its product: " + e.what());
-  };
   try {
     for (int64_t j0 = 0; j0 < n; j0 += width) {
       const int64_t cols = std::min(width, n - j0);
@@ -163,20 +159,15 @@ std::shared_ptr<const PackedProduct> pack_product(int64_t m, int64_t n, int64_t 
       const dnnl::matmul::primitive_desc pd(
           dnnl::matmul::desc(src, Desc({k, cols}, f32, dnnl::memory::format_tag::any), dst), onednn::engine());
       if (std::string(pd.impl_info_str()).starts_with("ref")) return nullptr;  // sgemm then
-      packed->blocks.push_back({j0, cols, dnnl::matmul(pd), src, dst, dnnl::memory(pd.weights_desc(), onednn::engine())});
+      dnnl::memory weights(pd.weights_desc(), onednn::engine());
+      // Rows [j0, j0 + cols) of B [N, K] are B's columns as [K, cols].
+      dnnl::memory from(Desc({k, cols}, f32, dnnl::memory::dims{1, k}), onednn::engine(), const_cast<float*>(b + j0 * k));
+      onednn::reorder(dnnl::reorder(from, weights), from, weights);
+      packed->blocks.push_back({j0, cols, dnnl::matmul(pd), src, dst, std::move(weights)});
     }
   } catch (const dnnl::error& e) {
-    throw fail(e);
-  }
-  // Rows [j0, j0 + cols) of B [N, K] are B's columns as [K, cols].
-  try {
-    for (PackedProduct::Block& block : packed->blocks) {
-      dnnl::memory from(Desc({k, block.cols}, f32, dnnl::memory::dims{1, k}), onednn::engine(),
-                        const_cast<float*>(b + block.j0 * k));
-      onednn::reorder(dnnl::reorder(from, block.weights), from, block.weights);
-    }
-  } catch (const dnnl::error& e) {
-    throw fail(e);
+    throw Error(ErrorCode::kRuntime, std::string("oneDNN cannot lay out a ") + std::to_string(k) + " x " +
+                                         std::to_string(n) + " weight for its product: " + e.what());
   }
   return packed;
 }
