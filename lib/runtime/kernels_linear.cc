@@ -2,12 +2,16 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
+
+#include <immintrin.h>
 
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -129,84 +133,134 @@ MadeBytes transpose_matrix(const uint8_t* from, size_t rows, size_t cols) {
 
 namespace {
 
-// A product of 2 to 32 rows by a constant B stored [N, K] with 256 < K <= 512, on oneDNN's matmul
-// with B laid out for it once a session (in blocks of columns the caller's threads share, as
-// gemm_rowmajor cuts them): there its blocked layout streams B faster than sgemm reads the plain
-// one (16 x 512 x 2048 out of cache: 6.3 against 8.5 ms for 12 of them on one thread, side by
-// side; the 512-wide transformer's 16-token step 1.17-1.34 -> 1.07-1.11 of ONNX Runtime's time).
-// Elsewhere it was not: K = 256 as fast, K = 1024 and a single row slower, and laying B out costs
-// session creation ~0.3 ms a MB. A block writes its columns densely (a strided destination takes
-// oneDNN's slower GEMM), into y when it is the only one, else into the run's scratch, whence
-// they are copied.
-struct PackedProduct {
-  struct Block {
-    int64_t j0 = 0, cols = 0;
-    dnnl::primitive primitive;
-    dnnl::memory::desc src, dst;
-    dnnl::memory weights;
+// A product of 2 to 32 rows by a constant B stored [N, K] with 256 < K <= 512 (AVX-512 only): B
+// laid out once a session in panels of 32 columns, each [K][32], so a panel streams from memory
+// in one pass while up to 12 rows of A, broadcast, accumulate into 24 registers; the next panel
+// is prefetched into L2 as one is consumed (a transformer's weights come from L3 or memory, not
+// L2). In the 512-wide transformer's 16-token step, its 16 x 512 x 2048 product took 286-305 µs
+// so against 441-565 on oneDNN's matmul over its blocked B and 425-447 in ONNX Runtime, the
+// 16 x 512 x 512 ones 76 against 126-143 and 117-120. Every K gained (K = 256 .. 4096: the
+// 1024-wide step 0.96 -> 0.80 of ONNX Runtime's time) but laying B out costs session creation
+// ~0.3 ms a MB, hence the window. The last panel is zero-filled past N.
+constexpr int64_t kPanel = 32;
+constexpr int64_t kPanelRows = 12;
+
+struct PanelB {
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
   };
-  std::vector<Block> blocks;
+  int64_t n = 0, k = 0;
+  std::unique_ptr<float[], Free> data;
+  const float* panel(int64_t p) const { return data.get() + p * k * kPanel; }
 };
 
-std::shared_ptr<const PackedProduct> pack_product(int64_t m, int64_t n, int64_t k, const float* b) {
+// Each panel of B [N, K] is a transposition of 32 of its rows: oneDNN's reorder transposes at
+// about three times a plain loop's speed (transpose_matrix), and laying out a 512-wide
+// transformer's 32 MB of B took 20 ms a session with the loop.
+std::shared_ptr<const PanelB> pack_panels(int64_t n, int64_t k, const float* b) {
   using Desc = dnnl::memory::desc;
   constexpr auto f32 = dnnl::memory::data_type::f32;
-  auto packed = std::make_shared<PackedProduct>();
+  auto packed = std::make_shared<PanelB>();
+  const int64_t full = n / kPanel, tail = n % kPanel, panels = full + (tail ? 1 : 0);
+  const auto bytes = static_cast<size_t>(panels * k * kPanel) * sizeof(float);
+  packed->data.reset(static_cast<float*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
+  if (!packed->data) throw std::bad_alloc();
+  packed->n = n;
+  packed->k = k;
+  // Panels [p0, p0 + count) of `width` columns, as a [count, K, width] view of each side.
+  const auto lay = [&](int64_t p0, int64_t count, int64_t width) {
+    const dnnl::memory::dims dims{count, k, width};
+    dnnl::memory from(Desc(dims, f32, {kPanel * k, 1, k}), onednn::engine(), const_cast<float*>(b + p0 * kPanel * k));
+    dnnl::memory to(Desc(dims, f32, {kPanel * k, kPanel, 1}), onednn::engine(), packed->data.get() + p0 * kPanel * k);
+    onednn::reorder(dnnl::reorder(from, to), from, to);
+  };
   onednn::OneThread one;
-  const int64_t width = column_width(m, n, k);
   try {
-    for (int64_t j0 = 0; j0 < n; j0 += width) {
-      const int64_t cols = std::min(width, n - j0);
-      const Desc src({m, k}, f32, dnnl::memory::format_tag::ab), dst({m, cols}, f32, dnnl::memory::format_tag::ab);
-      const dnnl::matmul::primitive_desc pd(
-          dnnl::matmul::desc(src, Desc({k, cols}, f32, dnnl::memory::format_tag::any), dst), onednn::engine());
-      if (std::string(pd.impl_info_str()).starts_with("ref")) return nullptr;  // sgemm then
-      dnnl::memory weights(pd.weights_desc(), onednn::engine());
-      // Rows [j0, j0 + cols) of B [N, K] are B's columns as [K, cols].
-      dnnl::memory from(Desc({k, cols}, f32, dnnl::memory::dims{1, k}), onednn::engine(), const_cast<float*>(b + j0 * k));
-      onednn::reorder(dnnl::reorder(from, weights), from, weights);
-      packed->blocks.push_back({j0, cols, dnnl::matmul(pd), src, dst, std::move(weights)});
+    if (full) lay(0, full, kPanel);
+    if (tail) {
+      std::fill(packed->data.get() + full * kPanel * k, packed->data.get() + panels * kPanel * k, 0.0f);
+      lay(full, 1, tail);
     }
   } catch (const dnnl::error& e) {
     throw Error(ErrorCode::kRuntime, std::string("oneDNN cannot lay out a ") + std::to_string(k) + " x " +
-                                         std::to_string(n) + " weight for its product: " + e.what());
+                                         std::to_string(n) + " weight in panels: " + e.what());
   }
   return packed;
 }
 
-// The sessions of a process holding the same B share its layout.
-KeptWhileUsed<PackedProduct>& packed_products() {
-  static KeptWhileUsed<PackedProduct> kept;
+// Rows [0, R) of A times one panel into y's columns [0, cols) (cols <= 32).
+template <int R>
+__attribute__((target("avx512f"))) void panel_rows(int64_t k, const float* a, int64_t lda, const float* panel,
+                                                   const float* next, float* y, int64_t ldy, int64_t cols) {
+  // Unrolled, so that the accumulators stay in registers (-O2 kept them on the stack).
+  __m512 c0[R], c1[R];
+#pragma GCC unroll 12
+  for (int r = 0; r < R; ++r) c0[r] = c1[r] = _mm512_setzero_ps();
+  constexpr int64_t kAhead = 32;  // steps of K ahead the L1 prefetch reads (4 KB)
+  for (int64_t i = 0; i < k; ++i) {
+    const float* q = panel + i * kPanel;
+    if (next) {
+      _mm_prefetch(reinterpret_cast<const char*>(next + i * kPanel), _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(next + i * kPanel + 16), _MM_HINT_T1);
+    }
+    _mm_prefetch(reinterpret_cast<const char*>(q + kAhead * kPanel), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(q + kAhead * kPanel + 16), _MM_HINT_T0);
+    const __m512 b0 = _mm512_load_ps(q), b1 = _mm512_load_ps(q + 16);
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r) {
+      const __m512 x = _mm512_set1_ps(a[r * lda + i]);
+      c0[r] = _mm512_fmadd_ps(x, b0, c0[r]);
+      c1[r] = _mm512_fmadd_ps(x, b1, c1[r]);
+    }
+  }
+  const auto low = static_cast<__mmask16>(cols >= 16 ? 0xFFFF : (1u << cols) - 1);
+  const auto high = static_cast<__mmask16>(cols >= 32 ? 0xFFFF : cols <= 16 ? 0 : (1u << (cols - 16)) - 1);
+#pragma GCC unroll 12
+  for (int r = 0; r < R; ++r) {
+    _mm512_mask_storeu_ps(y + r * ldy, low, c0[r]);
+    _mm512_mask_storeu_ps(y + r * ldy + 16, high, c1[r]);
+  }
+}
+
+template <int... R>
+constexpr std::array<decltype(&panel_rows<1>), sizeof...(R)> row_kernels(std::integer_sequence<int, R...>) {
+  return {&panel_rows<R + 1>...};
+}
+
+// y's columns [j0, j0 + cols) (j0 a multiple of 32) of A [m, k] times the panels.
+void run_panels(const PanelB& b, int64_t m, const float* a, float* y, int64_t j0, int64_t cols) {
+  static constexpr auto kernels = row_kernels(std::make_integer_sequence<int, kPanelRows>{});
+  const int64_t n = b.n, k = b.k, p1 = (j0 + cols + kPanel - 1) / kPanel;
+  for (int64_t p = j0 / kPanel; p < p1; ++p) {
+    const int64_t width = std::min(kPanel, n - p * kPanel);
+    for (int64_t i = 0; i < m; i += kPanelRows) {
+      const int64_t rows = std::min(kPanelRows, m - i);
+      // The first pass over a panel reads it from afar and fetches the next; the others find it in L2.
+      const float* next = i == 0 && p + 1 < p1 ? b.panel(p + 1) : nullptr;
+      kernels[static_cast<size_t>(rows - 1)](k, a + i * k, k, b.panel(p), next, y + i * n + p * kPanel, n, width);
+    }
+  }
+}
+
+// The sessions of a process holding the same B share its panels.
+KeptWhileUsed<PanelB>& packed_products() {
+  static KeptWhileUsed<PanelB> kept;
   return kept;
 }
 
-// A packed product's oneDNN memory objects in a run state: each block's source and destination.
-struct ProductMemories final : OpState, onednn::MemorySlots {
-  explicit ProductMemories(size_t blocks) : MemorySlots(2 * blocks) {}
-};
-
-void run_packed(const PackedProduct& p, int64_t m, int64_t n, const float* a, float* y, const Output& out,
-                const Epilogue& after) {
-  std::optional<ProductMemories> own;  // called without a run state (a test): kept for this run alone
-  auto& memories = out.state ? static_cast<ProductMemories&>(*out.state) : own.emplace(p.blocks.size());
-  auto* scratch = reinterpret_cast<float*>(out.scratch);
-  const bool whole = p.blocks.size() == 1;
-  const auto block = [&](size_t i) {
-    const PackedProduct::Block& b = p.blocks[i];
-    onednn::OneThread one;
-    float* dst = whole ? y : scratch + b.j0 * m;
-    const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, memories.at(2 * i, b.src, a).get()},
-                                    {DNNL_ARG_WEIGHTS, b.weights.get()},
-                                    {DNNL_ARG_DST, memories.at(2 * i + 1, b.dst, dst).get()}};
-    onednn::execute(b.primitive, args, 3);
-    if (!whole)
-      for (int64_t r = 0; r < m; ++r) std::memcpy(y + r * n + b.j0, dst + r * b.cols, static_cast<size_t>(b.cols) * sizeof(float));
-    if (after) after(b.j0, b.cols);
+void run_packed(const PanelB& b, int64_t m, const float* a, float* y, const Output& out, const Epilogue& after) {
+  const int64_t n = b.n;
+  const int64_t width = out.parallel && *out.parallel ? (column_width(m, n, b.k) + kPanel - 1) / kPanel * kPanel : n;
+  const int64_t blocks = (n + width - 1) / width;
+  const auto block = [&](size_t index) {
+    const int64_t j0 = static_cast<int64_t>(index) * width, cols = std::min(width, n - j0);
+    run_panels(b, m, a, y, j0, cols);
+    if (after) after(j0, cols);
   };
-  if (!whole && out.parallel && *out.parallel)
-    (*out.parallel)(p.blocks.size(), std::cref(block));
+  if (blocks == 1)
+    block(0);
   else
-    for (size_t i = 0; i < p.blocks.size(); ++i) block(i);
+    (*out.parallel)(static_cast<size_t>(blocks), std::cref(block));
 }
 
 }  // namespace
@@ -242,21 +296,18 @@ struct Product final : OpPlan {
     a_strides = broadcast_strides(Dims(ad.begin(), ad.end() - 2), batch);
     b_strides = broadcast_strides(Dims(bd.begin(), bd.end() - 2), batch);
   }
-  std::unique_ptr<OpState> make_state() const override {
-    return packed ? std::make_unique<ProductMemories>(packed->blocks.size()) : nullptr;
-  }
   void take_constants(const std::vector<const void*>& data) override {
     const int64_t m = few_rows[0], n = few_rows[1], k = few_rows[2];  // clang 14 lambdas capture no bindings
-    if (m < 2 || k <= 256 || k > 512 || !data[1] || n == 0) return;
+    if (m < 2 || k <= 256 || k > 512 || !data[1] || n == 0 || !onednn::avx512()) return;
     // Keyed by where B lies: while an entry lives, the session holding it keeps B's bytes there,
     // so no other B can be at that address (hashing 32 MB of a transformer's weights cost 1.6 ms).
     std::string key(reinterpret_cast<const char*>(&data[1]), sizeof data[1]);
     for (int64_t d : few_rows) key.append(reinterpret_cast<const char*>(&d), sizeof d);
-    packed = packed_products().find(key, [&] { return pack_product(m, n, k, static_cast<const float*>(data[1])); });
+    packed = packed_products().find(key, [&] { return pack_panels(n, k, static_cast<const float*>(data[1])); });
   }
   bool trans_a, trans_b;
   std::array<int64_t, 3> few_rows{};             // m, n, k of a product of few rows by a B stored [N, K]
-  std::shared_ptr<const PackedProduct> packed;  // when that B is constant (and oneDNN runs it)
+  std::shared_ptr<const PanelB> packed;          // when that B is constant (and the CPU has AVX-512)
   float alpha, beta;  // Gemm's
   FusedActivation act;
   Dims c_strides;                    // Gemm's C, over [M, N]
@@ -278,7 +329,7 @@ void matmul(Ins in, const Output& out) {
       if (!act.empty())
         for (int64_t i = 0; i < m; ++i) act.apply(y + i * n + j0, cols);
     };
-    if (p.packed) return run_packed(*p.packed, m, n, in[0].f32(), y, out, epilogue);
+    if (p.packed) return run_packed(*p.packed, m, in[0].f32(), y, out, epilogue);
     gemm_rowmajor(m, n, k, in[0].f32(), in[1].f32(), y, out.parallel, false, p.trans_b, epilogue,
                   p.scratch_bytes > 0 ? reinterpret_cast<float*>(out.scratch) : nullptr);
     return;
@@ -322,7 +373,7 @@ void gemm(Ins in, const Output& out) {
       act.apply(row + j0, cols);
     }
   };
-  if (p.packed) return run_packed(*p.packed, m, n, in[0].f32(), y, out, epilogue);
+  if (p.packed) return run_packed(*p.packed, m, in[0].f32(), y, out, epilogue);
   gemm_rowmajor(m, n, k, in[0].f32(), in[1].f32(), y, out.parallel, trans_a, trans_b, epilogue,
                 p.scratch_bytes > 0 ? reinterpret_cast<float*>(out.scratch) : nullptr);
 }

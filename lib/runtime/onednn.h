@@ -70,6 +70,9 @@ std::string architecture();
 void target_level(const std::string& level);
 // The level oneDNN lays weights out for in this process, e.g. "avx2".
 std::string level();
+// Whether that level has AVX-512 (avx512_core or above): the runtime's own AVX-512 kernels run
+// only where oneDNN's would.
+bool avx512();
 // The levels target_level knows, lowest first.
 std::vector<std::string> known_levels();
 // The levels this CPU runs ("sse41, avx, avx2, ..."), for messages.

@@ -212,13 +212,14 @@ TEST(RuntimeKernels, GemmsCutOverThreadsMatchTheProduct) {
         expect_near(values_of<float>(run_bytes(p.program(), {f32(a_rows), f32(bt)}, {}, parallel)[0]), want_rows, 1e-3f);
       }
   }
-  // Few rows by a constant B (a weight) of K = 300: laid out once for oneDNN's matmul, in blocks of
-  // columns (517 of them: four) or whole (40), each block's columns copied into place.
+  // Few rows by a constant B (a weight) of K = 300: laid out once in panels of 32 columns (517 of
+  // them: the last panel 5 wide, in four blocks on two threads; 40: one block), rows in passes of
+  // at most 12 (7; 13 = 12 + 1; 32 = 12 + 12 + 8).
   const int64_t k2 = 300;
   std::vector<float> a2(static_cast<size_t>(runtime::kFewRows * k2)), b2(static_cast<size_t>(n * k2));  // b2 [N, K]
   for (size_t i = 0; i < a2.size(); ++i) a2[i] = static_cast<float>(static_cast<int>(i * 7 % 13) - 6) / 8;
   for (size_t i = 0; i < b2.size(); ++i) b2[i] = static_cast<float>(static_cast<int>(i * 5 % 11) - 5) / 4;
-  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{7, n}, {runtime::kFewRows, n}, {3, 40}}) {
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{7, n}, {13, n}, {runtime::kFewRows, n}, {3, 40}}) {
     std::vector<float> relu_product;
     for (int64_t i = 0; i < rows; ++i)
       for (int64_t j = 0; j < cols; ++j) {
