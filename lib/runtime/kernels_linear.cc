@@ -2,10 +2,8 @@
 
 #include <algorithm>
 #include <array>
-#include <cstdlib>
 #include <cstring>
 #include <exception>
-#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -42,19 +40,29 @@ int64_t column_width(int64_t m, int64_t n, int64_t k) {
   return std::min(n, std::max<int64_t>(kMinWidth, ((n + kMaxBlocks - 1) / kMaxBlocks + 15) / 16 * 16));
 }
 
+// Runs block(j0, cols) over y's columns cut into blocks of `width`, the caller's threads sharing them.
+void column_blocks(int64_t n, int64_t width, const ParallelFor* parallel, FunctionRef<void(int64_t, int64_t)> block) {
+  const int64_t blocks = (n + width - 1) / width;
+  const auto one = [&](size_t index) {
+    const int64_t j0 = static_cast<int64_t>(index) * width;
+    block(j0, std::min(width, n - j0));
+  };
+  if (blocks == 1)
+    one(0);
+  else
+    (*parallel)(static_cast<size_t>(blocks), std::cref(one));
+}
+
 }  // namespace
 
 void gemm_rowmajor(int64_t m, int64_t n, int64_t k, const float* a, const float* b, float* y, const ParallelFor* parallel,
                    bool trans_a, bool trans_b, const Epilogue& after, float* few_rows) {
-  const int64_t width = parallel && *parallel ? column_width(m, n, k) : n;
-  const int64_t blocks = (n + width - 1) / width;
   if (k == 0) {  // an empty sum, whatever a library makes of K = 0
     std::fill(y, y + m * n, 0.0f);
     if (after) after(0, n);
     return;
   }
-  const auto block = [&](size_t index) {
-    const int64_t j0 = static_cast<int64_t>(index) * width, cols = std::min(width, n - j0);
+  column_blocks(n, parallel && *parallel ? column_width(m, n, k) : n, parallel, [&](int64_t j0, int64_t cols) {
     onednn::OneThread one;
     dnnl_status_t status;
     if (few_rows && trans_b && !trans_a && m <= kFewRows) {
@@ -75,11 +83,7 @@ void gemm_rowmajor(int64_t m, int64_t n, int64_t k, const float* a, const float*
                                            ") on " + std::to_string(m) + " x " + std::to_string(k) + " x " +
                                            std::to_string(cols));
     if (after) after(j0, cols);
-  };
-  if (blocks == 1)
-    block(0);
-  else
-    (*parallel)(static_cast<size_t>(blocks), std::cref(block));
+  });
 }
 
 // oneDNN's reorder transposes at about three times the speed of a tiled loop (16 MB on two
@@ -146,12 +150,9 @@ constexpr int64_t kPanel = 32;
 constexpr int64_t kPanelRows = 12;
 
 struct PanelB {
-  struct Free {
-    void operator()(float* p) const { std::free(p); }
-  };
   int64_t n = 0, k = 0;
-  std::unique_ptr<float[], Free> data;
-  const float* panel(int64_t p) const { return data.get() + p * k * kPanel; }
+  Laid data;
+  float* panel(int64_t p) const { return reinterpret_cast<float*>(data.get()) + p * k * kPanel; }
 };
 
 // Each panel of B [N, K] is a transposition of 32 of its rows: oneDNN's reorder transposes at
@@ -162,23 +163,21 @@ std::shared_ptr<const PanelB> pack_panels(int64_t n, int64_t k, const float* b) 
   constexpr auto f32 = dnnl::memory::data_type::f32;
   auto packed = std::make_shared<PanelB>();
   const int64_t full = n / kPanel, tail = n % kPanel, panels = full + (tail ? 1 : 0);
-  const auto bytes = static_cast<size_t>(panels * k * kPanel) * sizeof(float);
-  packed->data.reset(static_cast<float*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
-  if (!packed->data) throw std::bad_alloc();
+  packed->data = laid_bytes(static_cast<size_t>(panels * k * kPanel) * sizeof(float));
   packed->n = n;
   packed->k = k;
   // Panels [p0, p0 + count) of `width` columns, as a [count, K, width] view of each side.
   const auto lay = [&](int64_t p0, int64_t count, int64_t width) {
     const dnnl::memory::dims dims{count, k, width};
     dnnl::memory from(Desc(dims, f32, {kPanel * k, 1, k}), onednn::engine(), const_cast<float*>(b + p0 * kPanel * k));
-    dnnl::memory to(Desc(dims, f32, {kPanel * k, kPanel, 1}), onednn::engine(), packed->data.get() + p0 * kPanel * k);
+    dnnl::memory to(Desc(dims, f32, {kPanel * k, kPanel, 1}), onednn::engine(), packed->panel(p0));
     onednn::reorder(dnnl::reorder(from, to), from, to);
   };
   onednn::OneThread one;
   try {
     if (full) lay(0, full, kPanel);
     if (tail) {
-      std::fill(packed->data.get() + full * kPanel * k, packed->data.get() + panels * kPanel * k, 0.0f);
+      std::fill(packed->panel(full), packed->panel(panels), 0.0f);
       lay(full, 1, tail);
     }
   } catch (const dnnl::error& e) {
@@ -250,17 +249,12 @@ KeptWhileUsed<PanelB>& packed_products() {
 
 void run_packed(const PanelB& b, int64_t m, const float* a, float* y, const Output& out, const Epilogue& after) {
   const int64_t n = b.n;
-  const int64_t width = out.parallel && *out.parallel ? (column_width(m, n, b.k) + kPanel - 1) / kPanel * kPanel : n;
-  const int64_t blocks = (n + width - 1) / width;
-  const auto block = [&](size_t index) {
-    const int64_t j0 = static_cast<int64_t>(index) * width, cols = std::min(width, n - j0);
+  const bool threads = out.parallel && *out.parallel;
+  const int64_t width = threads ? (column_width(m, n, b.k) + kPanel - 1) / kPanel * kPanel : n;  // whole panels
+  column_blocks(n, width, out.parallel, [&](int64_t j0, int64_t cols) {
     run_panels(b, m, a, y, j0, cols);
     if (after) after(j0, cols);
-  };
-  if (blocks == 1)
-    block(0);
-  else
-    (*out.parallel)(static_cast<size_t>(blocks), std::cref(block));
+  });
 }
 
 }  // namespace
@@ -299,10 +293,13 @@ struct Product final : OpPlan {
   void take_constants(const std::vector<const void*>& data) override {
     const int64_t m = few_rows[0], n = few_rows[1], k = few_rows[2];  // clang 14 lambdas capture no bindings
     if (m < 2 || k <= 256 || k > 512 || !data[1] || n == 0 || !onednn::avx512()) return;
-    // Keyed by where B lies: while an entry lives, the session holding it keeps B's bytes there,
-    // so no other B can be at that address (hashing 32 MB of a transformer's weights cost 1.6 ms).
-    std::string key(reinterpret_cast<const char*>(&data[1]), sizeof data[1]);
-    for (int64_t d : few_rows) key.append(reinterpret_cast<const char*>(&d), sizeof d);
+    // Keyed by where B lies and its dims (the panels do not depend on A's rows): while an entry
+    // lives, the session holding it keeps B's bytes there, so no other B can be at that address
+    // (hashing 32 MB of a transformer's weights cost 1.6 ms).
+    std::string key;
+    put(key, data[1]);
+    put(key, n);
+    put(key, k);
     packed = packed_products().find(key, [&] { return pack_panels(n, k, static_cast<const float*>(data[1])); });
   }
   bool trans_a, trans_b;

@@ -42,11 +42,6 @@ DataType data_type_of(ref::DType t) { return t == ref::DType::kUInt8 ? DataType:
 
 dnnl::memory::dims dims_of(const Dims& d) { return dnnl::memory::dims(d.begin(), d.end()); }
 
-struct Free {
-  void operator()(uint8_t* p) const { std::free(p); }
-};
-using Laid = std::unique_ptr<uint8_t, Free>;  // a weight laid out for a primitive
-
 // oneDNN's memory objects around a run's buffers, made again only for a buffer that moved (making
 // one allocates).
 template <size_t Slots>
@@ -205,8 +200,7 @@ struct Int8ConvInteger {
         part[i] = static_cast<int8_t>(std::clamp(left[i], -128, 127));
         left[i] -= part[i];
       }
-      Laid buffer(static_cast<uint8_t*>(std::aligned_alloc(kAlign, aligned(weight.get_size()))));
-      if (!buffer) throw std::bad_alloc();
+      Laid buffer = laid_bytes(weight.get_size());
       onednn::reorder(to_weight, dnnl::memory(weight_given, onednn::engine(), part.data()),
                       dnnl::memory(weight, onednn::engine(), buffer.get()));
       parts.push_back(std::move(buffer));
@@ -299,9 +293,7 @@ void qlinear_conv(Ins in, const Output& out) {
   auto& state = out.state ? static_cast<QConv::State&>(*out.state) : own.emplace();
   using Slot = QConv::State::Slot;
   if (!state.weight) {
-    const size_t bytes = aligned(p.weight.get_size());
-    Laid laid(static_cast<uint8_t*>(std::aligned_alloc(kAlign, bytes)));
-    if (!laid) throw std::bad_alloc();
+    Laid laid = laid_bytes(p.weight.get_size());
     onednn::reorder(p.to_weight, dnnl::memory(p.weight_given, onednn::engine(), const_cast<void*>(in[1].data)),
                     dnnl::memory(p.weight, onednn::engine(), laid.get()));
     state.weight = std::move(laid);

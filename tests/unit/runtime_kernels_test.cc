@@ -219,7 +219,7 @@ TEST(RuntimeKernels, GemmsCutOverThreadsMatchTheProduct) {
   std::vector<float> a2(static_cast<size_t>(runtime::kFewRows * k2)), b2(static_cast<size_t>(n * k2));  // b2 [N, K]
   for (size_t i = 0; i < a2.size(); ++i) a2[i] = static_cast<float>(static_cast<int>(i * 7 % 13) - 6) / 8;
   for (size_t i = 0; i < b2.size(); ++i) b2[i] = static_cast<float>(static_cast<int>(i * 5 % 11) - 5) / 4;
-  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{7, n}, {13, n}, {runtime::kFewRows, n}, {3, 40}}) {
+  const auto relu_product_of = [&](int64_t rows, int64_t cols) {
     std::vector<float> relu_product;
     for (int64_t i = 0; i < rows; ++i)
       for (int64_t j = 0; j < cols; ++j) {
@@ -227,6 +227,10 @@ TEST(RuntimeKernels, GemmsCutOverThreadsMatchTheProduct) {
         for (int64_t p = 0; p < k2; ++p) sum += static_cast<double>(a2[static_cast<size_t>(i * k2 + p)]) * b2[static_cast<size_t>(j * k2 + p)];
         relu_product.push_back(std::max(static_cast<float>(sum), 0.0f));
       }
+    return relu_product;
+  };
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{7, n}, {13, n}, {runtime::kFewRows, n}, {3, 40}}) {
+    const std::vector<float> relu_product = relu_product_of(rows, cols);
     const std::vector<float> a_rows(a2.begin(), a2.begin() + rows * k2), b_rows(b2.begin(), b2.begin() + cols * k2);
     for (const runtime::ParallelFor& parallel : {runtime::ParallelFor{}, two_threads})
       for (const bool gemm : {false, true}) {
@@ -241,6 +245,19 @@ TEST(RuntimeKernels, GemmsCutOverThreadsMatchTheProduct) {
           p.op("MatMul", {x, w}, y, attrs);
         expect_near(values_of<float>(run_bytes(p.program(), {f32(a_rows)}, {f32(b_rows)}, parallel)[0]), relu_product, 1e-3f);
       }
+  }
+  // Two products of different rows by one weight share its panels (they do not depend on the rows).
+  {
+    ProgramBuilder p;
+    const int32_t w = p.weight({n, k2}, 0), x7 = p.input({7, k2}), x13 = p.input({13, k2});
+    const int32_t y7 = p.output({7, n}), y13 = p.output({13, n});
+    const std::vector<ref::Attr> attrs = {int_attr("transB", 1), int_attr("act", static_cast<int64_t>(Activation::kRelu))};
+    p.op("MatMul", {x7, w}, y7, attrs);
+    p.op("MatMul", {x13, w}, y13, attrs);
+    const std::vector<float> a7(a2.begin(), a2.begin() + 7 * k2), a13(a2.begin(), a2.begin() + 13 * k2);
+    const auto outputs = run_bytes(p.program(), {f32(a7), f32(a13)}, {f32(b2)}, two_threads);
+    expect_near(values_of<float>(outputs[0]), relu_product_of(7, n), 1e-3f);
+    expect_near(values_of<float>(outputs[1]), relu_product_of(13, n), 1e-3f);
   }
   // Batched, B stored with its last two dims swapped: attention's Q x K^T with K as it is.
   expect_near(run_op("MatMul", {{{2, 1, 3}, f32({1, 2, 3, 4, 5, 6})}, {{2, 2, 3}, f32({1, 0, 0, 0, 1, 1, 1, 1, 1, 2, 0, 0})}},
