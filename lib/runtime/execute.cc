@@ -217,19 +217,6 @@ void compute_constants(const ref::Program& program, Plans& plans) {
     plans.constants.push_back(std::move(made));
     step.skip = true;
   }
-  std::vector<const void*> data;
-  for (size_t k = 0; k < plans.steps.size(); ++k) {
-    Plans::Step& step = plans.steps[k];
-    if (step.skip || !step.plan) continue;
-    const ref::Op& op = program.ops[k];
-    data.clear();
-    for (int32_t id : op.inputs) data.push_back(id < 0 ? nullptr : plans.weights[static_cast<size_t>(id)]);
-    try {
-      step.plan->take_constants(data);
-    } catch (const Error& e) {
-      throw e.within("ref program: op " + std::to_string(k) + " (" + op.type + ")");
-    }
-  }
 }
 
 std::unique_ptr<const Plans> plan_ops(const ref::Program& program, const WeightLookup& weights) {

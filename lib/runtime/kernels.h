@@ -52,10 +52,6 @@ struct OpPlan {
   virtual ~OpPlan() = default;
   // The op's state for a new run state; none for most ops.
   virtual std::unique_ptr<OpState> make_state() const { return nullptr; }
-  // Told once, before the first run, where each input that is the same on every run lies (a
-  // weight, or a value made of weights alone; nullptr for the others): a plan may lay such an
-  // input out for its kernel.
-  virtual void take_constants(const std::vector<const void*>& /*data*/) {}
   uint64_t scratch_bytes = 0;  // what the kernel needs of Output::scratch on each run
 };
 
@@ -441,6 +437,7 @@ void expand(Ins, const Output&);  // a broadcast copy
 // Linear algebra and windows (kernels_linear.cc, kernels_pool.cc).
 void matmul(Ins, const Output&);
 void gemm(Ins, const Output&);
+void panel_weight(Ins, const Output&);  // a product's B laid out in panels, as MatMul and Gemm read it with `panels`
 void conv(Ins, const Output&);  // kernels_conv.cc
 void conv_transpose(Ins, const Output&);  // kernels_conv.cc
 // Conv's and ConvTranspose's.
@@ -511,7 +508,7 @@ extern const Planner plan_trilu, plan_axis, plan_axis_strides, plan_pad, plan_on
 extern const Planner plan_reduction, plan_columns, plan_normalisation, plan_batch_normalization, plan_nll_loss, plan_cum_sum,
     plan_arg_extreme;                                                                     // kernels_norm.cc
 extern const Planner plan_window;                                                         // kernels_pool.cc
-extern const Planner plan_product;                                                        // kernels_linear.cc
+extern const Planner plan_product, plan_panel_weight;                                     // kernels_linear.cc
 extern const Planner plan_qlinear_conv;                                                   // kernels_qconv.cc
 extern const Planner plan_quant, plan_requantize, plan_matmul_nbits, plan_gather_block_quantized, plan_matmul_integer,
     plan_conv_integer, plan_which_output;                                                 // kernels_quant.cc

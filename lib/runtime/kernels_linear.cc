@@ -86,48 +86,51 @@ void gemm_rowmajor(int64_t m, int64_t n, int64_t k, const float* a, const float*
   });
 }
 
-// oneDNN's reorder transposes at about three times the speed of a tiled loop (16 MB on two
-// threads: 5 vs 15 ms), and packing is most of what compiling a large model costs. A large matrix
-// is cut into two column halves, each on a thread of its own: OpenMP's idle workers would spin
-// between weights, taking the core the kernel's writeback of the output needs.
-MadeBytes transpose_matrix(const uint8_t* from, size_t rows, size_t cols) {
+namespace {
+
+// Runs part(begin, end) over [0, count): on two threads of its own when there are `bytes` worth it
+// (OpenMP's idle workers would spin between weights, taking the core the kernel's writeback of the
+// output needs).
+void in_halves(size_t bytes, int64_t count, FunctionRef<void(int64_t, int64_t)> part) {
   constexpr size_t kThreadedBytes = size_t{1} << 22;
+  if (bytes < kThreadedBytes || count < 2) return part(0, count);
+  std::exception_ptr failed;
+  std::thread other([&] {
+    try {
+      part(count / 2, count);
+    } catch (...) {
+      failed = std::current_exception();
+    }
+  });
+  try {
+    part(0, count / 2);
+  } catch (...) {
+    other.join();
+    throw;
+  }
+  other.join();
+  if (failed) std::rethrow_exception(failed);
+}
+
+}  // namespace
+
+// oneDNN's reorder transposes at about three times the speed of a tiled loop (16 MB on two
+// threads: 5 vs 15 ms), and laying weights out is most of what compiling a large model costs.
+MadeBytes transpose_matrix(const uint8_t* from, size_t rows, size_t cols) {
   MadeBytes to(rows * cols * sizeof(float));
   if (to.empty()) return to;
   const auto r = static_cast<int64_t>(rows);
-  // Columns [c0, c1) of `from` into rows [c0, c1) of `to`.
-  const auto columns = [&](int64_t c0, int64_t c1) {
-    const dnnl::memory::dims dims{r, c1 - c0};
-    const dnnl::memory::desc src_desc(dims, dnnl::memory::data_type::f32, dnnl::memory::dims{static_cast<int64_t>(cols), 1});
-    const dnnl::memory::desc dst_desc(dims, dnnl::memory::data_type::f32, dnnl::memory::dims{1, r});
-    onednn::OneThread one;
-    dnnl::memory src(src_desc, onednn::engine(), const_cast<uint8_t*>(from) + c0 * sizeof(float));
-    dnnl::memory dst(dst_desc, onednn::engine(), to.data() + c0 * r * sizeof(float));
-    dnnl::reorder(src, dst).execute(onednn::stream(), src, dst);
-    onednn::stream().wait();
-  };
-  const auto c = static_cast<int64_t>(cols);
   try {
-    if (to.size() < kThreadedBytes || cols < 2) {
-      columns(0, c);
-    } else {
-      std::exception_ptr failed;
-      std::thread other([&] {
-        try {
-          columns(c / 2, c);
-        } catch (...) {
-          failed = std::current_exception();
-        }
-      });
-      try {
-        columns(0, c / 2);
-      } catch (...) {
-        other.join();
-        throw;
-      }
-      other.join();
-      if (failed) std::rethrow_exception(failed);
-    }
+    // Columns [c0, c1) of `from` into rows [c0, c1) of `to`.
+    in_halves(to.size(), static_cast<int64_t>(cols), [&](int64_t c0, int64_t c1) {
+      const dnnl::memory::dims dims{r, c1 - c0};
+      const dnnl::memory::desc src_desc(dims, dnnl::memory::data_type::f32, dnnl::memory::dims{static_cast<int64_t>(cols), 1});
+      const dnnl::memory::desc dst_desc(dims, dnnl::memory::data_type::f32, dnnl::memory::dims{1, r});
+      onednn::OneThread one;
+      dnnl::memory src(src_desc, onednn::engine(), const_cast<uint8_t*>(from) + c0 * sizeof(float));
+      dnnl::memory dst(dst_desc, onednn::engine(), to.data() + c0 * r * sizeof(float));
+      onednn::reorder(dnnl::reorder(src, dst), src, dst);
+    });
   } catch (const dnnl::error& e) {
     throw Error(ErrorCode::kInternal, std::string("oneDNN cannot transpose a ") + std::to_string(rows) + " x " +
                                           std::to_string(cols) + " matrix: " + e.what());
@@ -135,76 +138,73 @@ MadeBytes transpose_matrix(const uint8_t* from, size_t rows, size_t cols) {
   return to;
 }
 
+// ---- B in panels ----------------------------------------------------------------------------
+//
+// A constant B of a product is laid out in panels of 32 columns: panel p holds B's columns
+// [32p, 32p + w) (w = 32, or what is left for the last), K rows of w floats. A panel streams from
+// memory in one pass while up to 12 rows of A, broadcast, accumulate into 24 registers, and the
+// next panel is prefetched into L2 meanwhile (a transformer's weights come from L3 or memory, not
+// L2). On the 512-wide transformer's 16-token step, its 16 x 512 x 2048 product took 286-305 µs
+// so against 441-565 on oneDNN's matmul over its blocked B and 425-447 in ONNX Runtime, and the
+// layout gained on every shape the transformers have, 1 to 128 rows (docs/benchmarks.md,
+// "Weight layout"). The layout holds exactly B's bytes, in another order, on every CPU level.
+
 namespace {
 
-// A product of 2 to 32 rows by a constant B stored [N, K] with 256 < K <= 512 (AVX-512 only): B
-// laid out once a session in panels of 32 columns, each [K][32], so a panel streams from memory
-// in one pass while up to 12 rows of A, broadcast, accumulate into 24 registers; the next panel
-// is prefetched into L2 as one is consumed (a transformer's weights come from L3 or memory, not
-// L2). In the 512-wide transformer's 16-token step, its 16 x 512 x 2048 product took 286-305 µs
-// so against 441-565 on oneDNN's matmul over its blocked B and 425-447 in ONNX Runtime, the
-// 16 x 512 x 512 ones 76 against 126-143 and 117-120. Every K gained (K = 256 .. 4096: the
-// 1024-wide step 0.96 -> 0.80 of ONNX Runtime's time) but laying B out costs session creation
-// ~0.3 ms a MB, hence the window. The last panel is zero-filled past N.
 constexpr int64_t kPanel = 32;
-constexpr int64_t kPanelRows = 12;
 
-struct PanelB {
-  int64_t n = 0, k = 0;
-  Laid data;
-  float* panel(int64_t p) const { return reinterpret_cast<float*>(data.get()) + p * k * kPanel; }
-};
-
-// Each panel of B [N, K] is a transposition of 32 of its rows: oneDNN's reorder transposes at
-// about three times a plain loop's speed (transpose_matrix), and laying out a 512-wide
-// transformer's 32 MB of B took 20 ms a session with the loop.
-std::shared_ptr<const PanelB> pack_panels(int64_t n, int64_t k, const float* b) {
+void lay_panels(const uint8_t* from, int64_t k, int64_t n, bool nk, float* to) {
   using Desc = dnnl::memory::desc;
   constexpr auto f32 = dnnl::memory::data_type::f32;
-  auto packed = std::make_shared<PanelB>();
-  const int64_t full = n / kPanel, tail = n % kPanel, panels = full + (tail ? 1 : 0);
-  packed->data = laid_bytes(static_cast<size_t>(panels * k * kPanel) * sizeof(float));
-  packed->n = n;
-  packed->k = k;
-  // Panels [p0, p0 + count) of `width` columns, as a [count, K, width] view of each side.
+  // Panels [p0, p0 + count) of `width` columns, as a [count, K, width] view of each side: B stored
+  // [N, K] is transposed a panel at a time, B stored [K, N] copied in strips.
   const auto lay = [&](int64_t p0, int64_t count, int64_t width) {
     const dnnl::memory::dims dims{count, k, width};
-    dnnl::memory from(Desc(dims, f32, {kPanel * k, 1, k}), onednn::engine(), const_cast<float*>(b + p0 * kPanel * k));
-    dnnl::memory to(Desc(dims, f32, {kPanel * k, kPanel, 1}), onednn::engine(), packed->panel(p0));
-    onednn::reorder(dnnl::reorder(from, to), from, to);
+    const Desc from_desc = nk ? Desc(dims, f32, {kPanel * k, 1, k}) : Desc(dims, f32, {kPanel, n, 1});
+    const uint8_t* first = from + (nk ? p0 * kPanel * k : p0 * kPanel) * static_cast<int64_t>(sizeof(float));
+    dnnl::memory src(from_desc, onednn::engine(), const_cast<uint8_t*>(first));
+    dnnl::memory dst(Desc(dims, f32, {width * k, width, 1}), onednn::engine(), to + p0 * kPanel * k);
+    onednn::reorder(dnnl::reorder(src, dst), src, dst);
   };
-  onednn::OneThread one;
+  const int64_t full = n / kPanel, tail = n % kPanel;
   try {
-    if (full) lay(0, full, kPanel);
-    if (tail) {
-      std::fill(packed->panel(full), packed->panel(panels), 0.0f);
-      lay(full, 1, tail);
-    }
+    in_halves(static_cast<size_t>(n * k) * sizeof(float), full, [&](int64_t p0, int64_t p1) {
+      onednn::OneThread one;
+      if (p1 > p0) lay(p0, p1 - p0, kPanel);
+    });
+    onednn::OneThread one;
+    if (tail) lay(full, 1, tail);
   } catch (const dnnl::error& e) {
-    throw Error(ErrorCode::kRuntime, std::string("oneDNN cannot lay out a ") + std::to_string(k) + " x " +
-                                         std::to_string(n) + " weight in panels: " + e.what());
+    throw Error(ErrorCode::kInternal, std::string("oneDNN cannot lay out a ") + std::to_string(k) + " x " +
+                                          std::to_string(n) + " weight in panels: " + e.what());
   }
-  return packed;
 }
 
-// Rows [0, R) of A times one panel into y's columns [0, cols) (cols <= 32).
-template <int R>
-__attribute__((target("avx512f"))) void panel_rows(int64_t k, const float* a, int64_t lda, const float* panel,
-                                                   const float* next, float* y, int64_t ldy, int64_t cols) {
+// Rows [0, R) of A times columns [0, cols) of a panel (rows `width` apart) into y's columns
+// [0, cols): AVX-512, all 32 columns, 12 rows at most. Only the last panel of a B whose N 32 does
+// not divide is Narrow: masked loads take a port the products need (a 16-row step ran 4-10%
+// slower with them).
+template <int R, bool Narrow>
+__attribute__((target("avx512f"))) void panel_rows_avx512(int64_t k, const float* a, int64_t lda, const float* panel,
+                                                          int64_t width, int64_t cols, const float* next, float* y,
+                                                          int64_t ldy) {
   // Unrolled, so that the accumulators stay in registers (-O2 kept them on the stack).
   __m512 c0[R], c1[R];
 #pragma GCC unroll 12
   for (int r = 0; r < R; ++r) c0[r] = c1[r] = _mm512_setzero_ps();
+  const auto low = static_cast<__mmask16>(cols >= 16 ? 0xFFFF : (1u << cols) - 1);
+  const auto high = static_cast<__mmask16>(cols >= 32 ? 0xFFFF : cols <= 16 ? 0 : (1u << (cols - 16)) - 1);
   constexpr int64_t kAhead = 32;  // steps of K ahead the L1 prefetch reads (4 KB)
   for (int64_t i = 0; i < k; ++i) {
-    const float* q = panel + i * kPanel;
+    const float* q = panel + i * width;
     if (next) {
       _mm_prefetch(reinterpret_cast<const char*>(next + i * kPanel), _MM_HINT_T1);
       _mm_prefetch(reinterpret_cast<const char*>(next + i * kPanel + 16), _MM_HINT_T1);
     }
-    _mm_prefetch(reinterpret_cast<const char*>(q + kAhead * kPanel), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(q + kAhead * kPanel + 16), _MM_HINT_T0);
-    const __m512 b0 = _mm512_load_ps(q), b1 = _mm512_load_ps(q + 16);
+    _mm_prefetch(reinterpret_cast<const char*>(q + kAhead * width), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(q + kAhead * width + 16), _MM_HINT_T0);
+    const __m512 b0 = Narrow ? _mm512_maskz_loadu_ps(low, q) : _mm512_loadu_ps(q);
+    const __m512 b1 = Narrow ? _mm512_maskz_loadu_ps(high, q + 16) : _mm512_loadu_ps(q + 16);
 #pragma GCC unroll 12
     for (int r = 0; r < R; ++r) {
       const __m512 x = _mm512_set1_ps(a[r * lda + i]);
@@ -212,8 +212,6 @@ __attribute__((target("avx512f"))) void panel_rows(int64_t k, const float* a, in
       c1[r] = _mm512_fmadd_ps(x, b1, c1[r]);
     }
   }
-  const auto low = static_cast<__mmask16>(cols >= 16 ? 0xFFFF : (1u << cols) - 1);
-  const auto high = static_cast<__mmask16>(cols >= 32 ? 0xFFFF : cols <= 16 ? 0 : (1u << (cols - 16)) - 1);
 #pragma GCC unroll 12
   for (int r = 0; r < R; ++r) {
     _mm512_mask_storeu_ps(y + r * ldy, low, c0[r]);
@@ -221,43 +219,136 @@ __attribute__((target("avx512f"))) void panel_rows(int64_t k, const float* a, in
   }
 }
 
-template <int... R>
-constexpr std::array<decltype(&panel_rows<1>), sizeof...(R)> row_kernels(std::integer_sequence<int, R...>) {
-  return {&panel_rows<R + 1>...};
+// The same with AVX2 and FMA over V registers of 8 columns a row (cols <= 8 V): 16 registers hold
+// R x V accumulators, V of B and the broadcast. Over half a panel (V = 2) 6 rows fit, over all of
+// it (V = 4) 3: a 16-row product took 1.2 times as long as oneDNN's sgemm in passes of 3 rows, a
+// 1-row one 1.4 times as long over half panels (each pass a chain of dependent FMAs).
+template <int R, int V, bool Narrow>
+__attribute__((target("avx2,fma"))) void panel_rows_avx2(int64_t k, const float* a, int64_t lda, const float* panel,
+                                                         int64_t width, int64_t cols, const float* next, float* y,
+                                                         int64_t ldy) {
+  __m256 c[R][V];
+  __m256i mask[V];
+#pragma GCC unroll 4
+  for (int v = 0; v < V; ++v) {
+    mask[v] = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(cols) - 8 * v), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) c[r][v] = _mm256_setzero_ps();
+  }
+  for (int64_t i = 0; i < k; ++i) {
+    const float* q = panel + i * width;
+    if (next) {
+      _mm_prefetch(reinterpret_cast<const char*>(next + i * kPanel), _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(next + i * kPanel + 16), _MM_HINT_T1);
+    }
+    __m256 b[V];
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) b[v] = Narrow ? _mm256_maskload_ps(q + 8 * v, mask[v]) : _mm256_loadu_ps(q + 8 * v);
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      const __m256 x = _mm256_broadcast_ss(a + r * lda + i);
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) c[r][v] = _mm256_fmadd_ps(x, b[v], c[r][v]);
+    }
+  }
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) _mm256_maskstore_ps(y + r * ldy + 8 * v, mask[v], c[r][v]);
 }
 
-// y's columns [j0, j0 + cols) (j0 a multiple of 32) of A [m, k] times the panels.
-void run_panels(const PanelB& b, int64_t m, const float* a, float* y, int64_t j0, int64_t cols) {
-  static constexpr auto kernels = row_kernels(std::make_integer_sequence<int, kPanelRows>{});
-  const int64_t n = b.n, k = b.k, p1 = (j0 + cols + kPanel - 1) / kPanel;
+using PanelKernel = void (*)(int64_t, const float*, int64_t, const float*, int64_t, int64_t, const float*, float*, int64_t);
+
+// The kernels for 1 to R rows of A at a time over `columns` of a panel, for full and narrow panels.
+struct PanelKernels {
+  std::vector<PanelKernel> by_rows[2];  // [narrow][r - 1]
+  int64_t columns = kPanel;
+};
+template <int... R>
+PanelKernels avx512_kernels(std::integer_sequence<int, R...>) {
+  const std::array<PanelKernel, sizeof...(R)> full = {&panel_rows_avx512<R + 1, false>...},
+                                              narrow = {&panel_rows_avx512<R + 1, true>...};
+  PanelKernels made;
+  made.by_rows[0].assign(full.begin(), full.end());
+  made.by_rows[1].assign(narrow.begin(), narrow.end());
+  return made;
+}
+template <int V, int... R>
+PanelKernels avx2_kernels(std::integer_sequence<int, R...>) {
+  const std::array<PanelKernel, sizeof...(R)> full = {&panel_rows_avx2<R + 1, V, false>...},
+                                              narrow = {&panel_rows_avx2<R + 1, V, true>...};
+  PanelKernels made;
+  made.by_rows[0].assign(full.begin(), full.end());
+  made.by_rows[1].assign(narrow.begin(), narrow.end());
+  made.columns = 8 * V;
+  return made;
+}
+
+// The kernels of the CPU's level (oneDNN's effective one, which the tests lower to play older
+// CPUs) for a product of m rows; none below AVX2, where oneDNN's sgemm reads the panels.
+const PanelKernels& panel_kernels(int64_t m) {
+  static const PanelKernels none, avx512 = avx512_kernels(std::make_integer_sequence<int, 12>{}),
+                                  avx2_half = avx2_kernels<2>(std::make_integer_sequence<int, 6>{}),
+                                  avx2_whole = avx2_kernels<4>(std::make_integer_sequence<int, 3>{});
+  static const bool has_avx512 = onednn::avx512(), has_avx2 = onednn::avx2();
+  if (has_avx512) return avx512;
+  if (has_avx2) return m <= 3 ? avx2_whole : avx2_half;
+  return none;
+}
+
+// y's columns [j0, j0 + cols) (j0 a multiple of 32) of A [m, k] times B [n, k] in panels.
+void product_of_panels(const float* b, int64_t n, int64_t k, int64_t m, const float* a, float* y, int64_t j0, int64_t cols) {
+  const PanelKernels& kernels = panel_kernels(m);
+  const auto most = static_cast<int64_t>(kernels.by_rows[0].size());
+  const int64_t p1 = (j0 + cols + kPanel - 1) / kPanel;
   for (int64_t p = j0 / kPanel; p < p1; ++p) {
     const int64_t width = std::min(kPanel, n - p * kPanel);
-    for (int64_t i = 0; i < m; i += kPanelRows) {
-      const int64_t rows = std::min(kPanelRows, m - i);
-      // The first pass over a panel reads it from afar and fetches the next; the others find it in L2.
-      const float* next = i == 0 && p + 1 < p1 ? b.panel(p + 1) : nullptr;
-      kernels[static_cast<size_t>(rows - 1)](k, a + i * k, k, b.panel(p), next, y + i * n + p * kPanel, n, width);
+    const float* panel = b + p * kPanel * k;
+    if (most == 0) {
+      const dnnl_status_t status =
+          dnnl_sgemm('N', 'N', m, width, k, 1.0f, a, k, panel, width, 0.0f, y + p * kPanel, n);
+      if (status != dnnl_success)
+        throw Error(ErrorCode::kRuntime, "oneDNN's sgemm failed (status " + std::to_string(static_cast<int>(status)) +
+                                             ") on " + std::to_string(m) + " x " + std::to_string(k) + " x " +
+                                             std::to_string(width));
+      continue;
     }
+    const std::vector<PanelKernel>& by_rows = kernels.by_rows[width < kPanel ? 1 : 0];
+    for (int64_t c = 0; c < width; c += kernels.columns)
+      for (int64_t i = 0; i < m; i += most) {
+        const int64_t rows = std::min(most, m - i);
+        // The first pass over a panel reads it from afar and fetches the next; the others find it in L2.
+        const float* next = i == 0 && c == 0 && p + 1 < p1 ? panel + kPanel * k : nullptr;
+        by_rows[static_cast<size_t>(rows - 1)](k, a + i * k, k, panel + c, width, std::min(kernels.columns, width - c), next,
+                                               y + i * n + p * kPanel + c, n);
+      }
   }
 }
 
-// The sessions of a process holding the same B share its panels.
-KeptWhileUsed<PanelB>& packed_products() {
-  static KeptWhileUsed<PanelB> kept;
-  return kept;
-}
-
-void run_packed(const PanelB& b, int64_t m, const float* a, float* y, const Output& out, const Epilogue& after) {
-  const int64_t n = b.n;
+// y [m, n] = A [m, k] x B, B [n, k] in panels, the caller's threads sharing out whole panels.
+void run_panels(const float* b, int64_t n, int64_t k, int64_t m, const float* a, float* y, const Output& out,
+                const Epilogue& after) {
+  if (k == 0) std::fill(y, y + m * n, 0.0f);  // an empty sum
   const bool threads = out.parallel && *out.parallel;
-  const int64_t width = threads ? (column_width(m, n, b.k) + kPanel - 1) / kPanel * kPanel : n;  // whole panels
+  const int64_t width = threads ? (column_width(m, n, k) + kPanel - 1) / kPanel * kPanel : n;
   column_blocks(n, width, out.parallel, [&](int64_t j0, int64_t cols) {
-    run_panels(b, m, a, y, j0, cols);
+    if (k > 0) {
+      onednn::OneThread one;
+      product_of_panels(b, n, k, m, a, y, j0, cols);
+    }
     if (after) after(j0, cols);
   });
 }
 
 }  // namespace
+
+MadeBytes panels_of(const uint8_t* from, size_t k, size_t n, bool nk) {
+  MadeBytes to(k * n * sizeof(float));
+  if (!to.empty())
+    lay_panels(from, static_cast<int64_t>(k), static_cast<int64_t>(n), nk,
+               reinterpret_cast<float*>(to.data()));
+  return to;
+}
 
 namespace kernels {
 
@@ -265,16 +356,15 @@ namespace kernels {
 struct Product final : OpPlan {
   Product(const ref::Op& op, const std::vector<const ref::Value*>& in, const ref::Value& out)
       : trans_a(op.get_int("transA", 0) != 0), trans_b(op.get_int("transB", 0) != 0),
-        alpha(op.get_float("alpha", 1.0f)), beta(op.get_float("beta", 1.0f)), act(fused_activation_of(op)) {
+        panels(op.get_int("panels", 0) != 0), alpha(op.get_float("alpha", 1.0f)), beta(op.get_float("beta", 1.0f)),
+        act(fused_activation_of(op)) {
     // C keeps its own dims (scalar, [N], [1, N], [M, 1], [M, N] ...): broadcast to [M, N].
     if (op.type == "Gemm" && in.size() > 2 && in[2]) c_strides = broadcast_strides(in[2]->dims, out.dims);
-    // One product of few rows by a weight stored [N, K] (gemm_rowmajor).
+    // One product by a B in panels, or of few rows by a B stored [N, K] (gemm_rowmajor).
     const bool whole = op.type == "Gemm" || in[1]->dims.size() == 2;
     const int64_t rows = out.dims.empty() ? 1 : product(out.dims, 0, out.dims.size() - 1);
-    if (whole && trans_b && !trans_a && rows <= kFewRows) {
+    if (!panels && whole && trans_b && !trans_a && rows <= kFewRows)
       scratch_bytes = static_cast<uint64_t>(product(out.dims)) * sizeof(float);
-      few_rows = {rows, in[1]->dims[0], in[1]->dims[1]};
-    }
     if (op.type != "MatMul" || in[1]->dims.size() == 2) return;
     // Vectors seen as [1, K] (A) and [K, 1] (B), as the rule defines; B's logical dims with transB.
     const Dims& a0 = in[0]->dims;
@@ -290,21 +380,8 @@ struct Product final : OpPlan {
     a_strides = broadcast_strides(Dims(ad.begin(), ad.end() - 2), batch);
     b_strides = broadcast_strides(Dims(bd.begin(), bd.end() - 2), batch);
   }
-  void take_constants(const std::vector<const void*>& data) override {
-    const int64_t m = few_rows[0], n = few_rows[1], k = few_rows[2];  // clang 14 lambdas capture no bindings
-    if (m < 2 || k <= 256 || k > 512 || !data[1] || n == 0 || !onednn::avx512()) return;
-    // Keyed by where B lies and its dims (the panels do not depend on A's rows): while an entry
-    // lives, the session holding it keeps B's bytes there, so no other B can be at that address
-    // (hashing 32 MB of a transformer's weights cost 1.6 ms).
-    std::string key;
-    put(key, data[1]);
-    put(key, n);
-    put(key, k);
-    packed = packed_products().find(key, [&] { return pack_panels(n, k, static_cast<const float*>(data[1])); });
-  }
   bool trans_a, trans_b;
-  std::array<int64_t, 3> few_rows{};             // m, n, k of a product of few rows by a B stored [N, K]
-  std::shared_ptr<const PanelB> packed;          // when that B is constant (and the CPU has AVX-512)
+  bool panels;        // B [N, K] laid out in panels of 32 columns
   float alpha, beta;  // Gemm's
   FusedActivation act;
   Dims c_strides;                    // Gemm's C, over [M, N]
@@ -326,7 +403,7 @@ void matmul(Ins in, const Output& out) {
       if (!act.empty())
         for (int64_t i = 0; i < m; ++i) act.apply(y + i * n + j0, cols);
     };
-    if (p.packed) return run_packed(*p.packed, m, in[0].f32(), y, out, epilogue);
+    if (p.panels) return run_panels(in[1].f32(), n, k, m, in[0].f32(), y, out, epilogue);
     gemm_rowmajor(m, n, k, in[0].f32(), in[1].f32(), y, out.parallel, false, p.trans_b, epilogue,
                   p.scratch_bytes > 0 ? reinterpret_cast<float*>(out.scratch) : nullptr);
     return;
@@ -353,7 +430,7 @@ void gemm(Ins in, const Output& out) {
   const auto& p = plan_of<Product>(out);
   const Dims& ad = in[0].dims();
   const bool trans_a = p.trans_a, trans_b = p.trans_b;
-  int64_t m = out.dims()[0], n = out.dims()[1], k = trans_a ? ad[0] : ad[1];
+  const int64_t m = out.dims()[0], n = out.dims()[1], k = trans_a ? ad[0] : ad[1];
   float* y = out.f32();
   const float alpha = p.alpha, beta = p.beta;
   const bool has_c = in.size() > 2 && in[2].present();
@@ -370,9 +447,23 @@ void gemm(Ins in, const Output& out) {
       act.apply(row + j0, cols);
     }
   };
-  if (p.packed) return run_packed(*p.packed, m, in[0].f32(), y, out, epilogue);
+  if (p.panels) return run_panels(in[1].f32(), n, k, m, in[0].f32(), y, out, epilogue);
   gemm_rowmajor(m, n, k, in[0].f32(), in[1].f32(), y, out.parallel, trans_a, trans_b, epilogue,
                 p.scratch_bytes > 0 ? reinterpret_cast<float*>(out.scratch) : nullptr);
+}
+
+// PanelWeight: a constant B computed at run time (widened, dequantized, or read where a weightless
+// binary's model stores it) laid out in panels, once a session like any value made of weights.
+struct PanelLayout final : OpPlan {
+  PanelLayout(const ref::Op& op, const std::vector<const ref::Value*>& /*in*/, const ref::Value& /*out*/)
+      : nk(op.get_int("transB", 0) != 0) {}
+  bool nk;  // B stored [N, K]
+};
+const Planner plan_panel_weight = plan_as<PanelLayout>;
+
+void panel_weight(Ins in, const Output& out) {
+  const int64_t n = out.dims()[0], k = out.dims()[1];
+  if (n > 0 && k > 0) lay_panels(in[0].bytes(), k, n, plan_of<PanelLayout>(out).nk, out.f32());
 }
 
 }  // namespace kernels

@@ -138,6 +138,8 @@ std::string level() { return isa_name(dnnl::get_effective_cpu_isa()); }
 
 bool avx512() { return includes(dnnl::get_effective_cpu_isa(), dnnl::cpu_isa::avx512_core); }
 
+bool avx2() { return includes(dnnl::get_effective_cpu_isa(), dnnl::cpu_isa::avx2); }
+
 std::vector<std::string> known_levels() {
   std::vector<std::string> names;
   for (const Level& level : kLevels) names.emplace_back(level.name);

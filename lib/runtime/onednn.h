@@ -73,6 +73,8 @@ std::string level();
 // Whether that level has AVX-512 (avx512_core or above): the runtime's own AVX-512 kernels run
 // only where oneDNN's would.
 bool avx512();
+// Whether it has AVX2 and FMA (avx2 or above).
+bool avx2();
 // The levels target_level knows, lowest first.
 std::vector<std::string> known_levels();
 // The levels this CPU runs ("sse41, avx, avx2, ..."), for messages.

@@ -380,6 +380,16 @@ OutType gather_block_quantized(const OpCheck& c) {
 
 // Numpy matmul: a 1-D A is a row [1, K], a 1-D B a column [K, 1], and the added dim is not in the
 // output. Those views share their bytes with the vectors, so the kernel needs no copy.
+// `panels` (0 or 1): B [N, K] laid out in panels of 32 columns (PanelWeight), which the kernel
+// reads with A as it is.
+void product_panels(const OpCheck& c, bool trans_b, bool trans_a) {
+  if (c.int_attr_or("panels", 0, 0, 1) == 0) return;
+  const Dims& b = c.in(1).dims;
+  c.expect(trans_b && !trans_a && b.size() == 2, [&] {
+    return "panels with B of dims " + dims_text(b) + ", expected a 2-D B stored [N, K] (transB, not transA)";
+  });
+}
+
 OutType matmul(const OpCheck& c) {
   c.arity(2, 2);
   c.expect_inputs(DType::kFloat32);
@@ -392,6 +402,7 @@ OutType matmul(const OpCheck& c) {
   const bool trans_b = c.int_attr_or("transB", 0, 0, 1) != 0;
   c.expect(!trans_b || b.size() >= 2,
       [&] { return "transB with B of dims " + dims_text(b) + ", which has no two dims to swap"; });
+  product_panels(c, trans_b, false);
   Dims a2 = a.size() == 1 ? Dims{1, a[0]} : a, b2 = b.size() == 1 ? Dims{b[0], 1} : b;
   if (trans_b) std::swap(b2[b2.size() - 2], b2.back());
   c.expect(a2.back() == b2[b2.size() - 2], [&] { return "inner dims differ: " + dims_text(a) + " x " + dims_text(b); });
@@ -414,6 +425,7 @@ OutType gemm(const OpCheck& c) {
   const Dims& b = c.in(1).dims;
   c.expect(a.size() == 2 && b.size() == 2,
       [&] { return "A " + dims_text(a) + " and B " + dims_text(b) + " must be 2-D"; });
+  product_panels(c, trans_b, trans_a);
   int64_t m = trans_a ? a[1] : a[0], k = trans_a ? a[0] : a[1];
   int64_t kb = trans_b ? b[1] : b[0], n = trans_b ? b[0] : b[1];
   c.expect(k == kb, [&] { return "inner dims differ: A " + dims_text(a) + ", B " + dims_text(b); });
@@ -571,6 +583,15 @@ OutType conv(const OpCheck& c) {
 // A plain Conv (`transposed`: ConvTranspose) weight computed from weights (widened from float16,
 // dequantized) is laid out for its packed op once a session, as the compiler lays out a float32
 // weight in the .bin.
+// PanelWeight: B [K, N] (or [N, K] with transB) as [N, K] in panels of 32 columns.
+OutType panel_weight(const OpCheck& c) {
+  c.arity(1, 1);
+  c.expect_inputs(DType::kFloat32);
+  const Dims& b = c.in(0).dims;
+  c.expect(b.size() == 2, [&] { return "B has dims " + dims_text(b) + ", expected 2-D"; });
+  return {DType::kFloat32, c.int_attr_or("transB", 0, 0, 1) != 0 ? b : Dims{b[1], b[0]}};
+}
+
 OutType conv_weight(const OpCheck& c) {
   c.arity(1, 1);
   c.expect_inputs(DType::kFloat32);
@@ -1213,6 +1234,7 @@ const std::vector<OpDef>& op_defs() {
       {"CumSum", cum_sum, k::cum_sum, true, k::plan_cum_sum},
       {"MatMul", matmul, k::matmul, true, k::plan_product},
       {"Gemm", gemm, k::gemm, true, k::plan_product},
+      {"PanelWeight", panel_weight, k::panel_weight, true, k::plan_panel_weight},
       {"MatMulNBits", matmul_nbits, k::matmul_nbits, true, k::plan_matmul_nbits},
       {"GatherBlockQuantized", gather_block_quantized, k::gather_block_quantized, true, k::plan_gather_block_quantized},
       {"MatMulInteger", matmul_integer, k::matmul_integer, true, k::plan_matmul_integer},

@@ -37,7 +37,7 @@ TEST(Cli, VersionNamesWhatCtxgenWasBuiltWith) {
     EXPECT_EQ(r.exit_code, 0) << r.output;
     EXPECT_EQ(r.output.rfind(std::string("ctxgen ") + CTXGEN_VERSION + " (", 0), 0u) << r.output;
     EXPECT_NE(r.output.find(std::string("onnx ") + onnx::LAST_RELEASE_VERSION), std::string::npos) << r.output;
-    EXPECT_NE(r.output.find("ref ctxgen-ref 3.6"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("ref ctxgen-ref 3.7"), std::string::npos) << r.output;
   }
 }
 

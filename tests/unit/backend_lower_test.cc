@@ -946,7 +946,13 @@ TEST(RefLower, ShuffleNetsChannelShuffleAndSplitStayChannelsLast) {
   EXPECT_EQ(joined.y(*joined.last), joined.y(*joined.plain));
 }
 
-TEST(RefLower, ConstantMatMulAndGemmWeightsArePackedToNK) {
+// Where column n of row k of a B [n_total, k_total] laid out in panels of 32 columns lies.
+size_t in_panels(int64_t k, int64_t n, int64_t k_total, int64_t n_total) {
+  const int64_t p = n / 32, width = std::min<int64_t>(32, n_total - p * 32);
+  return static_cast<size_t>(p * 32 * k_total + k * width + n % 32);
+}
+
+TEST(RefLower, ConstantMatMulAndGemmWeightsAreLaidOutInPanels) {
   std::vector<float> b = iota_floats(4 * 3, 1.0f);  // [K=4, N=3]
   auto l = lower(TestModel()
                      .input("a", {2, 5, 4})
@@ -960,34 +966,90 @@ TEST(RefLower, ConstantMatMulAndGemmWeightsArePackedToNK) {
   ASSERT_EQ(op_types(l->program()), (std::vector<std::string>{"MatMul", "Gemm"}));
   const auto& matmul = l->program().ops[0];
   const auto& gemm = l->program().ops[1];
-  EXPECT_EQ(matmul.get_int("transB", -1), 1);
-  EXPECT_EQ(gemm.get_int("transB", -1), 1);
+  for (const ref::Op* op : {&matmul, &gemm}) {
+    EXPECT_EQ(op->get_int("transB", -1), 1);
+    EXPECT_EQ(op->get_int("panels", -1), 1);
+  }
   EXPECT_EQ(matmul.inputs[1], gemm.inputs[1]);
   EXPECT_EQ(value(l->program(), matmul.inputs[1]).dims, (std::vector<int64_t>{3, 4}));
-  auto packed = weight_floats(*l, matmul.inputs[1]);
-  for (size_t k = 0; k < 4; ++k)
-    for (size_t n = 0; n < 3; ++n) EXPECT_EQ(packed[n * 4 + k], b[k * 3 + n]);
+  EXPECT_EQ(weight_floats(*l, matmul.inputs[1]), b);  // one panel of 3 columns: K rows of 3, as stored
 
+  // B stored [N, K] (transB) is transposed a panel at a time.
   std::vector<float> bt = iota_floats(3 * 4, 1.0f);  // [N=3, K=4]
-  auto kept = lower(TestModel().input("a", {2, 4}).floats("b", {3, 4}, bt).node("Gemm", {"a", "b"}, {"y"})
-                        .attr("transB", int64_t{1}).output("y").load());
-  const auto& op = only_op(kept->program(), "Gemm");
-  EXPECT_EQ(op.get_int("transB", -1), 1);
-  EXPECT_EQ(weight_floats(*kept, op.inputs[1]), bt);
+  auto t = lower(TestModel().input("a", {2, 4}).floats("b", {3, 4}, bt).node("Gemm", {"a", "b"}, {"y"})
+                     .attr("transB", int64_t{1}).output("y").load());
+  const auto& op = only_op(t->program(), "Gemm");
+  EXPECT_EQ(op.get_int("panels", -1), 1);
+  const auto laid = weight_floats(*t, op.inputs[1]);
+  for (size_t k = 0; k < 4; ++k)
+    for (size_t n = 0; n < 3; ++n) EXPECT_EQ(laid[k * 3 + n], bt[n * 4 + k]);
 
+  // A B computed at run time is read as it is; A transposed keeps B too.
   auto r = lower(TestModel().input("a", {2, 4}).input("b", {4, 3}).node("MatMul", {"a", "b"}, {"y"}).output("y").load());
   EXPECT_EQ(only_op(r->program(), "MatMul").get_int("transB", 0), 0);
+  EXPECT_EQ(only_op(r->program(), "MatMul").get_int("panels", 0), 0);
+  auto ta = lower(TestModel().input("a", {4, 2}).floats("b", {4, 3}, b).node("Gemm", {"a", "b"}, {"y"})
+                      .attr("transA", int64_t{1}).output("y").load());
+  EXPECT_EQ(only_op(ta->program(), "Gemm").get_int("panels", 0), 0);
+  EXPECT_EQ(weight_floats(*ta, only_op(ta->program(), "Gemm").inputs[1]), b);
 
-  // A large weight, with a column count no block size divides.
-  std::vector<float> big = iota_floats(1024 * 1031, 0.5f);
-  auto large = lower(TestModel().input("a", {1, 1024}).floats("b", {1024, 1031}, big).node("MatMul", {"a", "b"}, {"y"})
-                         .output("y").load());
-  auto nk = weight_floats(*large, only_op(large->program(), "MatMul").inputs[1]);
-  ASSERT_EQ(nk.size(), big.size());
-  size_t wrong = 0;
-  for (size_t k = 0; k < 1024; ++k)
-    for (size_t n = 0; n < 1031; ++n) wrong += nk[n * 1024 + k] != big[k * 1031 + n];
-  EXPECT_EQ(wrong, 0u);
+  // Large weights, with a column count 32 does not divide (32 full panels and one of 7), stored
+  // either way; the products match the plain ones.
+  for (const bool nk : {false, true}) {
+    SCOPED_TRACE(nk ? "stored [N, K]" : "stored [K, N]");
+    const int64_t k = 1024, n = 1031;
+    std::vector<float> big = iota_floats(static_cast<size_t>(k * n), 0.5f);
+    auto large = lower(TestModel().input("a", {1, k}).floats("b", nk ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n}, big)
+                           .node("Gemm", {"a", "b"}, {"y"}).attr("transB", int64_t{nk ? 1 : 0}).output("y").load());
+    auto laid_big = weight_floats(*large, only_op(large->program(), "Gemm").inputs[1]);
+    ASSERT_EQ(laid_big.size(), big.size());
+    size_t wrong = 0;
+    for (int64_t kk = 0; kk < k; ++kk)
+      for (int64_t nn = 0; nn < n; ++nn)
+        wrong += laid_big[in_panels(kk, nn, k, n)] != big[static_cast<size_t>(nk ? nn * k + kk : kk * n + nn)];
+    EXPECT_EQ(wrong, 0u);
+  }
+}
+
+// An exported tied embedding: the table [V, H] for a Gather and its transpose [H, V] as the output
+// projection's B. That B stays [N, K] (the table's bytes, stored once) instead of going to panels;
+// a B of the same dims whose [N, K] form no other weight holds goes to panels.
+TEST(RefLower, ATiedEmbeddingsOutputProjectionKeepsTheTablesBytes) {
+  const int64_t v = 40, h = 8;
+  const std::vector<float> table = iota_floats(static_cast<size_t>(v * h), 0.25f);
+  std::vector<float> transposed(table.size());
+  for (int64_t r = 0; r < v; ++r)
+    for (int64_t c = 0; c < h; ++c) transposed[static_cast<size_t>(c * v + r)] = table[static_cast<size_t>(r * h + c)];
+  for (const bool tied : {true, false}) {
+    SCOPED_TRACE(tied ? "tied" : "untied");
+    std::vector<float> b = transposed;
+    if (!tied) b[5] += 1.0f;
+    auto l = lower(TestModel()
+                       .input("ids", {3}, onnx::TensorProto::INT64)
+                       .floats("table", {v, h}, table)
+                       .floats("head", {h, v}, b)
+                       .node("Gather", {"table", "ids"}, {"e"})
+                       .node("MatMul", {"e", "head"}, {"y"})
+                       .output("y")
+                       .load());
+    const auto& matmul = only_op(l->program(), "MatMul");
+    EXPECT_EQ(matmul.get_int("transB", -1), 1);
+    EXPECT_EQ(matmul.get_int("panels", 0), tied ? 0 : 1);
+    if (tied) {
+      EXPECT_EQ(weight_floats(*l, matmul.inputs[1]), table);
+    }
+    const auto y = run_lowered(*l, {bytes_of(std::vector<int64_t>{0, 39, 7})});
+    std::vector<float> got(static_cast<size_t>(3 * v));
+    std::memcpy(got.data(), y[0].data(), got.size() * sizeof(float));
+    const int64_t ids[] = {0, 39, 7};
+    for (int64_t r = 0; r < 3; ++r)
+      for (int64_t c = 0; c < v; ++c) {
+        double want = 0;
+        for (int64_t i = 0; i < h; ++i)
+          want += static_cast<double>(table[static_cast<size_t>(ids[r] * h + i)]) * b[static_cast<size_t>(i * v + c)];
+        EXPECT_NEAR(got[static_cast<size_t>(r * v + c)], want, 1e-3 * std::abs(want) + 1e-4) << r << "," << c;
+      }
+  }
 }
 
 // A Transpose of the last two dims feeding only a MatMul's B becomes its transB (2-D and batched);
@@ -1306,8 +1368,8 @@ TEST(RefLower, AQdqConvUnitCompilesWholeKeepingItsIntegers) {
 
 
 // A MatMul weight reached through a DequantizeLinear stays int8 in the store; the runtime
-// dequantizes it and lays it out [N, K] once a session (both ops read weights alone).
-TEST(RefLower, ADequantizedMatMulWeightIsTransposedOnceASession) {
+// dequantizes it and lays it out in panels once a session (both ops read weights alone).
+TEST(RefLower, ADequantizedMatMulWeightIsLaidOutOnceASession) {
   auto l = lower(TestModel(13)
                      .input("x", {2, 3})
                      .tensor("w", {3, 2}, onnx::TensorProto::INT8, {1, 0xFF, 2, 0xFE, 3, 0x7F})
@@ -1317,8 +1379,9 @@ TEST(RefLower, ADequantizedMatMulWeightIsTransposedOnceASession) {
                      .output("y")
                      .load());
   const auto& p = l->program();
-  ASSERT_EQ(op_types(p), (std::vector<std::string>{"DequantizeLinear", "Transpose", "MatMul"}));
+  ASSERT_EQ(op_types(p), (std::vector<std::string>{"DequantizeLinear", "PanelWeight", "MatMul"}));
   EXPECT_EQ(only_op(p, "MatMul").get_int("transB", 0), 1);
+  EXPECT_EQ(only_op(p, "MatMul").get_int("panels", 0), 1);
   EXPECT_EQ(value(p, p.ops[0].inputs[0]).dtype, ref::DType::kInt8);
   auto y = run_lowered(*l, {testing::bytes_of_floats({1, 2, 3, -1, 0, 1})});
   std::vector<float> got(4);
@@ -1388,7 +1451,7 @@ TEST(RefLower, AFourBitMatMulWeightRunsAsMatMulNBits) {
   m.node("MatMul", {"x", "wf"}, {"y"}).output("y");
   declare_float(m, "wf", {2, 32});
   auto l = lower(m.load());
-  EXPECT_EQ(op_types(l->program()), (std::vector<std::string>{"DequantizeLinear", "Transpose", "MatMul"}));
+  EXPECT_EQ(op_types(l->program()), (std::vector<std::string>{"DequantizeLinear", "PanelWeight", "MatMul"}));
   auto y = run_lowered(*l, {testing::bytes_of_floats({1, 1})});
   std::vector<float> got(32);
   std::memcpy(got.data(), y[0].data(), 128);

@@ -1,7 +1,9 @@
 // Per-kernel numeric tests on small tensors, expectations computed by hand.
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -9,6 +11,7 @@
 #include <thread>
 
 #include "../../lib/runtime/kernels.h"
+#include "../../lib/runtime/onednn.h"
 #include "runtime_test_util.h"
 
 namespace ctxgen::testing {
@@ -212,53 +215,6 @@ TEST(RuntimeKernels, GemmsCutOverThreadsMatchTheProduct) {
         expect_near(values_of<float>(run_bytes(p.program(), {f32(a_rows), f32(bt)}, {}, parallel)[0]), want_rows, 1e-3f);
       }
   }
-  // Few rows by a constant B (a weight) of K = 300: laid out once in panels of 32 columns (517 of
-  // them: the last panel 5 wide, in four blocks on two threads; 40: one block), rows in passes of
-  // at most 12 (7; 13 = 12 + 1; 32 = 12 + 12 + 8).
-  const int64_t k2 = 300;
-  std::vector<float> a2(static_cast<size_t>(runtime::kFewRows * k2)), b2(static_cast<size_t>(n * k2));  // b2 [N, K]
-  for (size_t i = 0; i < a2.size(); ++i) a2[i] = static_cast<float>(static_cast<int>(i * 7 % 13) - 6) / 8;
-  for (size_t i = 0; i < b2.size(); ++i) b2[i] = static_cast<float>(static_cast<int>(i * 5 % 11) - 5) / 4;
-  const auto relu_product_of = [&](int64_t rows, int64_t cols) {
-    std::vector<float> relu_product;
-    for (int64_t i = 0; i < rows; ++i)
-      for (int64_t j = 0; j < cols; ++j) {
-        double sum = 0;
-        for (int64_t p = 0; p < k2; ++p) sum += static_cast<double>(a2[static_cast<size_t>(i * k2 + p)]) * b2[static_cast<size_t>(j * k2 + p)];
-        relu_product.push_back(std::max(static_cast<float>(sum), 0.0f));
-      }
-    return relu_product;
-  };
-  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{7, n}, {13, n}, {runtime::kFewRows, n}, {3, 40}}) {
-    const std::vector<float> relu_product = relu_product_of(rows, cols);
-    const std::vector<float> a_rows(a2.begin(), a2.begin() + rows * k2), b_rows(b2.begin(), b2.begin() + cols * k2);
-    for (const runtime::ParallelFor& parallel : {runtime::ParallelFor{}, two_threads})
-      for (const bool gemm : {false, true}) {
-        SCOPED_TRACE(std::to_string(rows) + " rows by a weight of " + std::to_string(cols) + (gemm ? ", Gemm" : ", MatMul"));
-        ProgramBuilder p;
-        const int32_t x = p.input({rows, k2}), w = p.weight({cols, k2}, 0), y = p.output({rows, cols});
-        std::vector<ref::Attr> attrs = gemm ? gemm_attrs(0, 1, 1, 1) : std::vector<ref::Attr>{int_attr("transB", 1)};
-        attrs.push_back(int_attr("act", static_cast<int64_t>(Activation::kRelu)));
-        if (gemm)
-          p.op("Gemm", {x, w, -1}, y, attrs);
-        else
-          p.op("MatMul", {x, w}, y, attrs);
-        expect_near(values_of<float>(run_bytes(p.program(), {f32(a_rows)}, {f32(b_rows)}, parallel)[0]), relu_product, 1e-3f);
-      }
-  }
-  // Two products of different rows by one weight share its panels (they do not depend on the rows).
-  {
-    ProgramBuilder p;
-    const int32_t w = p.weight({n, k2}, 0), x7 = p.input({7, k2}), x13 = p.input({13, k2});
-    const int32_t y7 = p.output({7, n}), y13 = p.output({13, n});
-    const std::vector<ref::Attr> attrs = {int_attr("transB", 1), int_attr("act", static_cast<int64_t>(Activation::kRelu))};
-    p.op("MatMul", {x7, w}, y7, attrs);
-    p.op("MatMul", {x13, w}, y13, attrs);
-    const std::vector<float> a7(a2.begin(), a2.begin() + 7 * k2), a13(a2.begin(), a2.begin() + 13 * k2);
-    const auto outputs = run_bytes(p.program(), {f32(a7), f32(a13)}, {f32(b2)}, two_threads);
-    expect_near(values_of<float>(outputs[0]), relu_product_of(7, n), 1e-3f);
-    expect_near(values_of<float>(outputs[1]), relu_product_of(13, n), 1e-3f);
-  }
   // Batched, B stored with its last two dims swapped: attention's Q x K^T with K as it is.
   expect_near(run_op("MatMul", {{{2, 1, 3}, f32({1, 2, 3, 4, 5, 6})}, {{2, 2, 3}, f32({1, 0, 0, 0, 1, 1, 1, 1, 1, 2, 0, 0})}},
                      {2, 1, 2}, {int_attr("transB", 1)}),
@@ -266,6 +222,74 @@ TEST(RuntimeKernels, GemmsCutOverThreadsMatchTheProduct) {
   // K = 0: an empty sum.
   expect_near(run_op("MatMul", {{{2, 0}, {}}, {{0, 3}, {}}}, {2, 3}), {0, 0, 0, 0, 0, 0});
   expect_near(run_op("MatMul", {{{2, 0}, {}}, {{3, 0}, {}}}, {2, 3}, {int_attr("transB", 1)}), {0, 0, 0, 0, 0, 0});
+}
+
+// A product by B in panels of 32 columns (as the compiler lays out a constant B) is the product:
+// 1 to 100 rows (in passes of at most 12 rows with AVX-512, 3 with AVX2), N = 517 (16 full
+// panels and one 5 wide, in four blocks on two threads), 40 (one full, one 8 wide) and 5 (one
+// narrow panel), B laid out from [N, K] and from [K, N], and by PanelWeight at run time. The
+// tests also run it as CPUs of lower levels do (ONEDNN_MAX_CPU_ISA, tests/CMakeLists.txt).
+TEST(RuntimeKernels, ProductsByBInPanelsAreTheProduct) {
+  if (const char* level = std::getenv("ONEDNN_MAX_CPU_ISA")) {
+    std::string lower(level);
+    std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+    ASSERT_EQ(runtime::onednn::level(), lower);
+  }
+  const int64_t k = 300;
+  std::vector<float> a(static_cast<size_t>(100 * k)), b(static_cast<size_t>(517 * k));  // b [N, K]
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(static_cast<int>(i * 7 % 13) - 6) / 8;
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(static_cast<int>(i * 5 % 11) - 5) / 4;
+  const auto relu_product_of = [&](int64_t rows, int64_t cols) {
+    std::vector<float> relu_product;
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) {
+        double sum = 0;
+        for (int64_t p = 0; p < k; ++p) sum += static_cast<double>(a[static_cast<size_t>(i * k + p)]) * b[static_cast<size_t>(j * k + p)];
+        relu_product.push_back(std::max(static_cast<float>(sum), 0.0f));
+      }
+    return relu_product;
+  };
+  const auto bytes_of = [](const std::vector<float>& v) { return Bytes(reinterpret_cast<const uint8_t*>(v.data()), reinterpret_cast<const uint8_t*>(v.data() + v.size())); };
+  for (const int64_t cols : {int64_t{517}, int64_t{40}, int64_t{5}}) {
+    const std::vector<float> b_nk(b.begin(), b.begin() + cols * k);
+    std::vector<float> b_kn(b_nk.size());
+    for (int64_t j = 0; j < cols; ++j)
+      for (int64_t p = 0; p < k; ++p) b_kn[static_cast<size_t>(p * cols + j)] = b_nk[static_cast<size_t>(j * k + p)];
+    const Bytes from_nk = bytes_of(b_nk), from_kn = bytes_of(b_kn);
+    const MadeBytes laid = runtime::panels_of(from_nk.data(), static_cast<size_t>(k), static_cast<size_t>(cols), true);
+    ASSERT_EQ(Bytes(laid.begin(), laid.end()), [&] {
+      const MadeBytes again = runtime::panels_of(from_kn.data(), static_cast<size_t>(k), static_cast<size_t>(cols), false);
+      return Bytes(again.begin(), again.end());
+    }());
+    for (const int64_t rows : {int64_t{1}, int64_t{3}, int64_t{7}, int64_t{12}, int64_t{13}, int64_t{32}, int64_t{100}}) {
+      const std::vector<float> relu_product = relu_product_of(rows, cols);
+      const std::vector<float> a_rows(a.begin(), a.begin() + rows * k);
+      for (const runtime::ParallelFor& parallel : {runtime::ParallelFor{}, two_threads})
+        for (const bool gemm : {false, true}) {
+          SCOPED_TRACE(std::to_string(rows) + " rows by a B of " + std::to_string(cols) + " columns" + (gemm ? ", Gemm" : ", MatMul"));
+          ProgramBuilder p;
+          const int32_t x = p.input({rows, k}), w = p.weight({cols, k}, 0), y = p.output({rows, cols});
+          std::vector<ref::Attr> attrs = gemm ? gemm_attrs(0, 1, 1, 1) : std::vector<ref::Attr>{int_attr("transB", 1)};
+          attrs.push_back(int_attr("panels", 1));
+          attrs.push_back(int_attr("act", static_cast<int64_t>(Activation::kRelu)));
+          p.op(gemm ? "Gemm" : "MatMul", gemm ? std::vector<int32_t>{x, w, -1} : std::vector<int32_t>{x, w}, y, attrs);
+          expect_near(values_of<float>(run_bytes(p.program(), {f32(a_rows)}, {Bytes(laid.begin(), laid.end())}, parallel)[0]),
+                      relu_product, 1e-3f);
+        }
+    }
+    // B [K, N] as it comes, laid out by PanelWeight; two products of different rows read it.
+    ProgramBuilder p;
+    const int32_t w = p.input({k, cols}), x7 = p.input({7, k}), x13 = p.input({13, k});
+    const int32_t laid_w = p.arena({cols, k}), y7 = p.output({7, cols}), y13 = p.output({13, cols});
+    p.op("PanelWeight", {w}, laid_w);
+    const std::vector<ref::Attr> attrs = {int_attr("transB", 1), int_attr("panels", 1), int_attr("act", static_cast<int64_t>(Activation::kRelu))};
+    p.op("MatMul", {x7, laid_w}, y7, attrs);
+    p.op("MatMul", {x13, laid_w}, y13, attrs);
+    const std::vector<float> a7(a.begin(), a.begin() + 7 * k), a13(a.begin(), a.begin() + 13 * k);
+    const auto outputs = run_bytes(p.program(), {from_kn, f32(a7), f32(a13)}, {}, two_threads);
+    expect_near(values_of<float>(outputs[0]), relu_product_of(7, cols), 1e-3f);
+    expect_near(values_of<float>(outputs[1]), relu_product_of(13, cols), 1e-3f);
+  }
 }
 
 // Kernels that share their work out over the caller's threads (elementwise, unary, LayerNorm,

@@ -1031,52 +1031,99 @@ void matmuls_of_4bit_weights(Draft& d) {
   drop_unread(d, {"DequantizeLinear"});
 }
 
-// A constant B of MatMul (2-D) or Gemm is stored [N, K] (transB = 1): each block of output
-// columns then reads one contiguous run of the weight, which oneDNN's GEMM streams up to 1.8 times
-// faster than the [K, N] rows of ONNX's layout (docs/benchmarks.md, "Weight layout"), most of all
-// in decoding, where every weight byte is read once per token. One packed copy per weight, shared
-// by every op reading it.
+// Whether another weight of the model holds B [K, N] (or [N, K] when `nk`) as [N, K]: an exported
+// tied embedding stores its table for the Gather and the table's transpose for the output
+// projection, and B stored [N, K] is then the table's bytes again, which the store keeps once,
+// where B in panels would be a second copy of a model's largest tensor.
+bool stored_as_nk_elsewhere(Draft& d, int32_t b, bool nk, int64_t k, int64_t n) {
+  const Blob& mine = d.weight(b);
+  for (size_t v = 0; v < d.bytes.size(); ++v) {
+    const auto id = static_cast<int32_t>(v);
+    if (id == b || !d.is_weight(id) || d.weight(id).make || d.weight(id).size != mine.size ||
+        d.value(id).dtype != ref::DType::kFloat32 || d.value(id).dims != std::vector<int64_t>{n, k})
+      continue;
+    const Blob& other = d.weight(id);
+    const PinnedBytes x = mine.pin(), y = other.pin();
+    bool same = true;
+    if (nk) {
+      same = std::memcmp(x.data, y.data, mine.size) == 0;
+    } else {
+      for (int64_t r = 0; r < k && same; ++r)
+        for (int64_t c = 0; c < n && same; ++c)
+          same = std::memcmp(x.data + (r * n + c) * 4, y.data + (c * k + r) * 4, 4) == 0;
+    }
+    mine.release();
+    other.release();
+    if (same) return true;
+  }
+  return false;
+}
+
+// A constant B of MatMul (2-D) or Gemm (A as it is) is laid out in panels of 32 columns
+// (attribute `panels`, docs/ref-program-format.md), which the runtime's own kernel streams once per
+// 12 rows of A: on every shape the transformers have (1 to 128 rows) it ran faster than oneDNN's
+// GEMM over B stored [N, K] (docs/benchmarks.md, "Weight layout"). The layout holds B's bytes in
+// another order whatever the CPU level, so `share` and model packages still store a weight once.
+// Returns the value the op reads for B [K, N] (or [N, K] when `nk`) and whether it is in panels; a
+// PanelWeight goes to `ops` when B is laid out at run time.
+std::pair<int32_t, bool> lay_out_product_weight(Draft& d, int32_t b, bool nk, int64_t k, int64_t n, std::vector<ref::Op>& ops) {
+  const std::string name = d.names[static_cast<size_t>(b)];
+  if (!d.is_weight(b) || d.in_source_data(b)) {
+    // Computed once a session (dequantized, widened), or where the model stores it (weightless):
+    // laid out once a session.
+    ref::Op lay;
+    lay.type = "PanelWeight";
+    lay.attrs = {int_attr("transB", nk ? 1 : 0)};
+    lay.inputs = {b};
+    lay.outputs = {d.add(name + "/panels", ref::DType::kFloat32, {n, k}, ValueKind::kArena)};
+    ops.push_back(std::move(lay));
+    return {ops.back().outputs[0], true};
+  }
+  const Blob source = d.weight(b);
+  const auto kk = static_cast<size_t>(k), nn = static_cast<size_t>(n);
+  const std::string shape = std::to_string(k) + "x" + std::to_string(n);
+  if (stored_as_nk_elsewhere(d, b, nk, k, n)) {
+    log().debug("ref: the product weight '{}' stays [N, K], as another weight holds it so", name);
+    if (nk) return {b, false};
+    // Made when stored and again when written, never held: a model's weights may be gigabytes.
+    return {d.add_weight(name + "/nk", ref::DType::kFloat32, {n, k}, Blob::made(source.size, source, "transpose " + shape, [source, kk, nn] {
+                           auto bytes = runtime::transpose_matrix(source.pin().data, kk, nn);
+                           source.release();
+                           return bytes;
+                         })),
+            false};
+  }
+  log().debug("ref: laid out the product weight '{}' in panels", name);
+  return {d.add_weight(name + "/panels", ref::DType::kFloat32, {n, k},
+                       Blob::made(source.size, source, "panels " + shape + (nk ? " of NxK" : " of KxN"), [source, kk, nn, nk] {
+                         auto bytes = runtime::panels_of(source.pin().data, kk, nn, nk);
+                         source.release();
+                         return bytes;
+                       })),
+          true};
+}
+
+// One laid-out copy per weight, shared by every op reading it.
 void pack_matmul_weights(Draft& d) {
-  std::map<int32_t, int32_t> packed;  // original weight -> packed weight
+  std::map<std::pair<int32_t, bool>, std::pair<int32_t, bool>> packed;  // (weight, stored [N, K]) -> (B read, in panels)
   const std::vector<bool> constant = computed_from_weights(d);
   std::vector<ref::Op> ops;
   for (auto& op : d.program.ops) {
-    const bool gemm = op.type == "Gemm";
     const int32_t b = op.inputs.size() > 1 ? op.inputs[1] : -1;
-    if ((!gemm && op.type != "MatMul") || b < 0 || !constant[static_cast<size_t>(b)] || op.get_int("transB", 0) == 1 ||
-        d.value(b).dims.size() != 2) {
+    if ((op.type != "Gemm" && op.type != "MatMul") || b < 0 || !constant[static_cast<size_t>(b)] ||
+        op.get_int("transA", 0) != 0 || d.value(b).dims.size() != 2 || d.value(b).dtype != ref::DType::kFloat32) {
       ops.push_back(std::move(op));
       continue;
     }
-    const auto dims = d.value(b).dims;  // [K, N]
-    auto it = packed.find(b);
-    if (it == packed.end() && (!d.is_weight(b) || d.in_source_data(b))) {
-      // Computed once a session (dequantized, widened), or where the model stores it (weightless):
-      // transposed once a session. Read as stored, [K, N], decoding ran 1.5 times slower
-      // (docs/cli.md, "--weightless").
-      ref::Op t;
-      t.type = "Transpose";
-      t.attrs = {ints_attr("perm", {1, 0})};
-      t.inputs = {b};
-      t.outputs = {d.add(d.names[static_cast<size_t>(b)] + "/nk", d.value(b).dtype, {dims[1], dims[0]}, ValueKind::kArena)};
-      it = packed.emplace(b, t.outputs[0]).first;
-      ops.push_back(std::move(t));
-    } else if (it == packed.end()) {
-      log().debug("ref: packed {} weight '{}' to [N, K]", op.type, d.names[static_cast<size_t>(b)]);
-      const Blob source = d.weight(b);
-      const auto k = static_cast<size_t>(dims[0]), n = static_cast<size_t>(dims[1]);
-      // Made when stored and again when written, never held: a model's weights may be gigabytes.
-      Blob nk = Blob::made(source.size, source, "transpose " + std::to_string(k) + "x" + std::to_string(n), [source, k, n] {
-        auto bytes = runtime::transpose_matrix(source.pin().data, k, n);
-        source.release();
-        return bytes;
-      });
-      it = packed.emplace(b, d.add_weight(d.names[static_cast<size_t>(b)] + "/packed_nk", ref::DType::kFloat32,
-                                          {dims[1], dims[0]}, std::move(nk)))
+    const bool nk = op.get_int("transB", 0) != 0;
+    const auto dims = d.value(b).dims;
+    auto it = packed.find({b, nk});
+    if (it == packed.end())
+      it = packed.emplace(std::make_pair(b, nk), lay_out_product_weight(d, b, nk, nk ? dims[1] : dims[0], nk ? dims[0] : dims[1], ops))
                .first;
-    }
-    op.inputs[1] = it->second;
+    op.inputs[1] = it->second.first;
     set_attr(op, int_attr("transB", 1));
+    if (it->second.second) set_attr(op, int_attr("panels", 1));
     ops.push_back(std::move(op));
   }
   d.program.ops = std::move(ops);

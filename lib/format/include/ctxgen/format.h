@@ -76,7 +76,7 @@ using BytePatcher = std::function<void(uint64_t offset, const uint8_t* data, siz
 // What a compiled model records under ep_compatibility_info.<EP name> (the key ONNX Runtime's
 // compile API writes and GetModelCompatibilityForEpDevices judges): the format version and the
 // identity a loader needs, e.g.
-// "ctxgen-context-binary=4;backend=CtxgenRef;sdk=ctxgen-ref 3.6;hardware=x86_64 avx2, oneDNN 2.6.3".
+// "ctxgen-context-binary=4;backend=CtxgenRef;sdk=ctxgen-ref 3.7;hardware=x86_64 avx2, oneDNN 2.6.3".
 std::string compatibility_info(const BinaryIdentity& identity);
 // The identity such a string records, or nullopt when it is not one of ours.
 std::optional<BinaryIdentity> parse_compatibility_info(const std::string& info);

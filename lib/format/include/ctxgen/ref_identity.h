@@ -18,7 +18,9 @@ inline constexpr const char* kEpName = "CtxgenRef";       // EPContext `source`,
 // (`act`), epilogues may bound their results (`out_lo`, `out_hi`), and a Reshape's output may lie
 // on its input's arena bytes, which 3.4 would misread or refuse.
 // 3.6: a float32 Add may run an epilogue (`act`, `out_scale` ...), which 3.5 would ignore.
-inline constexpr const char* kSdkVersion = "ctxgen-ref 3.6";
+// 3.7: MatMul and Gemm may read B laid out in panels (`panels`), and PanelWeight lays one out,
+// which 3.6 would misread or refuse.
+inline constexpr const char* kSdkVersion = "ctxgen-ref 3.7";
 // The hardware architecture is the CPU level packed weights are laid out for, read from the
 // machine: runtime::hardware_architecture().
 

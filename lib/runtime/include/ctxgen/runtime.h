@@ -134,6 +134,10 @@ uint64_t conv_plans_made();
 // The float32 matrix [rows, cols] at `from` (any alignment) as [cols, rows]: a MatMul weight as
 // the `ref` compiler stores it. Runs on all of oneDNN's threads.
 MadeBytes transpose_matrix(const uint8_t* from, size_t rows, size_t cols);
+// A product's float32 B, stored [K, N] (or [N, K] when `nk`) at `from` (any alignment), laid out in
+// panels of 32 columns as MatMul and Gemm read it with the attribute `panels`
+// (docs/ref-program-format.md).
+MadeBytes panels_of(const uint8_t* from, size_t k, size_t n, bool nk);
 
 // IEEE half precision and bfloat16, as their bits: float to either rounds to nearest even (NaN
 // stays NaN, values beyond the largest finite give infinity), either to float is exact.
