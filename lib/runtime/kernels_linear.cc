@@ -145,35 +145,35 @@ MadeBytes transpose_matrix(const uint8_t* from, size_t rows, size_t cols) {
 // memory in one pass while up to 12 rows of A, broadcast, accumulate into 24 registers, and the
 // next panel is prefetched into L2 meanwhile (a transformer's weights come from L3 or memory, not
 // L2). On the 512-wide transformer's 16-token step, its 16 x 512 x 2048 product took 286-305 µs
-// so against 441-565 on oneDNN's matmul over its blocked B and 425-447 in ONNX Runtime, and the
-// layout gained on every shape the transformers have, 1 to 128 rows (docs/benchmarks.md,
-// "Weight layout"). The layout holds exactly B's bytes, in another order, on every CPU level.
+// so against 441-565 on oneDNN's matmul over its blocked B and 425-447 in ONNX Runtime, and whole
+// transformers gained at every size, 1 to 128 rows, on AVX-512 (docs/benchmarks.md, "Weight
+// layout"). The layout holds exactly B's bytes, in another order, on every CPU level.
 
 namespace {
 
 constexpr int64_t kPanel = 32;
 
-void lay_panels(const uint8_t* from, int64_t k, int64_t n, bool nk, float* to) {
+int64_t panel_count(int64_t n) { return (n + kPanel - 1) / kPanel; }
+
+// Panels [p0, p1) of B [K, N] (or [N, K] when `nk`) at `from` (any alignment) into `to`.
+void lay_panels(const uint8_t* from, int64_t k, int64_t n, bool nk, float* to, int64_t p0, int64_t p1) {
   using Desc = dnnl::memory::desc;
   constexpr auto f32 = dnnl::memory::data_type::f32;
-  // Panels [p0, p0 + count) of `width` columns, as a [count, K, width] view of each side: B stored
-  // [N, K] is transposed a panel at a time, B stored [K, N] copied in strips.
-  const auto lay = [&](int64_t p0, int64_t count, int64_t width) {
+  // Panels [first, first + count) of `width` columns, as a [count, K, width] view of each side: B
+  // stored [N, K] is transposed a panel at a time, B stored [K, N] copied in strips.
+  const auto lay = [&](int64_t first, int64_t count, int64_t width) {
     const dnnl::memory::dims dims{count, k, width};
     const Desc from_desc = nk ? Desc(dims, f32, {kPanel * k, 1, k}) : Desc(dims, f32, {kPanel, n, 1});
-    const uint8_t* first = from + (nk ? p0 * kPanel * k : p0 * kPanel) * static_cast<int64_t>(sizeof(float));
-    dnnl::memory src(from_desc, onednn::engine(), const_cast<uint8_t*>(first));
-    dnnl::memory dst(Desc(dims, f32, {width * k, width, 1}), onednn::engine(), to + p0 * kPanel * k);
+    const uint8_t* at = from + (nk ? first * kPanel * k : first * kPanel) * static_cast<int64_t>(sizeof(float));
+    dnnl::memory src(from_desc, onednn::engine(), const_cast<uint8_t*>(at));
+    dnnl::memory dst(Desc(dims, f32, {width * k, width, 1}), onednn::engine(), to + first * kPanel * k);
     onednn::reorder(dnnl::reorder(src, dst), src, dst);
   };
-  const int64_t full = n / kPanel, tail = n % kPanel;
+  const int64_t full = n / kPanel, end = std::min(p1, full);
+  onednn::OneThread one;
   try {
-    in_halves(static_cast<size_t>(n * k) * sizeof(float), full, [&](int64_t p0, int64_t p1) {
-      onednn::OneThread one;
-      if (p1 > p0) lay(p0, p1 - p0, kPanel);
-    });
-    onednn::OneThread one;
-    if (tail) lay(full, 1, tail);
+    if (end > p0) lay(p0, end - p0, kPanel);
+    if (p1 > full && n % kPanel) lay(full, 1, n % kPanel);
   } catch (const dnnl::error& e) {
     throw Error(ErrorCode::kInternal, std::string("oneDNN cannot lay out a ") + std::to_string(k) + " x " +
                                           std::to_string(n) + " weight in panels: " + e.what());
@@ -344,9 +344,11 @@ void run_panels(const float* b, int64_t n, int64_t k, int64_t m, const float* a,
 
 MadeBytes panels_of(const uint8_t* from, size_t k, size_t n, bool nk) {
   MadeBytes to(k * n * sizeof(float));
+  const auto kk = static_cast<int64_t>(k), nn = static_cast<int64_t>(n);
   if (!to.empty())
-    lay_panels(from, static_cast<int64_t>(k), static_cast<int64_t>(n), nk,
-               reinterpret_cast<float*>(to.data()));
+    in_halves(to.size(), panel_count(nn), [&](int64_t p0, int64_t p1) {
+      lay_panels(from, kk, nn, nk, reinterpret_cast<float*>(to.data()), p0, p1);
+    });
   return to;
 }
 
@@ -463,7 +465,11 @@ const Planner plan_panel_weight = plan_as<PanelLayout>;
 
 void panel_weight(Ins in, const Output& out) {
   const int64_t n = out.dims()[0], k = out.dims()[1];
-  if (n > 0 && k > 0) lay_panels(in[0].bytes(), k, n, plan_of<PanelLayout>(out).nk, out.f32());
+  if (n == 0 || k == 0) return;
+  const bool nk = plan_of<PanelLayout>(out).nk;
+  parallel_ranges(out.parallel, panel_count(n), k * kPanel, [&](int64_t p0, int64_t p1) {
+    lay_panels(in[0].bytes(), k, n, nk, out.f32(), p0, p1);
+  });
 }
 
 }  // namespace kernels

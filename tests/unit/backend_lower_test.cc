@@ -1012,8 +1012,9 @@ TEST(RefLower, ConstantMatMulAndGemmWeightsAreLaidOutInPanels) {
 }
 
 // An exported tied embedding: the table [V, H] for a Gather and its transpose [H, V] as the output
-// projection's B. That B stays [N, K] (the table's bytes, stored once) instead of going to panels;
-// a B of the same dims whose [N, K] form no other weight holds goes to panels.
+// projection's B, or the table itself read with transB. That B stays [N, K] (the table's bytes,
+// stored once) instead of going to panels; a B of the same dims whose [N, K] form no other op
+// reads goes to panels.
 TEST(RefLower, ATiedEmbeddingsOutputProjectionKeepsTheTablesBytes) {
   const int64_t v = 40, h = 8;
   const std::vector<float> table = iota_floats(static_cast<size_t>(v * h), 0.25f);
@@ -1049,6 +1050,19 @@ TEST(RefLower, ATiedEmbeddingsOutputProjectionKeepsTheTablesBytes) {
           want += static_cast<double>(table[static_cast<size_t>(ids[r] * h + i)]) * b[static_cast<size_t>(i * v + c)];
         EXPECT_NEAR(got[static_cast<size_t>(r * v + c)], want, 1e-3 * std::abs(want) + 1e-4) << r << "," << c;
       }
+  }
+  // The table itself as the B of a Gemm with transB (F.linear's export), once read by the Gather
+  // too and once not.
+  for (const bool gathered : {true, false}) {
+    SCOPED_TRACE(gathered ? "transB, gathered" : "transB alone");
+    TestModel t;
+    t.input("x", {2, h}).floats("table", {v, h}, table).node("Gemm", {"x", "table"}, {"y"}).attr("transB", int64_t{1});
+    t.output("y");
+    if (gathered) t.input("ids", {3}, onnx::TensorProto::INT64).node("Gather", {"table", "ids"}, {"e"}).output("e");
+    auto l = lower(t.load());
+    const auto& gemm = only_op(l->program(), "Gemm");
+    EXPECT_EQ(gemm.get_int("panels", 0), gathered ? 0 : 1);
+    EXPECT_EQ(l->result.weight_ids.size(), 1u);  // the table once, as it is or in panels
   }
 }
 

@@ -1031,28 +1031,36 @@ void matmuls_of_4bit_weights(Draft& d) {
   drop_unread(d, {"DequantizeLinear"});
 }
 
-// Whether another weight of the model holds B [K, N] (or [N, K] when `nk`) as [N, K]: an exported
-// tied embedding stores its table for the Gather and the table's transpose for the output
-// projection, and B stored [N, K] is then the table's bytes again, which the store keeps once,
-// where B in panels would be a second copy of a model's largest tensor.
-bool stored_as_nk_elsewhere(Draft& d, int32_t b, bool nk, int64_t k, int64_t n) {
+// Per value, whether an op other than a product reading it as B reads it (a Gather of a table).
+std::vector<bool> read_beyond_products(const Draft& d) {
+  std::vector<bool> beyond(d.program.values.size(), false);
+  for (const ref::Op& op : d.program.ops) {
+    const bool product = op.type == "MatMul" || op.type == "Gemm";
+    for (size_t i = 0; i < op.inputs.size(); ++i)
+      if (op.inputs[i] >= 0 && (!product || i != 1)) beyond[static_cast<size_t>(op.inputs[i])] = true;
+  }
+  return beyond;
+}
+
+// Whether B [K, N] (or [N, K] when `nk`) is best kept [N, K]: an exported tied embedding's output
+// projection reads the table its Gather reads, as it is with transB, or as a transposed copy the
+// model stores apart. [N, K] is then the table's bytes, which the store keeps once, where B in
+// panels would be a second copy of a model's largest tensor.
+bool tied_to_a_table(Draft& d, const std::vector<bool>& beyond, int32_t b, bool nk, int64_t k, int64_t n) {
+  if (nk) return beyond[static_cast<size_t>(b)];
   const Blob& mine = d.weight(b);
-  for (size_t v = 0; v < d.bytes.size(); ++v) {
+  std::optional<MadeBytes> transposed;
+  for (size_t v = 0; v < beyond.size(); ++v) {
     const auto id = static_cast<int32_t>(v);
-    if (id == b || !d.is_weight(id) || d.weight(id).make || d.weight(id).size != mine.size ||
+    if (id == b || !beyond[v] || !d.is_weight(id) || d.weight(id).make || d.weight(id).size != mine.size ||
         d.value(id).dtype != ref::DType::kFloat32 || d.value(id).dims != std::vector<int64_t>{n, k})
       continue;
-    const Blob& other = d.weight(id);
-    const PinnedBytes x = mine.pin(), y = other.pin();
-    bool same = true;
-    if (nk) {
-      same = std::memcmp(x.data, y.data, mine.size) == 0;
-    } else {
-      for (int64_t r = 0; r < k && same; ++r)
-        for (int64_t c = 0; c < n && same; ++c)
-          same = std::memcmp(x.data + (r * n + c) * 4, y.data + (c * k + r) * 4, 4) == 0;
+    if (!transposed) {
+      transposed = runtime::transpose_matrix(mine.pin().data, static_cast<size_t>(k), static_cast<size_t>(n));
+      mine.release();
     }
-    mine.release();
+    const Blob& other = d.weight(id);
+    const bool same = std::memcmp(other.pin().data, transposed->data(), mine.size) == 0;
     other.release();
     if (same) return true;
   }
@@ -1061,12 +1069,14 @@ bool stored_as_nk_elsewhere(Draft& d, int32_t b, bool nk, int64_t k, int64_t n) 
 
 // A constant B of MatMul (2-D) or Gemm (A as it is) is laid out in panels of 32 columns
 // (attribute `panels`, docs/ref-program-format.md), which the runtime's own kernel streams once per
-// 12 rows of A: on every shape the transformers have (1 to 128 rows) it ran faster than oneDNN's
-// GEMM over B stored [N, K] (docs/benchmarks.md, "Weight layout"). The layout holds B's bytes in
+// 12 rows of A: whole transformers ran faster so than on oneDNN's GEMM over B stored [N, K] on
+// AVX-512, decode, 16-token steps and prefill alike (docs/benchmarks.md, "Weight layout", which
+// also has the single products, some at par and on AVX2 a few slower). The layout holds B's bytes in
 // another order whatever the CPU level, so `share` and model packages still store a weight once.
 // Returns the value the op reads for B [K, N] (or [N, K] when `nk`) and whether it is in panels; a
 // PanelWeight goes to `ops` when B is laid out at run time.
-std::pair<int32_t, bool> lay_out_product_weight(Draft& d, int32_t b, bool nk, int64_t k, int64_t n, std::vector<ref::Op>& ops) {
+std::pair<int32_t, bool> lay_out_product_weight(Draft& d, const std::vector<bool>& beyond, int32_t b, bool nk, int64_t k,
+                                                int64_t n, std::vector<ref::Op>& ops) {
   const std::string name = d.names[static_cast<size_t>(b)];
   if (!d.is_weight(b) || d.in_source_data(b)) {
     // Computed once a session (dequantized, widened), or where the model stores it (weightless):
@@ -1082,8 +1092,8 @@ std::pair<int32_t, bool> lay_out_product_weight(Draft& d, int32_t b, bool nk, in
   const Blob source = d.weight(b);
   const auto kk = static_cast<size_t>(k), nn = static_cast<size_t>(n);
   const std::string shape = std::to_string(k) + "x" + std::to_string(n);
-  if (stored_as_nk_elsewhere(d, b, nk, k, n)) {
-    log().debug("ref: the product weight '{}' stays [N, K], as another weight holds it so", name);
+  if (tied_to_a_table(d, beyond, b, nk, k, n)) {
+    log().debug("ref: the product weight '{}' stays [N, K], the bytes of a table another op reads", name);
     if (nk) return {b, false};
     // Made when stored and again when written, never held: a model's weights may be gigabytes.
     return {d.add_weight(name + "/nk", ref::DType::kFloat32, {n, k}, Blob::made(source.size, source, "transpose " + shape, [source, kk, nn] {
@@ -1106,7 +1116,7 @@ std::pair<int32_t, bool> lay_out_product_weight(Draft& d, int32_t b, bool nk, in
 // One laid-out copy per weight, shared by every op reading it.
 void pack_matmul_weights(Draft& d) {
   std::map<std::pair<int32_t, bool>, std::pair<int32_t, bool>> packed;  // (weight, stored [N, K]) -> (B read, in panels)
-  const std::vector<bool> constant = computed_from_weights(d);
+  const std::vector<bool> constant = computed_from_weights(d), beyond = read_beyond_products(d);
   std::vector<ref::Op> ops;
   for (auto& op : d.program.ops) {
     const int32_t b = op.inputs.size() > 1 ? op.inputs[1] : -1;
@@ -1119,7 +1129,7 @@ void pack_matmul_weights(Draft& d) {
     const auto dims = d.value(b).dims;
     auto it = packed.find({b, nk});
     if (it == packed.end())
-      it = packed.emplace(std::make_pair(b, nk), lay_out_product_weight(d, b, nk, nk ? dims[1] : dims[0], nk ? dims[0] : dims[1], ops))
+      it = packed.emplace(std::make_pair(b, nk), lay_out_product_weight(d, beyond, b, nk, nk ? dims[1] : dims[0], nk ? dims[0] : dims[1], ops))
                .first;
     op.inputs[1] = it->second.first;
     set_attr(op, int_attr("transB", 1));
