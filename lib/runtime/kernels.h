@@ -4,12 +4,10 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <limits>
 #include <memory>
-#include <new>
 #include <optional>
 #include <span>
 #include <string>
@@ -221,19 +219,6 @@ void im2col(const T* x, const Dims& in_spatial, const Dims& in_strides, int64_t 
 // What a GEMM's caller does to columns [j0, j0 + cols) of every row of y once they are computed
 // (bias, activation), inside the same task while they are in cache.
 using Epilogue = FunctionRef<void(int64_t j0, int64_t cols)>;
-
-// Bytes laid out for a kernel (a weight in a primitive's or a kernel's layout), 64-byte aligned
-// for AVX-512 loads and freed with free().
-struct FreeLaid {
-  void operator()(uint8_t* p) const { std::free(p); }
-};
-using Laid = std::unique_ptr<uint8_t, FreeLaid>;
-// `bytes` of them (rounded up to 64); std::bad_alloc when there are none to be had.
-inline Laid laid_bytes(size_t bytes) {
-  Laid laid(static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
-  if (!laid) throw std::bad_alloc();
-  return laid;
-}
 
 // y [m, n] = op(A) [m, k] x op(B) [k, n], all dense row-major (op: transposed when asked), split
 // over the caller's threads when large (kernels_linear.cc). With `few_rows` (room for m x n

@@ -4,6 +4,7 @@
 #include <array>
 #include <cstring>
 #include <exception>
+#include <span>
 #include <string>
 #include <thread>
 #include <utility>
@@ -264,24 +265,24 @@ struct PanelKernels {
   std::vector<PanelKernel> by_rows[2];  // [narrow][r - 1]
   int64_t columns = kPanel;
 };
+PanelKernels kernels_of(std::span<const PanelKernel> full, std::span<const PanelKernel> narrow, int64_t columns) {
+  PanelKernels made;
+  made.by_rows[0].assign(full.begin(), full.end());
+  made.by_rows[1].assign(narrow.begin(), narrow.end());
+  made.columns = columns;
+  return made;
+}
 template <int... R>
 PanelKernels avx512_kernels(std::integer_sequence<int, R...>) {
   const std::array<PanelKernel, sizeof...(R)> full = {&panel_rows_avx512<R + 1, false>...},
                                               narrow = {&panel_rows_avx512<R + 1, true>...};
-  PanelKernels made;
-  made.by_rows[0].assign(full.begin(), full.end());
-  made.by_rows[1].assign(narrow.begin(), narrow.end());
-  return made;
+  return kernels_of(full, narrow, kPanel);
 }
 template <int V, int... R>
 PanelKernels avx2_kernels(std::integer_sequence<int, R...>) {
   const std::array<PanelKernel, sizeof...(R)> full = {&panel_rows_avx2<R + 1, V, false>...},
                                               narrow = {&panel_rows_avx2<R + 1, V, true>...};
-  PanelKernels made;
-  made.by_rows[0].assign(full.begin(), full.end());
-  made.by_rows[1].assign(narrow.begin(), narrow.end());
-  made.columns = 8 * V;
-  return made;
+  return kernels_of(full, narrow, 8 * V);
 }
 
 // The kernels of the CPU's level (oneDNN's effective one, which the tests lower to play older
@@ -362,7 +363,7 @@ struct Product final : OpPlan {
         act(fused_activation_of(op)) {
     // C keeps its own dims (scalar, [N], [1, N], [M, 1], [M, N] ...): broadcast to [M, N].
     if (op.type == "Gemm" && in.size() > 2 && in[2]) c_strides = broadcast_strides(in[2]->dims, out.dims);
-    // One product by a B in panels, or of few rows by a B stored [N, K] (gemm_rowmajor).
+    // A product of few rows by a B stored [N, K], not in panels, runs as B·Aᵀ in scratch (gemm_rowmajor).
     const bool whole = op.type == "Gemm" || in[1]->dims.size() == 2;
     const int64_t rows = out.dims.empty() ? 1 : product(out.dims, 0, out.dims.size() - 1);
     if (!panels && whole && trans_b && !trans_a && rows <= kFewRows)

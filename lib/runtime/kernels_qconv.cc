@@ -42,6 +42,16 @@ DataType data_type_of(ref::DType t) { return t == ref::DType::kUInt8 ? DataType:
 
 dnnl::memory::dims dims_of(const Dims& d) { return dnnl::memory::dims(d.begin(), d.end()); }
 
+struct Free {
+  void operator()(uint8_t* p) const { std::free(p); }
+};
+using Laid = std::unique_ptr<uint8_t, Free>;  // a weight laid out for a primitive
+Laid laid_bytes(uint64_t bytes) {
+  Laid laid(static_cast<uint8_t*>(std::aligned_alloc(kAlign, aligned(bytes))));
+  if (!laid) throw std::bad_alloc();
+  return laid;
+}
+
 // oneDNN's memory objects around a run's buffers, made again only for a buffer that moved (making
 // one allocates).
 template <size_t Slots>

@@ -378,10 +378,8 @@ OutType gather_block_quantized(const OpCheck& c) {
 
 // ---- linear algebra ----------------------------------------------------------------------------
 
-// Numpy matmul: a 1-D A is a row [1, K], a 1-D B a column [K, 1], and the added dim is not in the
-// output. Those views share their bytes with the vectors, so the kernel needs no copy.
-// `panels` (0 or 1): B [N, K] laid out in panels of 32 columns (PanelWeight), which the kernel
-// reads with A as it is.
+// `panels` (0 or 1) of MatMul and Gemm: B [N, K] laid out in panels of 32 columns (PanelWeight),
+// which the kernel reads with A as it is.
 void product_panels(const OpCheck& c, bool trans_b, bool trans_a) {
   if (c.int_attr_or("panels", 0, 0, 1) == 0) return;
   const Dims& b = c.in(1).dims;
@@ -390,6 +388,8 @@ void product_panels(const OpCheck& c, bool trans_b, bool trans_a) {
   });
 }
 
+// Numpy matmul: a 1-D A is a row [1, K], a 1-D B a column [K, 1], and the added dim is not in the
+// output. Those views share their bytes with the vectors, so the kernel needs no copy.
 OutType matmul(const OpCheck& c) {
   c.arity(2, 2);
   c.expect_inputs(DType::kFloat32);
@@ -580,9 +580,6 @@ OutType conv(const OpCheck& c) {
   return {DType::kFloat32, out};
 }
 
-// A plain Conv (`transposed`: ConvTranspose) weight computed from weights (widened from float16,
-// dequantized) is laid out for its packed op once a session, as the compiler lays out a float32
-// weight in the .bin.
 // PanelWeight: B [K, N] (or [N, K] with transB) as [N, K] in panels of 32 columns.
 OutType panel_weight(const OpCheck& c) {
   c.arity(1, 1);
@@ -592,6 +589,9 @@ OutType panel_weight(const OpCheck& c) {
   return {DType::kFloat32, c.int_attr_or("transB", 0, 0, 1) != 0 ? b : Dims{b[1], b[0]}};
 }
 
+// A plain Conv (`transposed`: ConvTranspose) weight computed from weights (widened from float16,
+// dequantized) is laid out for its packed op once a session, as the compiler lays out a float32
+// weight in the .bin.
 OutType conv_weight(const OpCheck& c) {
   c.arity(1, 1);
   c.expect_inputs(DType::kFloat32);

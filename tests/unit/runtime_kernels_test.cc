@@ -225,10 +225,11 @@ TEST(RuntimeKernels, GemmsCutOverThreadsMatchTheProduct) {
 }
 
 // A product by B in panels of 32 columns (as the compiler lays out a constant B) is the product:
-// 1 to 100 rows (in passes of at most 12 rows with AVX-512, 3 with AVX2), N = 517 (16 full
-// panels and one 5 wide, in four blocks on two threads), 40 (one full, one 8 wide) and 5 (one
-// narrow panel), B laid out from [N, K] and from [K, N], and by PanelWeight at run time. The
-// tests also run it as CPUs of lower levels do (ONEDNN_MAX_CPU_ISA, tests/CMakeLists.txt).
+// 1 to 100 rows (in passes of at most 12 rows with AVX-512; with AVX2 of 3 over whole panels for
+// up to 3 rows, else of 6 over half panels), N = 517 (16 full panels and one 5 wide, in four
+// blocks on two threads), 40 (one full, one 8 wide) and 5 (one narrow panel), B laid out from
+// [N, K] and from [K, N], and by PanelWeight at run time from either. The tests also run it as CPUs
+// of lower levels do (ONEDNN_MAX_CPU_ISA, tests/CMakeLists.txt).
 TEST(RuntimeKernels, ProductsByBInPanelsAreTheProduct) {
   if (const char* level = std::getenv("ONEDNN_MAX_CPU_ISA")) {
     std::string lower(level);
@@ -249,13 +250,12 @@ TEST(RuntimeKernels, ProductsByBInPanelsAreTheProduct) {
       }
     return relu_product;
   };
-  const auto bytes_of = [](const std::vector<float>& v) { return Bytes(reinterpret_cast<const uint8_t*>(v.data()), reinterpret_cast<const uint8_t*>(v.data() + v.size())); };
   for (const int64_t cols : {int64_t{517}, int64_t{40}, int64_t{5}}) {
     const std::vector<float> b_nk(b.begin(), b.begin() + cols * k);
     std::vector<float> b_kn(b_nk.size());
     for (int64_t j = 0; j < cols; ++j)
       for (int64_t p = 0; p < k; ++p) b_kn[static_cast<size_t>(p * cols + j)] = b_nk[static_cast<size_t>(j * k + p)];
-    const Bytes from_nk = bytes_of(b_nk), from_kn = bytes_of(b_kn);
+    const Bytes from_nk = f32(b_nk), from_kn = f32(b_kn);
     const MadeBytes laid = runtime::panels_of(from_nk.data(), static_cast<size_t>(k), static_cast<size_t>(cols), true);
     ASSERT_EQ(Bytes(laid.begin(), laid.end()), [&] {
       const MadeBytes again = runtime::panels_of(from_kn.data(), static_cast<size_t>(k), static_cast<size_t>(cols), false);
@@ -277,18 +277,23 @@ TEST(RuntimeKernels, ProductsByBInPanelsAreTheProduct) {
                       relu_product, 1e-3f);
         }
     }
-    // B [K, N] as it comes, laid out by PanelWeight; two products of different rows read it.
+    // B as it comes, [K, N] and [N, K] (transB), laid out by PanelWeight; two products of
+    // different rows read the first, one the second.
     ProgramBuilder p;
-    const int32_t w = p.input({k, cols}), x7 = p.input({7, k}), x13 = p.input({13, k});
-    const int32_t laid_w = p.arena({cols, k}), y7 = p.output({7, cols}), y13 = p.output({13, cols});
+    const int32_t w = p.input({k, cols}), wt = p.input({cols, k}), x7 = p.input({7, k}), x13 = p.input({13, k});
+    const int32_t laid_w = p.arena({cols, k}), laid_wt = p.arena({cols, k});
+    const int32_t y7 = p.output({7, cols}), y13 = p.output({13, cols}), y13t = p.output({13, cols});
     p.op("PanelWeight", {w}, laid_w);
+    p.op("PanelWeight", {wt}, laid_wt, {int_attr("transB", 1)});
     const std::vector<ref::Attr> attrs = {int_attr("transB", 1), int_attr("panels", 1), int_attr("act", static_cast<int64_t>(Activation::kRelu))};
     p.op("MatMul", {x7, laid_w}, y7, attrs);
     p.op("MatMul", {x13, laid_w}, y13, attrs);
+    p.op("MatMul", {x13, laid_wt}, y13t, attrs);
     const std::vector<float> a7(a.begin(), a.begin() + 7 * k), a13(a.begin(), a.begin() + 13 * k);
-    const auto outputs = run_bytes(p.program(), {from_kn, f32(a7), f32(a13)}, {}, two_threads);
+    const auto outputs = run_bytes(p.program(), {from_kn, from_nk, f32(a7), f32(a13)}, {}, two_threads);
     expect_near(values_of<float>(outputs[0]), relu_product_of(7, cols), 1e-3f);
     expect_near(values_of<float>(outputs[1]), relu_product_of(13, cols), 1e-3f);
+    expect_near(values_of<float>(outputs[2]), relu_product_of(13, cols), 1e-3f);
   }
 }
 
