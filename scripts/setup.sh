@@ -34,6 +34,18 @@ fi
 "$repo/scripts/install_ort.sh"
 [ "${1:-}" = "--deps-only" ] && exit 0
 
+# A full disk stops the compiler halfway with "No space left on device"; a first build says up
+# front what it needs.
+if [ ! -d "$build_dir/lib" ]; then
+  at="$build_dir"
+  until [ -d "$at" ]; do at="$(dirname "$at")"; done
+  free_kb=$(df -Pk "$at" | awk 'NR == 2 { print $4 }')
+  if ((free_kb < 7 * 1024 * 1024)); then
+    echo "setup: warning: $((free_kb / 1024)) MB free where $build_dir goes; the build takes about 3.1 GB," \
+      "and scripts/test.sh's sanitizer build (build-sanitize/) about 2.8 GB more" >&2
+  fi
+fi
+
 # shellcheck disable=SC2086
 cmake -S "$repo" -B "$build_dir" -G Ninja -DCTXGEN_ORT_ROOT="$repo/third_party/onnxruntime" ${CMAKE_ARGS:-} >/dev/null
 cmake --build "$build_dir" -j2
