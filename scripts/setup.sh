@@ -41,8 +41,8 @@ if [ ! -d "$build_dir/lib" ]; then
   until [ -d "$at" ]; do at="$(dirname "$at")"; done
   free_kb=$(df -Pk "$at" | awk 'NR == 2 { print $4 }')
   if ((free_kb < 7 * 1024 * 1024)); then
-    echo "setup: warning: $((free_kb / 1024)) MB free where $build_dir goes; the build takes about 3.1 GB," \
-      "and scripts/test.sh's sanitizer build (build-sanitize/) about 2.8 GB more" >&2
+    echo "setup: warning: $((free_kb / 1024)) MB free where $build_dir goes; the build and its tests' outputs take about" \
+      "3.9 GB, and scripts/test.sh's sanitizer build (build-sanitize/) about 2.8 GB more" >&2
   fi
 fi
 
