@@ -1069,7 +1069,7 @@ bool tied_to_a_table(Draft& d, const std::vector<bool>& beyond, int32_t b, bool 
 
 // A constant B of MatMul (2-D) or Gemm (A as it is) is laid out in panels of 32 columns
 // (attribute `panels`, docs/ref-program-format.md), which the runtime's own kernel streams once per
-// 12 rows of A: whole transformers ran faster so than on oneDNN's GEMM over B stored [N, K] on
+// 12 rows of A: whole transformers ran faster this way than on oneDNN's GEMM over B stored [N, K] on
 // AVX-512, decode, 16-token steps and prefill alike (docs/benchmarks.md, "Weight layout", which
 // also has the single products, some at par and on AVX2 a few slower). The layout holds B's bytes in
 // another order whatever the CPU level, so `share` and model packages still store a weight once.
