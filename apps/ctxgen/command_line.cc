@@ -129,6 +129,10 @@ Parsed parse(int argc, const char* const* argv, bool with_verify, const std::str
                     "With --cache DIR: fetch the entries DIR lacks from this http(s):// cache and store new ones there "
                     "(default: $CTXGEN_REMOTE_CACHE)")
         ->envname("CTXGEN_REMOTE_CACHE");
+    cmd->add_flag("--remote-cache-read-only", line.remote_read_only,
+                  "Only fetch from the remote cache, never store in it: a developer machine reading what CI writes "
+                  "(default: $CTXGEN_REMOTE_CACHE_READ_ONLY)")
+        ->envname("CTXGEN_REMOTE_CACHE_READ_ONLY");
     if (with_verify) {
       cmd->add_option("--ep-lib", line.ep_lib, "Compile with an ONNX Runtime plugin EP library, through ORT's Compile API");
       cmd->add_option("--ep", line.ep, "With --ep-lib: the EP of the library to compile with");

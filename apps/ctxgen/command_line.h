@@ -28,6 +28,7 @@ struct CommandLine {
   ShapeArgs shapes;
   std::string manifest_path, stop_after;
   std::string remote_cache;  // --remote-cache URL (main.cc makes its HTTP client)
+  bool remote_read_only = false;  // --remote-cache-read-only
   std::string cache_max_size;  // --cache-max-size, and `cache prune --max-size`: "10G", "512M", bytes
   std::string cache_action;    // cache: stats, prune or clear
   std::string object;          // compile --object OUT.ctxo

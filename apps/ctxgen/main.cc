@@ -38,21 +38,28 @@ namespace fs = std::filesystem;
 namespace {
 
 // --remote-cache URL, or --cache URL (an HTTP cache alone, its entries kept locally for this run).
-std::unique_ptr<ctxgen::TemporaryFolder> use_remote_cache(std::string url, ctxgen::CompileOptions& options) {
+std::unique_ptr<ctxgen::TemporaryFolder> use_remote_cache(std::string url, bool read_only, ctxgen::CompileOptions& options) {
+  using ctxgen::cli::without_credentials;
   std::unique_ptr<ctxgen::TemporaryFolder> scratch;
-  if (ctxgen::cli::is_http_url(options.cache_dir.string())) {
+  std::string option = "--remote-cache";
+  const std::string cache = options.cache_dir.string();
+  if (ctxgen::cli::looks_like_url(cache)) {
+    if (!ctxgen::cli::is_http_url(cache))
+      throw Error(ErrorCode::kUsage, "--cache " + without_credentials(cache) + ": give a folder or an http:// or https:// URL");
     if (!url.empty())
-      throw Error(ErrorCode::kUsage, "--cache " + options.cache_dir.string() + " with --remote-cache " + url +
+      throw Error(ErrorCode::kUsage, "--cache " + without_credentials(cache) + " with --remote-cache " + without_credentials(url) +
                                          ": give --cache a folder, and the URL to --remote-cache");
-    url = options.cache_dir.string();
+    url = cache;
+    option = "--cache";
     options.cache_dir.clear();
   }
-  if (url.empty()) return scratch;
+  if (url.empty()) return scratch;  // read-only (set once for a machine) has nothing to apply to
+  auto remote = std::make_shared<ctxgen::cli::HttpCache>(url, option, read_only);
   if (options.cache_dir.empty()) {
     scratch = std::make_unique<ctxgen::TemporaryFolder>("--remote-cache");
     options.cache_dir = scratch->path();
   }
-  options.remote_cache = std::make_shared<ctxgen::cli::HttpCache>(url);
+  options.remote_cache = std::move(remote);
   return scratch;
 }
 
@@ -312,7 +319,7 @@ int main(int argc, char** argv) {
         if (!line.manifest_path.empty()) manifest = ctxgen::read_manifest(line.manifest_path);
         ctxgen::CompileOptions options;
         const auto models = ctxgen::cli::compile_options(line, manifest ? &*manifest : nullptr, options);
-        const auto scratch = use_remote_cache(line.remote_cache, options);
+        const auto scratch = use_remote_cache(line.remote_cache, line.remote_read_only, options);
         ctxgen::cli::ProgressDisplay display(!line.quiet);
         options.progress = [&](const ctxgen::Progress& p) { display.show(p); };
         if (!line.object.empty()) {
@@ -330,17 +337,17 @@ int main(int argc, char** argv) {
                                            "built-in backend");
           auto levels = ctxgen::cli::target_levels(options.target);
           if (levels.empty()) levels.emplace_back();  // this machine's level
-          const int code = ctxgen::cli::compile_package(models, options, levels, backends, line.quiet, line.package);
+          ctxgen::cli::compile_package(models, options, levels, backends, line.quiet, line.package);
           display.clear();
-          return code;
+          return 0;
         }
         if (const auto levels = ctxgen::cli::target_levels(options.target); levels.size() > 1) {
           if (!line.ep_lib.empty())
             throw Error(ErrorCode::kUsage, "--target-cpu cannot be used with --ep-lib: the library's EP compiles for the "
                                            "targets it knows, set by its --ep-option");
-          const int code = ctxgen::cli::compile_levels(models, options, levels, backends, line.quiet);
+          ctxgen::cli::compile_levels(models, options, levels, backends, line.quiet);
           display.clear();
-          return code;
+          return 0;
         }
         ctxgen::RunSummary summary;
         if (line.ep_lib.empty()) {

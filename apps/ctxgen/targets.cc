@@ -1,16 +1,13 @@
 #include "targets.h"
 
 #include <fcntl.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <csignal>
 #include <unistd.h>
 
 #include <cerrno>
 #include <charconv>
 #include <fstream>
-#include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <set>
@@ -42,44 +39,16 @@ void place_paths(nlohmann::json& j, const std::string& staging, const std::strin
     for (auto& item : j) place_paths(item, staging, final);
 }
 
-// The child's whole life: one level's compile; its summary, naming the files where they will be,
-// goes to the parent through `summary_fd`, to be printed once every level's outputs are in place.
-[[noreturn]] void compile_level(const std::vector<fs::path>& models, CompileOptions options, const std::string& level,
-                                const fs::path& staging, const fs::path& final, const BackendRegistry& backends,
-                                int summary_fd) {
-  int code = 0;
-  try {
-    options.target = level;
-    options.output_dir = staging;
-    options.force = false;
-    if (!options.report_file.empty()) options.report_file = staging / options.report_file.filename();
-    const std::string text = placed(report_text(compile_models(models, options, backends)), staging.string(), final.string());
-    for (size_t at = 0; at < text.size();) {
-      const ssize_t n = ::write(summary_fd, text.data() + at, text.size() - at);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      at += static_cast<size_t>(n);
-    }
-  } catch (const Error& e) {
-    log().error("{}", e.what());
-    code = exit_code(e.code());
-  } catch (const std::exception& e) {
-    log().error("internal error: {}", e.what());
-    code = exit_code(ErrorCode::kInternal);
-  }
-  std::fflush(nullptr);
-  ::_exit(code);
-}
-
-std::string read_all(int fd) {
-  std::string text;
-  char buffer[4096];
-  for (;;) {
-    const ssize_t n = ::read(fd, buffer, sizeof buffer);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return text;
-    text.append(buffer, static_cast<size_t>(n));
-  }
+// One level's compile, writing into `staging`; returns its summary, naming the files where they
+// will be once every level's outputs are in place. The level is the compile's own setting, so the
+// levels compile one after another in this process.
+std::string compile_level(const std::vector<fs::path>& models, CompileOptions options, const std::string& level,
+                          const fs::path& staging, const fs::path& final, const BackendRegistry& backends) {
+  options.target = level;
+  options.output_dir = staging;
+  options.force = false;
+  if (!options.report_file.empty()) options.report_file = staging / options.report_file.filename();
+  return placed(report_text(compile_models(models, options, backends)), staging.string(), final.string());
 }
 
 std::string read_text(const fs::path& path) {
@@ -91,39 +60,6 @@ void write_text(const fs::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << text;
   if (!out.flush()) throw Error(ErrorCode::kIo, path.string() + ": cannot write");
-}
-
-// Compiles one level in a child writing into `staging`, its messages naming `final`; returns the
-// child's exit code and appends its summary to `summaries` (when given; a package's levels have none).
-int compile_in_child(const std::vector<fs::path>& models, const CompileOptions& options, const std::string& level,
-                     const fs::path& staging, const fs::path& final, const BackendRegistry& backends,
-                     std::string* summaries) {
-  int pipe_fds[2];
-  if (::pipe(pipe_fds) != 0) throw Error(ErrorCode::kIo, std::string("cannot start the compile for ") + level + ": " + std::strerror(errno));
-  std::cout.flush();
-  std::fflush(nullptr);
-  const pid_t parent = ::getpid();
-  const pid_t child = ::fork();
-  if (child < 0) throw Error(ErrorCode::kIo, "cannot start the compile for " + level + ": " + std::strerror(errno));
-  if (child == 0) {
-    // A level's compile ends with the run that started it, however that ends.
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(exit_code(ErrorCode::kInternal));
-    ::close(pipe_fds[0]);
-    compile_level(models, options, level, staging, final, backends, pipe_fds[1]);
-  }
-  ::close(pipe_fds[1]);
-  const std::string summary = read_all(pipe_fds[0]);
-  if (summaries != nullptr) *summaries += "[--target-cpu " + level + "]\n" + summary;
-  ::close(pipe_fds[0]);
-  int status = 0;
-  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (!WIFEXITED(status)) {
-    log().error("the compile for {} ended by signal {}", level, WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-    return exit_code(ErrorCode::kInternal);
-  }
-  return WEXITSTATUS(status);
 }
 
 }  // namespace
@@ -141,7 +77,7 @@ std::vector<std::string> target_levels(const std::string& target) {
   return levels;
 }
 
-int compile_levels(const std::vector<fs::path>& models, const CompileOptions& options,
+void compile_levels(const std::vector<fs::path>& models, const CompileOptions& options,
                    const std::vector<std::string>& levels, const BackendRegistry& backends, bool quiet) {
   const std::string what = "--target-cpu with several levels";
   if (!options.output_file.empty()) throw Error(ErrorCode::kUsage, what + " writes each level's outputs in a folder of its own: give --output-dir, not -o");
@@ -162,8 +98,7 @@ int compile_levels(const std::vector<fs::path>& models, const CompileOptions& op
   for (const auto& level : levels) {
     const fs::path final = folder / level;
     staged.push_back(std::make_unique<StagingFolder>(final, "targets"));
-    if (const int code = compile_in_child(models, options, level, staged.back()->path(), final, backends, &summaries))
-      return code;
+    summaries += "[--target-cpu " + level + "]\n" + compile_level(models, options, level, staged.back()->path(), final, backends);
     if (!options.report_file.empty()) {
       // The report names the files where they will be.
       const fs::path report = staged.back()->path() / options.report_file.filename();
@@ -177,10 +112,9 @@ int compile_levels(const std::vector<fs::path>& models, const CompileOptions& op
       outputs.adopt(entry.path(), folder / levels[l] / entry.path().filename());
   outputs.commit();
   if (!quiet) std::cout << summaries;
-  return 0;
 }
 
-int compile_package(const std::vector<fs::path>& models, CompileOptions options, const std::vector<std::string>& given,
+void compile_package(const std::vector<fs::path>& models, CompileOptions options, const std::vector<std::string>& given,
                     const BackendRegistry& backends, bool quiet, const fs::path& given_package) {
   // "dist/pkg/" names dist/pkg; a link to a folder, the folder it points to.
   const fs::path named = given_package.has_filename() ? given_package : given_package.parent_path();
@@ -239,10 +173,9 @@ int compile_package(const std::vector<fs::path>& models, CompileOptions options,
   for (const std::string& level : highest_first(given)) {
     levels.push_back({level, staging.path() / "levels" / (level.empty() ? "host" : level)});
     fs::create_directories(levels.back().folder);
-    if (const int code = compile_in_child(models, options, level, levels.back().folder, package, backends, nullptr))
-      return code;
+    compile_level(models, options, level, levels.back().folder, package, backends);
   }
-  // Without --target-cpu the one level is this machine's; asked only now, after the compile.
+  // Without --target-cpu the one level is this machine's.
   if (levels.size() == 1 && levels[0].level.empty()) levels[0].level = runtime::cpu_level();
   const fs::path written = staging.path() / "package";
   const PackageContents contents = write_package(models, levels, written);
@@ -271,7 +204,6 @@ int compile_package(const std::vector<fs::path>& models, CompileOptions options,
               << " shared asset(s), " << contents.bytes << " bytes; weights every level shares stored once: "
               << contents.shared_weight_bytes << " bytes\n";
   }
-  return 0;
 }
 
 }  // namespace ctxgen::cli

@@ -3,18 +3,19 @@
 
 namespace ctxgen {
 
-void Backend::target(const std::string& target) const {
-  throw Error(ErrorCode::kUsage, "--target-cpu " + target + ": backend '" + name() + "' compiles for one target only");
-}
-
-void Backend::weightless(bool on) const {
-  if (on) throw Error(ErrorCode::kUsage, "--weightless: backend '" + name() + "' cannot leave weights in the model's files");
+void Backend::refuse_settings(const BackendSettings& settings) const {
+  if (!settings.target.empty())
+    throw Error(ErrorCode::kUsage, "--target-cpu " + settings.target + ": backend '" + name() + "' compiles for one target only");
+  if (settings.weightless)
+    throw Error(ErrorCode::kUsage, "--weightless: backend '" + name() + "' cannot leave weights in the model's files");
 }
 
 std::optional<std::vector<uint8_t>> Backend::renumber_weights(const std::vector<uint8_t>&,
                                                              const std::function<uint32_t(uint32_t)>&) const {
   return std::nullopt;
 }
+
+void Backend::check_program(const std::vector<uint8_t>&, size_t) const {}
 
 void BackendRegistry::add(std::unique_ptr<Backend> backend) {
   if (!backend) throw Error(ErrorCode::kInternal, "backend registry: null backend");

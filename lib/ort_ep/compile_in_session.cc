@@ -20,7 +20,7 @@ namespace {
 class InSessionCompiler : public SessionCompiler {
  public:
   InSessionCompiler(std::unique_ptr<Backend> backend, SessionConfig config, const OrtLogger* logger)
-      : backend_(std::move(backend)), config_(std::move(config)), logger_(logger) {}
+      : backend_(backend->with({"", config.weightless})), config_(std::move(config)), logger_(logger) {}
 
   void claim(const OrtGraph* graph, OrtEpGraphSupportInfo* support) override;
   std::vector<std::unique_ptr<CompiledNode>> compile(const std::vector<const OrtGraph*>& graphs,
@@ -118,7 +118,6 @@ std::vector<std::unique_ptr<CompiledNode>> InSessionCompiler::compile(const std:
     if (shared) refuse("the sessions of a shared group (ep.share_ep_contexts=1) write one binary, which is not weightless");
     if (input_model.empty()) refuse("the model was given from memory, so its external data has no folder");
   }
-  backend_->weightless(config_.weightless);
   // ORT writes the model, this EP the binary: neither may replace the weights they are made from.
   if (generate) {
     for (const fs::path& out : {paths.model, paths.binary}) {

@@ -1,18 +1,25 @@
 #include "ctxgen/compile_cache.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <cerrno>
+#include <csignal>
+#include <charconv>
 #include <cstring>
 #include <ctime>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <random>
 #include <string_view>
 #include <tuple>
 #include <unordered_set>
 
+#include <nettle/hmac.h>
 #include <nlohmann/json.hpp>
 
 #include "ctxgen/error.h"
@@ -24,6 +31,9 @@ namespace ctxgen {
 namespace {
 
 constexpr char kEntryMagic[8] = {'C', 'T', 'X', 'G', 'C', 'C', '0', '1'};
+// An entry holds one partition's program and weights, which a context binary holds too: no
+// larger than the largest binary a run writes in practice.
+constexpr uint64_t kMaxEntryBytes = uint64_t{1} << 36;
 constexpr char kHashesMagic[8] = {'C', 'T', 'X', 'G', 'C', 'H', '0', '1'};
 // A file changed this recently may still be changing within the same timestamp: its hashes are
 // used but not remembered (ccache's rule for the same race).
@@ -78,6 +88,67 @@ bool publish(const fs::path& path, std::initializer_list<std::string_view> piece
 struct Damaged {
   std::string why;
 };
+
+// Defined with cache_usage below, as the other rules of what a cache folder is.
+void open_cache_folder(const fs::path& folder);
+
+// Signing (docs/ci.md, "Who can change what a cache makes"): with a key in CTXGEN_CACHE_KEY,
+// every entry ends with kSignatureMagic and the HMAC-SHA256 of all bytes before it under the key,
+// and remembered hashes end with its first 16 bytes instead of their XXH3-128; what is not so
+// signed is damaged. The key comes from the environment alone and is never shown.
+constexpr const char* kKeyVariable = "CTXGEN_CACHE_KEY";
+constexpr char kSignatureMagic[8] = {'C', 'T', 'X', 'G', 'S', 'I', 'G', '1'};
+constexpr size_t kSignature = 8 + SHA256_DIGEST_SIZE;
+
+std::optional<std::string> signing_key() {
+  const char* key = std::getenv(kKeyVariable);
+  if (key == nullptr || *key == '\0') return std::nullopt;
+  if (std::strlen(key) < 16)
+    throw Error(ErrorCode::kUsage, std::string(kKeyVariable) + " holds " + std::to_string(std::strlen(key)) +
+                                       " bytes: a key to sign compile cache entries with has at least 16");
+  return std::string(key);
+}
+
+std::array<uint8_t, SHA256_DIGEST_SIZE> hmac(const std::string& key, std::initializer_list<std::string_view> pieces) {
+  hmac_sha256_ctx ctx;
+  hmac_sha256_set_key(&ctx, key.size(), reinterpret_cast<const uint8_t*>(key.data()));
+  for (const std::string_view piece : pieces) hmac_sha256_update(&ctx, piece.size(), reinterpret_cast<const uint8_t*>(piece.data()));
+  std::array<uint8_t, SHA256_DIGEST_SIZE> digest{};
+  hmac_sha256_digest(&ctx, digest.size(), digest.data());
+  return digest;
+}
+
+// Compares in time independent of where they differ, as signatures are compared.
+bool same_bytes(const uint8_t* a, const uint8_t* b, size_t size) {
+  uint8_t differ = 0;
+  for (size_t i = 0; i < size; ++i) differ |= static_cast<uint8_t>(a[i] ^ b[i]);
+  return differ == 0;
+}
+
+// The bytes of the file at `path` when it is a regular file (not a link, a FIFO or a device) of a
+// size `fits` accepts and at most kMaxMemo; else nothing. Opened without waiting or following.
+constexpr uint64_t kMaxMemo = uint64_t{1} << 28;
+template <class Fits>
+std::string read_memo(const fs::path& path, const Fits& fits) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return {};
+  std::string bytes;
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) <= kMaxMemo &&
+      fits(static_cast<uint64_t>(st.st_size))) {
+    bytes.resize(static_cast<size_t>(st.st_size));
+    size_t done = 0;
+    while (done < bytes.size()) {
+      const ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      done += static_cast<size_t>(n);
+    }
+    bytes.resize(done);
+  }
+  ::close(fd);
+  return bytes;
+}
 
 struct HashOrder {
   bool operator()(const std::pair<Hash128, uint64_t>& a, const std::pair<Hash128, uint64_t>& b) const {
@@ -145,6 +216,7 @@ struct CompileCache::Impl {
   const Backend& backend;
   bool weightless;
   std::shared_ptr<RemoteCache> remote;  // null once it failed
+  const std::optional<std::string> signing = signing_key();  // CTXGEN_CACHE_KEY
   bool cache_only = false;
   int64_t started = 0;
   CacheStats stats;
@@ -162,10 +234,7 @@ struct CompileCache::Impl {
     const Hash128 h = xxh3_128(reinterpret_cast<const uint8_t*>(identity.data()), identity.size());
     return folder / "hashes" / h.hex();
   }
-  fs::path entry_path(const Hash128& key) const {
-    const std::string hex = key.hex();
-    return folder / "entries" / hex.substr(0, 2) / hex;
-  }
+  fs::path entry_path(const Hash128& key) const { return cache_entry_path(folder, key.hex()); }
 
   // An exchange with the remote cache; on failure, a warning, and the remote is not asked again
   // in this run (a server that is down would otherwise cost its timeout on every partition).
@@ -181,33 +250,46 @@ struct CompileCache::Impl {
       return false;
     }
   }
-  // The entry at `path` from the remote cache, when the folder lacks it.
-  void fetch(const fs::path& path) {
+  // The entry at `path` from the remote cache, when the folder lacks it; whether it came from there.
+  bool fetch(const fs::path& path) {
     std::error_code ec;
-    if (!remote || fs::exists(path, ec)) return;
+    if (!remote || fs::exists(fs::symlink_status(path, ec))) return false;
     fs::create_directories(path.parent_path(), ec);
     const fs::path temporary = path.parent_path() / (".fetch-" + std::to_string(::getpid()) + "-" + path.filename().string());
-    if (with_remote([&](RemoteCache& r) { return r.get("entries/" + path.filename().string(), temporary); })) {
-      fs::rename(temporary, path, ec);
-      if (!ec) ++stats.remote_hits;
-    }
+    bool fetched = with_remote([&](RemoteCache& r) {
+      return r.get("entries/" + path.filename().string(), temporary, std::string(kEntryMagic, 8), kMaxEntryBytes);
+    });
+    if (fetched) fs::rename(temporary, path, ec);
     fs::remove(temporary, ec);
+    return fetched && !ec;
+  }
+
+  // What closes a memo of remembered hashes: its XXH3-128, or signed, the HMAC's first 16 bytes.
+  std::array<uint8_t, 16> memo_sum(std::string_view bytes) const {
+    std::array<uint8_t, 16> sum{};
+    if (signing) {
+      const auto digest = hmac(*signing, {bytes});
+      std::memcpy(sum.data(), digest.data(), sum.size());
+    } else {
+      const Hash128 h = xxh3_128(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+      std::memcpy(sum.data(), &h.low, 8);
+      std::memcpy(sum.data() + 8, &h.high, 8);
+    }
+    return sum;
   }
 
   void load_hashes(KnownFile& file) const {
-    std::ifstream in(hashes_path(file.identity), std::ios::binary);
-    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     // magic, the identity's length and text, records of (offset, size, low, high), a hash of all before it.
     const size_t record = 4 * sizeof(uint64_t);
+    const std::string bytes = read_memo(hashes_path(file.identity), [&](uint64_t size) {
+      return size >= 32 + file.identity.size() && (size - 32 - file.identity.size()) % record == 0;
+    });
     if (bytes.size() < sizeof kHashesMagic + sizeof(uint64_t) + 16 || std::memcmp(bytes.data(), kHashesMagic, 8) != 0) return;
     const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
-    const Hash128 sum = xxh3_128(data, bytes.size() - 16);
-    Hash128 stored;
-    std::memcpy(&stored.low, data + bytes.size() - 16, 8);
-    std::memcpy(&stored.high, data + bytes.size() - 8, 8);
     uint64_t identity_size = 0;
     std::memcpy(&identity_size, data + 8, 8);
-    if (!(sum == stored) || identity_size != file.identity.size() || 16 + identity_size + 16 > bytes.size() ||
+    if (!same_bytes(memo_sum(std::string_view(bytes).substr(0, bytes.size() - 16)).data(), data + bytes.size() - 16, 16) ||
+        identity_size != file.identity.size() || 16 + identity_size + 16 > bytes.size() ||
         bytes.compare(16, identity_size, file.identity) != 0 || (bytes.size() - 32 - identity_size) % record != 0)
       return;  // another file's, or damaged: hashed again
     for (size_t at = 16 + identity_size; at + 16 < bytes.size(); at += record) {
@@ -226,9 +308,8 @@ struct CompileCache::Impl {
       const uint64_t v[4] = {range.first, range.second, hash.low, hash.high};
       bytes.append(reinterpret_cast<const char*>(v), sizeof v);
     }
-    const Hash128 sum = xxh3_128(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
-    bytes.append(reinterpret_cast<const char*>(&sum.low), 8);
-    bytes.append(reinterpret_cast<const char*>(&sum.high), 8);
+    const std::array<uint8_t, 16> sum = memo_sum(bytes);
+    bytes.append(reinterpret_cast<const char*>(sum.data()), sum.size());
     if (!publish(hashes_path(file.identity), {bytes}))
       log().warn("--cache: cannot write {}: the weights' hashes are not remembered", hashes_path(file.identity).string());
   }
@@ -286,16 +367,17 @@ struct CompileCache::Impl {
     bool damaged = false;  // found so once: its bytes are made by compiling anew from then on
   };
   MadeBytes made_bytes(MadeWeight& w);
-  std::optional<CompiledGraph> replay(const fs::path& path, const Model& model, const Partition& partition,
+  std::optional<CompiledGraph> replay(const fs::path& path, const Hash128& key, const Model& model, const Partition& partition,
                                       const std::string& graph_name, WeightStore& store, const ByContent& by_content);
   BlobRecipe recipe(const Blob& blob, const std::optional<Hash128>& known, const ByContent& by_content, std::string& held);
   // Writes the entry; false when it was not written.
-  bool store_entry(const fs::path& path, const CompiledGraph& graph, const WeightStore& store, const ByContent& by_content);
+  bool store_entry(const fs::path& path, const Hash128& key, const CompiledGraph& graph, const WeightStore& store,
+                   const ByContent& by_content);
 };
 
 Hash128 CompileCache::Impl::key(const Model& model, const Partition& partition, ByContent& by_content) {
   KeyBytes k;
-  k.put(std::string("ctxgen compile cache 1, ctxgen ") + CTXGEN_VERSION);
+  k.put(std::string("ctxgen compile cache 2, ctxgen ") + CTXGEN_VERSION);
   const BinaryIdentity id = backend.identity();
   for (const std::string& s : {id.backend, id.sdk_version, id.hardware_architecture}) k.put(s);
   k.put(uint64_t{id.format_version});
@@ -368,12 +450,19 @@ struct EntryFile {
 
 constexpr size_t kEntryHeader = 8 + 8 + 16;
 
-EntryFile read_entry(const fs::path& path) {
+EntryFile read_entry(const fs::path& path, const std::optional<std::string>& key) {
   EntryFile e;
   e.mapping = MappedFile::open(path);
   const uint8_t* data = e.mapping->data();
-  const size_t size = e.mapping->size();
+  size_t size = e.mapping->size();
   if (size < kEntryHeader || std::memcmp(data, kEntryMagic, 8) != 0) throw Damaged{"not a ctxgen cache entry"};
+  if (key) {
+    if (size < kEntryHeader + kSignature || std::memcmp(data + size - kSignature, kSignatureMagic, 8) != 0)
+      throw Damaged{std::string("it is not signed, and ") + kKeyVariable + " asks for signed entries"};
+    size -= kSignature;
+    const auto want = hmac(*key, {std::string_view(reinterpret_cast<const char*>(data), size)});
+    if (!same_bytes(want.data(), data + size + 8, want.size())) throw Damaged{std::string("it is not signed with ") + kKeyVariable};
+  }
   uint64_t described = 0;
   Hash128 want;
   std::memcpy(&described, data + 8, 8);
@@ -425,22 +514,41 @@ MadeBytes CompileCache::Impl::made_bytes(MadeWeight& w) {
                                         w.transform + "' it records");
 }
 
-std::optional<CompiledGraph> CompileCache::Impl::replay(const fs::path& path, const Model& model, const Partition& partition,
-                                                        const std::string& graph_name, WeightStore& store,
-                                                        const ByContent& by_content) {
+std::optional<CompiledGraph> CompileCache::Impl::replay(const fs::path& path, const Hash128& key, const Model& model,
+                                                        const Partition& partition, const std::string& graph_name,
+                                                        WeightStore& store, const ByContent& by_content) {
   std::error_code ec;
   if (!fs::exists(path, ec)) return std::nullopt;
   try {
-    const EntryFile e = read_entry(path);
+    const EntryFile e = read_entry(path, signing);
     const nlohmann::json& d = e.description;
+    // Its hashes only say the entry is whole; what binds it to this partition is the key it
+    // records and a signature that is the partition's.
+    if (d.at("key") != key.hex()) throw Damaged{"it is the entry of key " + d.at("key").get<std::string>() + ", not of its own name"};
     CompiledGraph graph;
     graph.name = graph_name;
-    for (const auto& [list, out] : {std::pair{"inputs", &graph.inputs}, std::pair{"outputs", &graph.outputs}})
+    for (const auto& [list, out, names] : {std::tuple{"inputs", &graph.inputs, &partition.inputs},
+                                           std::tuple{"outputs", &graph.outputs, &partition.outputs}}) {
       for (const auto& io : d.at(list)) out->push_back({io.at("name"), io.at("elem_type"), io.at("dims").get<std::vector<int64_t>>()});
+      if (out->size() != names->size()) throw Damaged{std::string("its ") + list + " are not the partition's"};
+      for (size_t i = 0; i < out->size(); ++i) {
+        const IoSignature& io = (*out)[i];
+        const ValueType* type = model.type_of(io.name);
+        if (io.name != (*names)[i] || (type != nullptr && type->is_static() && (io.elem_type != type->elem_type || io.dims != *type->dims)))
+          throw Damaged{std::string("its ") + list + " are not the partition's ('" + io.name + "')"};
+      }
+    }
     graph.node_count = d.at("node_count");
+    if (graph.node_count != partition.nodes.size()) throw Damaged{"it records another number of nodes than the partition's"};
     const uint64_t program_size = d.at("program_size");
     if (program_size > e.held_size) throw Damaged{"its program reaches past its end"};
     check_hash(e.held, program_size, parse_hash(d.at("program_hash")), "its program");
+    const std::vector<uint8_t> program(e.held, e.held + program_size);
+    try {
+      backend.check_program(program, d.at("weights").size());
+    } catch (const Error& rejected) {
+      throw Damaged{std::string("its program is not one the backend runs: ") + rejected.what()};
+    }
     // Every weight made ready (and what can be checked now, checked) before the store takes any:
     // an entry found damaged halfway must leave the store as it was.
     std::function<Blob(const BlobRecipe&)> blob_of = [&](const BlobRecipe& r) -> Blob {
@@ -463,6 +571,18 @@ std::optional<CompiledGraph> CompileCache::Impl::replay(const fs::path& path, co
     };
     std::vector<std::pair<Blob, uint64_t>> weights;
     for (const auto& w : d.at("weights")) weights.emplace_back(blob_of(recipe_from(w.at("blob"), e.held_size)), w.at("interned"));
+    // The cold run interned each weight once for each of the program's values that reads it.
+    std::vector<uint64_t> reads(weights.size());
+    if (!backend.renumber_weights(program, [&](uint32_t local) {
+          if (local >= reads.size()) throw Damaged{"its program reads weight " + std::to_string(local) + " of " + std::to_string(reads.size())};
+          ++reads[local];
+          return local;
+        }))
+      throw Error(ErrorCode::kInternal, "--cache: backend '" + backend.name() + "' cannot renumber a cached program");
+    for (size_t i = 0; i < weights.size(); ++i)
+      if (weights[i].second != reads[i])
+        throw Damaged{"weight " + std::to_string(i) + " is recorded as interned " + std::to_string(weights[i].second) +
+                      " times, where its program reads it " + std::to_string(reads[i]) + " times"};
     std::vector<uint32_t> ids;
     for (const auto& [blob, interned] : weights) {
       uint32_t id = 0;
@@ -470,13 +590,7 @@ std::optional<CompiledGraph> CompileCache::Impl::replay(const fs::path& path, co
       for (uint64_t i = 0; i < std::max<uint64_t>(interned, 1); ++i) id = store.intern(blob);
       ids.push_back(id);
     }
-    auto renumbered = backend.renumber_weights(std::vector<uint8_t>(e.held, e.held + program_size), [&](uint32_t local) {
-      if (local >= ids.size())
-        throw Error(ErrorCode::kInternal, "--cache: " + path.string() + "'s program uses weight " + std::to_string(local) +
-                                              " of " + std::to_string(ids.size()));
-      return ids[local];
-    });
-    if (!renumbered) throw Error(ErrorCode::kInternal, "--cache: backend '" + backend.name() + "' cannot renumber a cached program");
+    auto renumbered = backend.renumber_weights(program, [&](uint32_t local) { return ids[local]; });
     graph.program = std::move(*renumbered);
     graph.weight_ids = ids;
     std::sort(graph.weight_ids.begin(), graph.weight_ids.end());
@@ -532,8 +646,8 @@ BlobRecipe CompileCache::Impl::recipe(const Blob& blob, const std::optional<Hash
   return r;
 }
 
-bool CompileCache::Impl::store_entry(const fs::path& path, const CompiledGraph& graph, const WeightStore& store,
-                                     const ByContent& by_content) {
+bool CompileCache::Impl::store_entry(const fs::path& path, const Hash128& key, const CompiledGraph& graph,
+                                     const WeightStore& store, const ByContent& by_content) {
   // The program numbered by its own weights: the i-th of graph.weight_ids is weight i.
   std::map<uint32_t, uint32_t> local;
   for (uint32_t id : graph.weight_ids) local.emplace(id, static_cast<uint32_t>(local.size()));
@@ -554,6 +668,7 @@ bool CompileCache::Impl::store_entry(const fs::path& path, const CompiledGraph& 
     for (const IoSignature& io : side == 0 ? graph.inputs : graph.outputs)
       ios[side].push_back({{"name", io.name}, {"elem_type", io.elem_type}, {"dims", io.dims}});
   const nlohmann::json description = {
+      {"key", key.hex()},
       {"inputs", ios[0].is_null() ? nlohmann::json::array() : ios[0]},
       {"outputs", ios[1].is_null() ? nlohmann::json::array() : ios[1]},
       {"node_count", graph.node_count},
@@ -567,21 +682,23 @@ bool CompileCache::Impl::store_entry(const fs::path& path, const CompiledGraph& 
   header.append(reinterpret_cast<const char*>(&described), 8);
   header.append(reinterpret_cast<const char*>(&text_hash.low), 8);
   header.append(reinterpret_cast<const char*>(&text_hash.high), 8);
-  if (!publish(path, {header, text, held})) {
+  std::string signature;
+  if (signing) {
+    const auto digest = hmac(*signing, {header, text, held});
+    signature.assign(kSignatureMagic, 8);
+    signature.append(reinterpret_cast<const char*>(digest.data()), digest.size());
+  }
+  if (!publish(path, {header, text, held, signature})) {
     log().warn("--cache: cannot write {}: this partition is not cached", path.string());
     return false;
   }
-  stats.bytes_written += header.size() + text.size() + held.size();
+  stats.bytes_written += header.size() + text.size() + held.size() + signature.size();
   return true;
 }
 
 CompileCache::CompileCache(const fs::path& folder, const Backend& backend, bool weightless, std::shared_ptr<RemoteCache> remote)
     : impl_(std::make_unique<Impl>(folder, backend, weightless, std::move(remote))) {
-  std::error_code ec;
-  fs::create_directories(folder / "entries", ec);
-  if (ec || !fs::is_directory(folder / "entries"))
-    throw Error(ErrorCode::kUsage, "--cache " + folder.string() + ": cannot make the cache folder there" +
-                                       (ec ? " (" + ec.message() + ")" : ""));
+  open_cache_folder(folder);
   impl_->stats.used = true;
 }
 
@@ -599,10 +716,11 @@ CompiledGraph CompileCache::compile(const Model& model, const Partition& partiti
   Impl::ByContent by_content;
   const Hash128 key = c.key(model, partition, by_content);
   const fs::path path = c.entry_path(key);
-  c.fetch(path);
+  const bool fetched = c.fetch(path);
   c.stats.keys.push_back(key.hex());
-  if (auto graph = c.replay(path, model, partition, graph_name, store, by_content)) {
+  if (auto graph = c.replay(path, key, model, partition, graph_name, store, by_content)) {
     ++c.stats.hits;
+    c.stats.remote_hits += fetched;
     std::error_code ignored;
     fs::last_write_time(path, fs::file_time_type::clock::now(), ignored);  // used: the last to go when pruned
     return std::move(*graph);
@@ -613,7 +731,7 @@ CompiledGraph CompileCache::compile(const Model& model, const Partition& partiti
                                                "): compile the object again with this ctxgen");
   ++c.stats.misses;
   CompiledGraph graph = c.backend.compile(model, partition, graph_name, store);
-  if (c.store_entry(path, graph, store, by_content) &&
+  if (c.store_entry(path, key, graph, store, by_content) && c.remote && c.remote->writable() &&
       c.with_remote([&](RemoteCache& r) {
         r.put("entries/" + path.filename().string(), path);
         return true;
@@ -642,64 +760,149 @@ const CacheStats& CompileCache::stats() const { return impl_->stats; }
 
 namespace {
 
-struct EntryFileInfo {
+constexpr const char* kMarkName = "CACHEDIR.TAG";
+// The Cache Directory Tagging convention's signature (backup tools skip such folders), then ctxgen's line.
+constexpr const char* kMark =
+    "Signature: 8a477f597d28d172789f06886806bc55\n"
+    "# This folder is a ctxgen compile cache: ctxgen made it and prunes and clears only what it wrote here.\n";
+
+bool is_marked(const fs::path& folder) {
+  return read_memo(folder / kMarkName, [](uint64_t size) { return size == std::strlen(kMark); }) == kMark;
+}
+
+bool real_directory(const fs::path& path) {
+  std::error_code ec;
+  return fs::symlink_status(path, ec).type() == fs::file_type::directory;
+}
+
+bool hex_name(const std::string& name, size_t digits) {
+  return name.size() == digits && name.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+// A temporary of a run (".tmp-PID-N", ".fetch-PID-KEY") whose process is gone: a killed run's.
+bool abandoned(const std::string& name) {
+  for (const std::string prefix : {".tmp-", ".fetch-"}) {
+    if (name.rfind(prefix, 0) != 0) continue;
+    const size_t dash = name.find('-', prefix.size());
+    if (dash == std::string::npos) return false;
+    pid_t pid = 0;
+    const auto [end, parsed] = std::from_chars(name.data() + prefix.size(), name.data() + dash, pid);
+    return parsed == std::errc() && end == name.data() + dash && pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH;
+  }
+  return false;
+}
+
+// The files of a marked cache that ctxgen wrote: entries (entries/XX/KEY), hash memos
+// (hashes/ID) and the temporaries killed runs left, each a regular file, never through a link.
+struct CacheFile {
   fs::path path;
   uint64_t size;
   fs::file_time_type used;
+  enum class Kind { kEntry, kHashes, kLeftover } kind;
 };
 
-std::vector<EntryFileInfo> entry_files(const fs::path& folder) {
+std::vector<CacheFile> cache_files(const fs::path& folder) {
+  if (!is_marked(folder))
+    throw Error(ErrorCode::kUsage, folder.string() + " is not a ctxgen compile cache (it has no " + kMarkName +
+                                       " of ctxgen's), so ctxgen leaves it alone");
+  std::vector<CacheFile> found;
   std::error_code ec;
-  if (!fs::is_directory(folder / "entries", ec))
-    throw Error(ErrorCode::kUsage, folder.string() + " is not a ctxgen compile cache (it has no entries/ folder)");
-  std::vector<EntryFileInfo> found;
-  for (const auto& e : fs::recursive_directory_iterator(folder / "entries", ec))
-    if (e.is_regular_file(ec)) found.push_back({e.path(), e.file_size(ec), e.last_write_time(ec)});
+  const auto add = [&](const fs::directory_entry& e, CacheFile::Kind kind) {
+    if (e.symlink_status(ec).type() == fs::file_type::regular) found.push_back({e.path(), e.file_size(ec), e.last_write_time(ec), kind});
+  };
+  const auto each = [&](const fs::path& dir, const auto& visit) {
+    if (!real_directory(dir)) return;
+    for (const auto& e : fs::directory_iterator(dir, ec)) visit(e, e.path().filename().string());
+  };
+  each(folder / "entries", [&](const fs::directory_entry& sub, const std::string& prefix) {
+    if (!hex_name(prefix, 2)) return;
+    each(sub.path(), [&](const fs::directory_entry& e, const std::string& name) {
+      if (hex_name(name, 32) && name.compare(0, 2, prefix) == 0) add(e, CacheFile::Kind::kEntry);
+      else if (abandoned(name)) add(e, CacheFile::Kind::kLeftover);
+    });
+  });
+  each(folder / "hashes", [&](const fs::directory_entry& e, const std::string& name) {
+    if (hex_name(name, 32)) add(e, CacheFile::Kind::kHashes);
+    else if (abandoned(name)) add(e, CacheFile::Kind::kLeftover);
+  });
   return found;
+}
+
+}  // namespace
+
+fs::path cache_entry_path(const fs::path& folder, const std::string& key) { return folder / "entries" / key.substr(0, 2) / key; }
+
+namespace {
+
+// Makes `folder` a cache, or checks that it is one: marked, or new, empty or an earlier ctxgen's
+// cache, which it then marks.
+void open_cache_folder(const fs::path& folder) {
+  std::error_code ec;
+  const auto refuse = [&](const std::string& why) { throw Error(ErrorCode::kUsage, "--cache " + folder.string() + ": " + why); };
+  if (!fs::exists(fs::symlink_status(folder, ec))) {
+    fs::create_directories(folder, ec);
+    if (ec) refuse("cannot make the cache folder there (" + ec.message() + ")");
+  }
+  if (!fs::is_directory(folder, ec)) refuse("not a folder");
+  if (!is_marked(folder)) {
+    // A folder ctxgen may call its own: an empty one, or a cache of an earlier ctxgen (nothing but
+    // its entries/ and hashes/ folders).
+    bool ours = true;
+    for (const auto& e : fs::directory_iterator(folder, ec)) {
+      const std::string name = e.path().filename().string();
+      ours = ours && (name == "entries" || name == "hashes") && real_directory(e.path());
+    }
+    if (ec) refuse("cannot read the folder (" + ec.message() + ")");
+    if (!ours)
+      refuse("holds files that are not a ctxgen compile cache's (it has no " + std::string(kMarkName) +
+             " of ctxgen's): give a new or empty folder, which ctxgen marks as its cache");
+    if (!publish(folder / kMarkName, {kMark})) refuse("cannot write its mark " + std::string(kMarkName));
+  }
+  fs::create_directories(folder / "entries", ec);
+  if (ec || !real_directory(folder / "entries"))
+    refuse("cannot make the entries folder there" + (ec ? " (" + ec.message() + ")" : std::string()));
 }
 
 }  // namespace
 
 CacheUsage cache_usage(const fs::path& folder) {
   CacheUsage usage;
-  for (const auto& e : entry_files(folder)) {
-    ++usage.entries;
-    usage.entry_bytes += e.size;
-  }
-  std::error_code ec;
-  if (fs::is_directory(folder / "hashes", ec))
-    for (const auto& e : fs::directory_iterator(folder / "hashes", ec)) {
+  for (const CacheFile& f : cache_files(folder)) {
+    if (f.kind == CacheFile::Kind::kEntry) {
+      ++usage.entries;
+      usage.entry_bytes += f.size;
+    } else if (f.kind == CacheFile::Kind::kHashes) {
       ++usage.hash_files;
-      usage.hash_bytes += e.file_size(ec);
+      usage.hash_bytes += f.size;
     }
+  }
   return usage;
 }
 
 uint64_t prune_cache(const fs::path& folder, uint64_t max_bytes) {
-  std::vector<EntryFileInfo> files = entry_files(folder);
+  std::vector<CacheFile> files = cache_files(folder);
+  std::error_code ec;
   uint64_t total = 0;
-  for (const auto& e : files) total += e.size;
-  std::sort(files.begin(), files.end(), [](const EntryFileInfo& a, const EntryFileInfo& b) { return a.used < b.used; });
+  for (const CacheFile& f : files)
+    if (f.kind == CacheFile::Kind::kLeftover) fs::remove(f.path, ec);
+    else total += f.size;
+  std::sort(files.begin(), files.end(), [](const CacheFile& a, const CacheFile& b) { return a.used < b.used; });
   uint64_t removed = 0;
-  for (const auto& e : files) {
+  for (const CacheFile& f : files) {
     if (total <= max_bytes) break;
-    std::error_code ec;
-    if (fs::remove(e.path, ec)) {
-      total -= e.size;
-      ++removed;
-    }
+    if (f.kind == CacheFile::Kind::kLeftover || !fs::remove(f.path, ec)) continue;
+    total -= f.size;
+    removed += f.kind == CacheFile::Kind::kEntry;
   }
   return removed;
 }
 
 void clear_cache(const fs::path& folder) {
-  entry_files(folder);  // refuses what is not a cache
-  for (const char* part : {"entries", "hashes"}) {
+  for (const CacheFile& f : cache_files(folder)) {
     std::error_code ec;
-    fs::remove_all(folder / part, ec);
-    if (ec) throw Error(ErrorCode::kIo, "cannot remove " + (folder / part).string() + ": " + ec.message());
+    fs::remove(f.path, ec);
+    if (ec) throw Error(ErrorCode::kIo, "cannot remove " + f.path.string() + ": " + ec.message());
   }
-  fs::create_directories(folder / "entries");
 }
 
 }  // namespace ctxgen

@@ -43,11 +43,10 @@ std::string identity_text(const nlohmann::json& id) {
   return id.value("backend", "?") + " (SDK " + id.value("sdk_version", "?") + ", " + id.value("hardware_architecture", "?") + ")";
 }
 
-const Backend& backend_for(const BackendRegistry& backends, const std::string& name, const std::string& target) {
-  const Backend* backend = backends.find(name);
-  if (backend == nullptr) throw Error(ErrorCode::kUsage, "unknown backend '" + name + "'");
-  if (!target.empty()) backend->target(target);
-  return *backend;
+std::unique_ptr<Backend> backend_for(const BackendRegistry& backends, const CompileOptions& options) {
+  const Backend* backend = backends.find(options.backend);
+  if (backend == nullptr) throw Error(ErrorCode::kUsage, "unknown backend '" + options.backend + "'");
+  return backend->with({options.target, options.weightless});
 }
 
 // The weights a graph and its subgraphs still read: the main graph's initializers in use, and
@@ -151,7 +150,7 @@ RunSummary compile_object(const fs::path& model, const CompileOptions& options, 
   compile.output_dir = staging.path() / "out";  // planned and checked, but nothing is written
   compile.compile_only = true;
   if (compile.cache_dir.empty()) compile.cache_dir = staging.path() / "cache";
-  compile.cache_max_size = 0;  // this run's entries go into the object first
+  compile.cache_max_size.reset();  // this run's entries go into the object first
 
   // Each member: its description, and its bytes, made here or in a file.
   struct Written {
@@ -176,13 +175,13 @@ RunSummary compile_object(const fs::path& model, const CompileOptions& options, 
                          MappedFile::open(data)});
     for (const std::string& key : std::set<std::string>(cache.keys.begin(), cache.keys.end()))
       members.push_back({{{"kind", "entry"}, {"name", key}}, "",
-                         MappedFile::open(compile.cache_dir / "entries" / key.substr(0, 2) / key)});
+                         MappedFile::open(cache_entry_path(compile.cache_dir, key))});
   };
   RunSummary summary = run_reported({model}, compile, [&](RunSummary& s, bool& checked) {
     run_stages({model}, compile, backends, hooks, s, checked);
   });
 
-  const Backend& backend = backend_for(backends, options.backend, options.target);
+  const std::unique_ptr<Backend> backend = backend_for(backends, options);
   const LoadOptions load = options.per_model.empty() ? LoadOptions{} : options.per_model.front();
   nlohmann::json list = nlohmann::json::array();
   for (Written& m : members) {
@@ -192,7 +191,7 @@ RunSummary compile_object(const fs::path& model, const CompileOptions& options, 
   }
   const nlohmann::json header = {
       {"format", kObjectFormat}, {"ctxgen_version", CTXGEN_VERSION}, {"backend_name", options.backend},
-      {"identity", identity_json(backend.identity())}, {"target", options.target}, {"weightless", options.weightless},
+      {"identity", identity_json(backend->identity())}, {"target", options.target}, {"weightless", options.weightless},
       {"load", {{"fix_dims", load.fix_dims}, {"input_shapes", load.input_shapes}, {"fix_values", load.fix_values}}},
       {"job", job_description}, {"members", list}};
   const std::string text = header.dump();
@@ -499,8 +498,7 @@ RunSummary link_objects(const std::vector<fs::path>& given, CompileOptions optio
   options.backend = first.at("backend_name");
   options.target = first.at("target");
   options.weightless = first.at("weightless");
-  const Backend& backend = backend_for(backends, options.backend, options.target);
-  const nlohmann::json identity = identity_json(backend.identity());
+  const nlohmann::json identity = identity_json(backend_for(backends, options)->identity());
   if (identity != first.at("identity"))
     throw Error(ErrorCode::kInvalidBinary, objects[0].string() + " was compiled for " + identity_text(first.at("identity")) +
                                                "; this ctxgen compiles for " + identity_text(identity) +
@@ -515,7 +513,7 @@ RunSummary link_objects(const std::vector<fs::path>& given, CompileOptions optio
   std::set<fs::path> unpacked;
   for (size_t i = 0; i < read.size(); ++i) {
     for (const Member& m : read[i].members) {
-      const fs::path path = m.kind == "entry" ? cache / "entries" / m.name.substr(0, 2) / m.name : models / m.name;
+      const fs::path path = m.kind == "entry" ? cache_entry_path(cache, m.name) : models / m.name;
       if ((m.kind == "model" || m.kind == "data") && !unpacked.insert(path).second)
         throw Error(ErrorCode::kUsage, objects[i].string() + " holds " + m.name + ", which another object holds too: the "
                                        "models of one link need different file names");
@@ -527,7 +525,7 @@ RunSummary link_objects(const std::vector<fs::path>& given, CompileOptions optio
   options.cache_dir = cache;
   options.cache_only = true;
   options.remote_cache = nullptr;
-  options.cache_max_size = 0;
+  options.cache_max_size.reset();
   options.read_files.insert(options.read_files.end(), objects.begin(), objects.end());
   JobHooks hooks;
   hooks.prepared = [&](Job& job, size_t m) {

@@ -517,9 +517,8 @@ void run_stages(const std::vector<fs::path>& inputs, const CompileOptions& optio
   if (!hooks.prepared)
     for (const auto& in : inputs) check_model_file(in);
   check_options(inputs, options);
-  const Backend& backend = find_backend(backends, options.backend);
-  if (!options.target.empty()) backend.target(options.target);
-  backend.weightless(options.weightless);
+  const std::unique_ptr<Backend> configured = find_backend(backends, options.backend).with({options.target, options.weightless});
+  const Backend& backend = *configured;
   summary.backend = backend.name();
   Plan plan = plan_outputs(inputs, options, backend);
   OutputSet outputs(planned_paths(plan), options.force, read_files(inputs, options));
@@ -687,8 +686,8 @@ void run_stages(const std::vector<fs::path>& inputs, const CompileOptions& optio
   outputs.commit();
   summary.outputs = outputs.written();
   if (cache) cache->save();
-  if (cache && options.cache_max_size > 0) {
-    const uint64_t removed = prune_cache(options.cache_dir, options.cache_max_size);
+  if (cache && options.cache_max_size) {
+    const uint64_t removed = prune_cache(options.cache_dir, *options.cache_max_size);
     if (removed > 0) log().info("--cache-max-size: {} least recently used entries removed", removed);
   }
 }

@@ -350,7 +350,6 @@ std::vector<std::string> supported_ops() {
 }
 
 std::string hardware_architecture() { return onednn::architecture(); }
-void target_cpu(const std::string& level) { onednn::target_level(level); }
 std::vector<std::string> cpu_levels() { return onednn::known_levels(); }
 std::string cpu_level() { return onednn::level(); }
 

@@ -122,16 +122,23 @@ std::string architecture() {
   return std::string(machine()) + " " + isa_name(dnnl::get_effective_cpu_isa()) + ", " + library_version();
 }
 
+void check_level(const std::string& level) {
+  const std::optional<dnnl::cpu_isa> isa = isa_named(level);
+  if (!isa) throw Error(ErrorCode::kUsage, "--target-cpu " + level + ": no such CPU level (oneDNN's: " + level_names() + ")");
+  if (!includes(dnnl::get_effective_cpu_isa(), *isa))
+    throw Error(ErrorCode::kUsage, "--target-cpu " + level + ": this CPU (" + architecture() + ") cannot compile for " +
+                                       level + ", a level its own does not include; give one it does: " + levels_below());
+}
+
 void target_level(const std::string& level) {
   const std::optional<dnnl::cpu_isa> isa = isa_named(level);
   if (!isa) throw Error(ErrorCode::kUsage, "--target-cpu " + level + ": no such CPU level (oneDNN's: " + level_names() + ")");
   // oneDNN takes the limit only before it has looked at the CPU, and ignores it silently if asked
   // above what the CPU has: what it then chose tells.
   const bool set = dnnl_set_max_cpu_isa(static_cast<dnnl_cpu_isa_t>(*isa)) == dnnl_success;
-  const dnnl::cpu_isa chosen = dnnl::get_effective_cpu_isa();
-  if (!set || chosen != *isa)
-    throw Error(ErrorCode::kUsage, "--target-cpu " + level + ": this CPU (" + architecture() + ") cannot compile for " +
-                                       level + ", a level its own does not include; give one it does: " + levels_below());
+  if (!set || dnnl::get_effective_cpu_isa() != *isa)
+    throw Error(ErrorCode::kUsage, "--target-cpu " + level + ": this CPU (" + architecture() + ") cannot run oneDNN at " +
+                                       level + "; give one of: " + levels_below());
 }
 
 std::string level() { return isa_name(dnnl::get_effective_cpu_isa()); }

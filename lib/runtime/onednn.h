@@ -64,9 +64,12 @@ bool exact_int8_convolution();
 // The CPU feature level oneDNN chooses its kernels and weight layouts by, with its version:
 // "x86_64 avx2, oneDNN 2.6.3". Weights packed on one level are laid out for it alone.
 std::string architecture();
-// Makes oneDNN choose kernels and layouts for `level` (one of oneDNN's names, e.g. "avx2"), as on
-// a CPU of that level: before anything else asks oneDNN about the CPU. Throws Error(kUsage) for an
-// unknown level or one this CPU lacks.
+// Throws Error(kUsage) unless `level` is one of oneDNN's names (e.g. "avx2") that this process's
+// level includes.
+void check_level(const std::string& level);
+// Makes oneDNN choose kernels and layouts for `level`, as on a CPU of that level, for the rest of
+// the process: only the CPU-level helper does this (CpuTarget), before anything else asks oneDNN
+// about the CPU. Throws Error(kUsage) for an unknown level or one this CPU lacks.
 void target_level(const std::string& level);
 // The level oneDNN lays weights out for in this process, e.g. "avx2".
 std::string level();

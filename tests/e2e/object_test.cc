@@ -82,6 +82,28 @@ TEST_F(ObjectTest, LinkWritesWhatShareWritesByteForByte) {
   }
 }
 
+// The CPU level travels with each compile: objects compiled for a level (one process each) link,
+// in another process, to what `share` writes for that level.
+TEST_F(ObjectTest, ObjectsForACpuLevelLinkToWhatShareWritesForIt) {
+  const auto made = objects("--target-cpu avx2");
+  const fs::path linked = dir_.path() / "linked", shared = dir_.path() / "shared";
+  auto r = link(made, linked);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::string inputs;
+  for (const auto& model : mixed_group()) inputs += (inputs.empty() ? "" : ",") + model.string();
+  r = ctxgen("share " + inputs + " " + mixed_group_shapes() + " --target-cpu avx2 --output-dir " + quote(shared) + " -q");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_same_files(file_contents(shared), file_contents(linked));
+  int binaries = 0;
+  for (const auto& entry : fs::directory_iterator(linked))
+    if (entry.path().extension() == ".bin") {
+      ++binaries;
+      r = ctxgen("inspect " + quote(entry.path()));
+      EXPECT_NE(r.output.find(" avx2, oneDNN"), std::string::npos) << r.output;
+    }
+  EXPECT_EQ(binaries, 1);
+}
+
 // An object holds the model as compiling left it, not the source: link reads it and runs only
 // the write stage, with the source gone.
 TEST_F(ObjectTest, LinkStartsFromTheCompiledModelAndOnlyWrites) {

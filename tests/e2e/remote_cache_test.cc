@@ -10,7 +10,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <functional>
 #include <fstream>
 #include <thread>
 
@@ -180,6 +182,140 @@ TEST(RemoteCache, AServerThatNeverAnswersCostsBoundedTime) {
   EXPECT_NE(r.output.find("compiling locally"), std::string::npos) << r.output;
   EXPECT_TRUE(fs::exists(dir.path() / "cnn_upsample_ctx.onnx"));
   EXPECT_LT(seconds, 60) << "the stalled server held the run " << seconds << " s";
+}
+
+// A server of its own on 127.0.0.1, each connection on a thread: GET answers 200 and `body`
+// writes the rest (until the client hangs up); anything else is refused with 403.
+class RawServer {
+ public:
+  using Body = std::function<bool(int socket)>;  // false: the client hung up
+  explicit RawServer(Body body) : body_(std::move(body)) {
+    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t size = sizeof a;
+    if (::bind(listener_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(listener_, 16) != 0 ||
+        ::getsockname(listener_, reinterpret_cast<sockaddr*>(&a), &size) != 0)
+      throw std::runtime_error("cannot listen");
+    port_ = ntohs(a.sin_port);
+    accepting_ = std::thread([this] {
+      for (int c; (c = ::accept(listener_, nullptr, nullptr)) >= 0;)
+        std::thread([this, c] {
+          std::string request;
+          char buffer[4096];
+          for (ssize_t n; request.find("\r\n\r\n") == std::string::npos && (n = ::recv(c, buffer, sizeof buffer, 0)) > 0;)
+            request.append(buffer, static_cast<size_t>(n));
+          const bool get = request.rfind("GET ", 0) == 0;
+          const std::string head = get ? "HTTP/1.1 200 OK\r\nContent-Length: 200000000\r\n\r\n"
+                                       : "HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+          ::send(c, head.data(), head.size(), MSG_NOSIGNAL);
+          if (get) {
+            ++gets;
+            while (!stopping_ && body_(c)) {
+            }
+          }
+          ::close(c);
+        }).detach();
+    });
+  }
+  ~RawServer() {
+    stopping_ = true;
+    ::shutdown(listener_, SHUT_RDWR);
+    ::close(listener_);
+    accepting_.join();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the connections' threads see `stopping_`
+  }
+  std::string url(const std::string& path) const { return "http://127.0.0.1:" + std::to_string(port_) + path; }
+  std::atomic<int> gets{0};
+
+ private:
+  Body body_;
+  int listener_ = -1, port_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::thread accepting_;
+};
+
+bool send_text(int socket, const std::string& text) { return ::send(socket, text.data(), text.size(), MSG_NOSIGNAL) > 0; }
+
+// A server that trickles an entry at 2 KiB/s (never stalling), and one that answers with 200 MB
+// that are not an entry: the first is given up after 10 s, the second stopped at its first bytes
+// (the entry found damaged, compiled anew); neither leaves more than those bytes behind.
+TEST(RemoteCache, AServerSendingWhatIsNoEntryCostsBoundedTimeAndBytes) {
+  TempDir dir;
+  const auto compile = [&](const std::string& url, const std::string& name) {
+    const fs::path report = dir.path() / (name + ".json");
+    const auto start = std::chrono::steady_clock::now();
+    const auto r = ctxgen("compile " + quote(mixed_group()[2]) + " --fix-dim batch=1 --output-dir " + quote(dir.path() / name) +
+                          " --cache " + quote(dir.path() / (name + "_cache")) + " --remote-cache " + url + " --report " + quote(report));
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_LT(seconds, 40) << r.output;
+    EXPECT_TRUE(fs::exists(dir.path() / name / "cnn_upsample_ctx.onnx"));
+    uint64_t largest = 0;
+    for (const auto& e : fs::recursive_directory_iterator(dir.path() / (name + "_cache")))
+      if (e.is_regular_file() && e.path().filename() != "CACHEDIR.TAG" && e.path().parent_path().filename() != "hashes")
+        largest = std::max<uint64_t>(largest, e.file_size());
+    EXPECT_LT(largest, 1u << 20);
+    return std::make_pair(r.output, nlohmann::json::parse(read_file(report)).at("cache"));
+  };
+  {
+    RawServer trickle([](int c) {
+      static thread_local bool begun = false;
+      if (!begun && !send_text(c, "CTXGCC01")) return false;
+      begun = true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(125));
+      return send_text(c, std::string(256, 'x'));
+    });
+    const auto [output, cache] = compile(trickle.url("/cache"), "trickle");
+    EXPECT_NE(output.find("KiB/s on average"), std::string::npos) << output;
+    EXPECT_EQ(cache.at("remote_errors"), 1u);
+    EXPECT_EQ(cache.at("remote_hits"), 0u);
+  }
+  {
+    RawServer junk([](int c) { return send_text(c, std::string(65536, '<')); });
+    const auto [output, cache] = compile(junk.url("/cache"), "junk");
+    EXPECT_EQ(junk.gets, 1);
+    EXPECT_EQ(cache.at("damaged"), 1u) << output;
+    EXPECT_EQ(cache.at("remote_hits"), 0u);
+    EXPECT_NE(output.find("compiled anew"), std::string::npos) << output;
+  }
+}
+
+// One rule for every cache URL: http:// or https:// only, no query or fragment (which would give
+// every entry one address); the credentials a URL carries never shown.
+TEST(RemoteCache, CacheUrlsFollowOneRuleAndNeverShowCredentials) {
+  TempDir dir;
+  const auto compile = [&](const std::string& options) {
+    return run_command("cd " + quote(dir.path()) + " && " + std::string(CTXGEN_BINARY) + " compile " + quote(mixed_group()[2]) +
+                       " --fix-dim batch=1 --force --output-dir out " + options);
+  };
+  const std::string down = "http://ci:s3cret@127.0.0.1:" + std::to_string(free_port()) + "/cache";
+  for (const std::string& options : {"--cache c --remote-cache " + down, "--cache " + down}) {
+    const auto r = compile(options);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("http://***@127.0.0.1:"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("s3cret"), std::string::npos) << r.output;
+  }
+  setenv("CTXGEN_REMOTE_CACHE", down.c_str(), 1);
+  auto r = compile("--cache c");
+  unsetenv("CTXGEN_REMOTE_CACHE");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("s3cret"), std::string::npos) << r.output;
+  for (const std::string url : {"http://127.0.0.1:1/cache?model=a", "http://127.0.0.1:1/cache#a", "http://u:s3cret@127.0.0.1:1/c?x=1"}) {
+    for (const std::string& options : {"--cache " + quote(url), "--cache c --remote-cache " + quote(url)}) {
+      r = compile(options);
+      EXPECT_EQ(r.exit_code, 2) << r.output;
+      EXPECT_NE(r.output.find("a query or a fragment"), std::string::npos) << r.output;
+      EXPECT_EQ(r.output.find("s3cret"), std::string::npos) << r.output;
+    }
+  }
+  fs::remove_all(dir.path() / "out");
+  r = compile("--cache file:///etc/");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("give a folder or an http:// or https:// URL"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir.path() / "file:"));
+  EXPECT_FALSE(fs::exists(dir.path() / "out"));
 }
 
 TEST(RemoteCache, ABadUrlIsAUsageError) {

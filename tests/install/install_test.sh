@@ -17,7 +17,7 @@ step() { echo "--- $*"; }
 
 step "cmake --install into $prefix"
 cmake --install "$build" --prefix "$prefix" >/dev/null
-for f in bin/ctxgen lib/libctxgen_ort_ep.so lib/libctxgen_ort_ep_runtime.so lib/libonnxruntime.so.1 lib/libctxgen_pipeline.a include/ctxgen/pipeline.h \
+for f in bin/ctxgen libexec/ctxgen/ctxgen-cpu-level lib/libctxgen_ort_ep.so lib/libctxgen_ort_ep_runtime.so lib/libonnxruntime.so.1 lib/libctxgen_pipeline.a include/ctxgen/pipeline.h \
          lib/cmake/ctxgen/ctxgenConfig.cmake lib/cmake/ctxgen/ctxgenConfigVersion.cmake lib/pkgconfig/ctxgen.pc \
          share/bash-completion/completions/ctxgen; do
   [ -e "$prefix/$f" ] || fail "the install has no $f"
@@ -33,7 +33,7 @@ for plugin in libctxgen_ort_ep_runtime.so libctxgen_ort_ep.so; do
       libc.so.*|libm.so.*|libstdc++.so.*|libgcc_s.so.*|ld-linux*) ;;
       libmvec.so.1) ;;  # glibc's vector math (Erf, Tanh), part of libc6 on x86-64
       libdnnl.so.2|libgomp.so.1) ;;  # oneDNN runs the GEMMs (Debian's libdnnl2, which brings libgomp1)
-      libonnx.so.1|libonnx_proto.so.1|libprotobuf.so.*)  # the compiler, for ordinary models (libonnx1, libprotobuf32)
+      libonnx.so.1|libonnx_proto.so.1|libprotobuf.so.*|libnettle.so.*)  # the compiler, for ordinary models (libonnx1, libprotobuf32; libnettle8 signs cache entries)
         [ "$plugin" = libctxgen_ort_ep.so ] || fail "$plugin needs $lib" ;;
       *) fail "$plugin needs $lib" ;;
     esac
@@ -47,6 +47,9 @@ step "the installed CLI, from another folder"
 cd "$work"
 env -u CTXGEN_ORT_EP -u LD_LIBRARY_PATH "$prefix/bin/ctxgen" -V
 env -u CTXGEN_ORT_EP "$prefix/bin/ctxgen" compile "$source/testdata/cnn.onnx" --output-dir cli -q
+# Another CPU level's layouts come from the installed helper, beside the installed CLI.
+env -u CTXGEN_ORT_EP "$prefix/bin/ctxgen" compile "$source/testdata/cnn.onnx" --target-cpu sse41 --output-dir cli_sse41 -q
+"$prefix/bin/ctxgen" inspect cli_sse41/cnn_ref.bin | grep -q ' sse41, oneDNN' || fail "the installed CLI did not compile for sse41"
 env -u CTXGEN_ORT_EP -u LD_LIBRARY_PATH "$prefix/bin/ctxgen" verify cli/cnn_ctx.onnx --reference "$source/testdata/cnn.onnx"
 # It looks in the prefix, not in the build tree: without the installed plugin it says where it looked.
 mv "$prefix/lib/libctxgen_ort_ep.so" "$work/moved.so"

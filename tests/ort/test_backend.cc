@@ -37,6 +37,10 @@ class TestBackend final : public Backend {
   std::string name() const override { return "test"; }
   BinaryIdentity identity() const override { return test_identity(); }
   std::string description() const override { return "the ref backend under another identity, for tests"; }
+  std::unique_ptr<Backend> with(const BackendSettings& settings) const override {
+    refuse_settings(settings);
+    return std::make_unique<TestBackend>();
+  }
   NodeSupport supports(const Model& model, const onnx::NodeProto& node) const override {
     record(model);
     return ref_->supports(model, node);

@@ -11,6 +11,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "../../lib/backend/ref/lower.h"
 #include "../../lib/backend/ref/memory_plan.h"
@@ -33,7 +34,7 @@ struct Lowered {
 
 std::unique_ptr<Lowered> lower(const Model& m, const Partition& p) {
   auto l = std::make_unique<Lowered>();
-  l->result = refc::lower_partition(m, p, l->store, false);
+  l->result = refc::lower_partition(m, p, l->store);
   return l;
 }
 std::unique_ptr<Lowered> lower(const Model& m) { return lower(m, whole_graph(m)); }
@@ -1167,7 +1168,7 @@ TEST(RefLower, RefusedNodeOrBrokenPartitionIsAnInternalError) {
   part.outputs = {"y"};
   WeightStore store;
   try {
-    refc::lower_partition(m, part, store, false);
+    refc::lower_partition(m, part, store);
     FAIL() << "lowering a refused node succeeded";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInternal);
@@ -1177,7 +1178,7 @@ TEST(RefLower, RefusedNodeOrBrokenPartitionIsAnInternalError) {
   Partition missing_input;
   missing_input.nodes = {0};
   missing_input.outputs = {"y"};
-  EXPECT_THROW(refc::lower_partition(ok, missing_input, store, false), Error);
+  EXPECT_THROW(refc::lower_partition(ok, missing_input, store), Error);
 }
 
 TEST(RefLower, CompileFillsTheCompiledGraph) {
@@ -1321,6 +1322,46 @@ TEST(RefLower, CompilationIsDeterministic) {
   auto m3 = ConvBn().model("Relu").load();
   auto m4 = ConvBn().model("Relu").load();
   EXPECT_EQ(backend->compile(m3, whole_graph(m3), "g", s1).program, backend->compile(m4, whole_graph(m4), "g", s2).program);
+}
+
+// The CPU level is a setting of each compile, not of the process: compiles for several levels run
+// one after another and at once in one process, each laying weights out for its own level (oneDNN
+// fixes a process's level once: the others are asked of a helper process running at theirs).
+TEST(RefLower, CompilesForSeveralCpuLevelsInOneProcess) {
+  const auto model = [] {
+    return TestModel().input("x", {1, 16, 12, 12}).floats("w", {32, 16, 3, 3}, iota_floats(32 * 16 * 9, 0.01f))
+        .node("Conv", {"x", "w"}, {"y"}).output("y").load();
+  };
+  const Model m = model();
+  const auto compiled = [&](const std::string& level) {
+    const auto backend = make_ref_backend({level});
+    WeightStore store;
+    const CompiledGraph g = backend->compile(m, whole_graph(m), "g", store);
+    const ref::Program p = ref::deserialize(g.program.data(), g.program.size());
+    return std::make_pair(backend->identity().hardware_architecture, only_op(p, "Conv").get_ints("weight_layout"));
+  };
+  const std::string host = runtime::cpu_level();
+  const auto [first_architecture, first_layout] = compiled("avx2");
+  EXPECT_NE(first_architecture.find(" avx2, oneDNN"), std::string::npos) << first_architecture;
+  ASSERT_FALSE(first_layout.empty());
+  EXPECT_EQ(compiled("").first, runtime::hardware_architecture());
+  EXPECT_EQ(compiled(host), compiled(""));
+  EXPECT_NE(compiled("sse41").first.find(" sse41, oneDNN"), std::string::npos);
+  EXPECT_EQ(compiled("avx2"), std::make_pair(first_architecture, first_layout));
+  // AVX-512 kernels read weights in blocks of 16 channels, AVX2's in blocks of 8.
+  if (host.rfind("avx512", 0) == 0) {
+    EXPECT_NE(compiled("").second, first_layout);
+  }
+  // At once: each compile its own level.
+  std::pair<std::string, std::vector<int64_t>> at_once[2];
+  std::thread a([&] { at_once[0] = compiled("sse41"); }), b([&] { at_once[1] = compiled("avx2"); });
+  a.join();
+  b.join();
+  EXPECT_EQ(at_once[0], compiled("sse41"));
+  EXPECT_EQ(at_once[1], std::make_pair(first_architecture, first_layout));
+  // The process itself stays at its level.
+  EXPECT_EQ(runtime::cpu_level(), host);
+  EXPECT_THROW(make_ref_backend({"avx3"}), Error);
 }
 
 

@@ -57,6 +57,7 @@ struct Draft {
   std::vector<std::optional<Blob>> bytes;  // per value, set for weights
   // --weightless: the model's external-data files, which the binary will refer to.
   std::set<const MappedFile*> source_files;
+  const runtime::CpuTarget* cpu = nullptr;  // the level the weights are laid out for
 
   int32_t add(std::string name, ref::DType dtype, std::vector<int64_t> dims, ValueKind kind, uint64_t index = 0) {
     ref::Value v;
@@ -670,7 +671,7 @@ void requantize_pairs(Draft& d) {
 // a QuantizeLinear to uint8 with one scale. The integers stay in the .bin as they are. Only where
 // oneDNN's int8 sums are exact (the compiling CPU's level, which the binary records, has VNNI).
 void fuse_quantized_convs(Draft& d) {
-  if (!runtime::runs_qlinear_conv()) return;
+  if (!d.cpu->exact_int8()) return;
   const auto producer = producers(d);
   const auto reads = readers(d);
   auto& ops = d.program.ops;
@@ -750,7 +751,7 @@ void fuse_quantized_convs(Draft& d) {
 // records), a 2-D ConvInteger of a weight stays: it runs on oneDNN's int8 convolution, faster still
 // (docs/ops.md, "Quantized models").
 void convinteger_in_float(Draft& d) {
-  const bool int8 = runtime::runs_qlinear_conv();
+  const bool int8 = d.cpu->exact_int8();
   std::vector<ref::Op> ops;
   for (ref::Op& op : d.program.ops) {
     const auto input = [&](size_t i) { return op.inputs.size() > i ? op.inputs[i] : -1; };
@@ -1159,9 +1160,9 @@ void pack_conv(Draft& d, ref::Op& op, std::vector<ref::Op>& ops) {
   size_t size = 0;
   try {
     // Before packing: the weight is laid out for the primitive of that layout.
-    if (runtime::conv_runs_channels_last(packed, x, wd, y, bias)) set_attr(packed, int_attr("channels_last", 1));
+    if (d.cpu->conv_runs_channels_last(packed, x, wd, y, bias)) set_attr(packed, int_attr("channels_last", 1));
     // Recorded so that the runtime makes its primitive for this layout without asking again.
-    set_attr(packed, ints_attr("weight_layout", runtime::conv_weight_layout(packed, x, wd, y, bias)));
+    set_attr(packed, ints_attr("weight_layout", d.cpu->conv_weight_layout(packed, x, wd, y, bias)));
     size = runtime::packed_conv_weight_bytes(packed);
   } catch (const Error& e) {
     log().debug("ref: {} '{}' keeps its plain weight ({})", op.type, d.names[static_cast<size_t>(op.outputs[0])], e.what());
@@ -1169,7 +1170,7 @@ void pack_conv(Draft& d, ref::Op& op, std::vector<ref::Op>& ops) {
   }
   const std::vector<int64_t> packed_dims = {static_cast<int64_t>(size / sizeof(float))};
   const std::string name = d.names[static_cast<size_t>(w)] + "/packed";
-  log().debug("ref: packed {} weight '{}' for {}", op.type, d.names[static_cast<size_t>(w)], runtime::hardware_architecture());
+  log().debug("ref: packed {} weight '{}' for {}", op.type, d.names[static_cast<size_t>(w)], d.cpu->architecture());
   if (d.is_weight(w) && !d.in_source_data(w)) {
     const Blob source = d.weight(w);
     // Made when stored and written, like the MatMul weights.
@@ -1486,10 +1487,11 @@ std::vector<IoSignature> signatures(const Draft& d, const std::vector<int32_t>& 
 
 }  // namespace
 
-LoweredPartition lower_partition(const Model& model, const Partition& partition, WeightStore& store, bool weightless) {
+LoweredPartition lower_partition(const Model& model, const Partition& partition, WeightStore& store, const LowerTarget& target) {
   Lowerer lowerer(model, partition);
   Draft draft = lowerer.run();
-  if (weightless)
+  draft.cpu = target.cpu.get();
+  if (target.weightless)
     for (const Weight& w : model.weights)
       if (w.external && w.data.file) draft.source_files.insert(w.data.file.get());
   skip_half_round_trips(draft, lowerer.float_casts());

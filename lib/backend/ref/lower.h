@@ -4,12 +4,14 @@
 // static memory plan. Exposed here so tests can inspect the program before serialisation.
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "ctxgen/compiled.h"
 #include "ctxgen/model.h"
 #include "ctxgen/partition.h"
 #include "ctxgen/ref_program.h"
+#include "ctxgen/runtime.h"
 #include "ctxgen/weights.h"
 
 namespace ctxgen::refc {
@@ -20,10 +22,18 @@ struct LoweredPartition {
   std::vector<uint32_t> weight_ids;  // ascending, unique
 };
 
+// What one compile lowers for.
+struct LowerTarget {
+  // The CPU level whose layouts the weights take, and whose int8 convolutions decide QLinearConv.
+  std::shared_ptr<const runtime::CpuTarget> cpu = runtime::CpuTarget::of("");
+  // The weights the model stores in external data keep their layout (the binary will refer to
+  // them there); those the runtime needs in another are laid out once a session.
+  bool weightless = false;
+};
+
 // Throws Error(kInternal) when the partition holds a node supports() refuses or is inconsistent
 // with the graph (a value read before it is produced, an output nothing produces).
-// `weightless`: the weights the model stores in external data keep their layout (the binary will
-// refer to them there); those the runtime needs in another are laid out once a session.
-LoweredPartition lower_partition(const Model& model, const Partition& partition, WeightStore& store, bool weightless);
+LoweredPartition lower_partition(const Model& model, const Partition& partition, WeightStore& store,
+                                 const LowerTarget& target = {});
 
 }  // namespace ctxgen::refc

@@ -14,15 +14,22 @@ namespace {
 
 class RefBackend final : public Backend {
  public:
+  explicit RefBackend(const BackendSettings& settings) : target_{runtime::CpuTarget::of(settings.target), settings.weightless} {}
+
   std::string name() const override { return ref::kBackendName; }
-  BinaryIdentity identity() const override { return runtime::ref_identity(); }
+  BinaryIdentity identity() const override {
+    BinaryIdentity id = runtime::ref_identity();
+    id.hardware_architecture = target_.cpu->architecture();
+    return id;
+  }
   std::string description() const override {
     return "CPU reference NPU: float32 ops on static shapes, BatchNorm folding, activation fusion, "
            "static memory plan (docs/ops.md)";
   }
 
-  void target(const std::string& level) const override { runtime::target_cpu(level); }
-  void weightless(bool on) const override { weightless_ = on; }
+  std::unique_ptr<Backend> with(const BackendSettings& settings) const override {
+    return std::make_unique<RefBackend>(settings);
+  }
 
   NodeSupport supports(const Model& model, const onnx::NodeProto& node) const override {
     try {
@@ -36,7 +43,7 @@ class RefBackend final : public Backend {
   CompiledGraph compile(const Model& model, const Partition& partition, const std::string& graph_name,
                         WeightStore& store) const override {
     try {
-      auto lowered = refc::lower_partition(model, partition, store, weightless_);
+      auto lowered = refc::lower_partition(model, partition, store, target_);
       CompiledGraph graph;
       graph.name = graph_name;
       graph.inputs = std::move(lowered.inputs);
@@ -58,12 +65,16 @@ class RefBackend final : public Backend {
     return ref::serialize(p);
   }
 
+  void check_program(const std::vector<uint8_t>& program, size_t weight_count) const override {
+    runtime::validate(ref::deserialize(program.data(), program.size()), weight_count);
+  }
+
  private:
-  mutable bool weightless_ = false;
+  const refc::LowerTarget target_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_ref_backend() { return std::make_unique<RefBackend>(); }
+std::unique_ptr<Backend> make_ref_backend(const BackendSettings& settings) { return std::make_unique<RefBackend>(settings); }
 
 }  // namespace ctxgen

@@ -18,6 +18,16 @@
 
 namespace ctxgen {
 
+// What a compile asks of a backend beyond the model.
+struct BackendSettings {
+  // --target-cpu: compile for this target instead of this machine (for `ref`, a oneDNN CPU level
+  // such as "avx2"), writing what a compile on such a machine writes; identity() then names it.
+  std::string target;
+  // --weightless: binaries refer to the weights a model stores in external data instead of holding
+  // them; such a weight is used as stored, never laid out anew in the binary.
+  bool weightless = false;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -29,15 +39,11 @@ class Backend {
   // the backend's runtime (ctxgen/backend_runtime.h) runs only binaries carrying the same.
   virtual BinaryIdentity identity() const = 0;
   virtual std::string description() const = 0;
-  // Compiles for `target` instead of this machine (for `ref`, a oneDNN CPU level such as "avx2"),
-  // writing what a compile on such a machine writes; from then on identity() names it. Called
-  // before anything else of the backend. Throws Error(kUsage) for a target it cannot compile for.
-  virtual void target(const std::string& target) const;
-
-  // With `on`, compiles binaries that refer to the weights a model stores in external data instead
-  // of holding them (--weightless): such a weight is used as stored, never laid out anew in the
-  // binary. Said before the compile() calls of each run. Throws Error(kUsage) when the backend cannot.
-  virtual void weightless(bool on) const;
+  // This backend set up for one compile (or one compiling session): the settings travel with the
+  // returned backend, never with this one or the process, so compiles with other settings run one
+  // after another or at once. Throws Error(kUsage) for settings the backend cannot honour (the
+  // base's answer to any but the defaults: refuse_settings).
+  virtual std::unique_ptr<Backend> with(const BackendSettings& settings) const = 0;
   // May this node run on the backend? Called for main-graph nodes only, after shape inference.
   virtual NodeSupport supports(const Model& model, const onnx::NodeProto& node) const = 0;
   // Lowers a partition. Weight bytes (after transforms) are interned in `store`.
@@ -48,6 +54,14 @@ class Backend {
   // nullopt from a backend that cannot: its partitions are never cached.
   virtual std::optional<std::vector<uint8_t>> renumber_weights(const std::vector<uint8_t>& program,
                                                                const std::function<uint32_t(uint32_t)>& id_of) const;
+  // Throws Error (kInvalidBinary) unless `program`, numbered by its own weights 0 to
+  // weight_count - 1 as the compile cache keeps it, is one the backend's runtime accepts: the cache
+  // checks an entry with it before using it. The base accepts any.
+  virtual void check_program(const std::vector<uint8_t>& program, size_t weight_count) const;
+
+ protected:
+  // Throws what with() throws for a backend with one target that always holds the weights.
+  void refuse_settings(const BackendSettings& settings) const;
 };
 
 class BackendRegistry {
@@ -63,6 +77,6 @@ class BackendRegistry {
 // A registry holding every backend built into ctxgen.
 BackendRegistry builtin_backends();
 
-std::unique_ptr<Backend> make_ref_backend();
+std::unique_ptr<Backend> make_ref_backend(const BackendSettings& settings = {});
 
 }  // namespace ctxgen

@@ -13,6 +13,7 @@
 
 #include "ctxgen/backend.h"
 #include "ctxgen/bytes.h"
+#include "ctxgen/compile_cache.h"
 #include "ctxgen/model.h"
 #include "ctxgen/specialise.h"
 #include "ctxgen/weights.h"
@@ -39,19 +40,6 @@ struct Progress {
 // --report - : the report goes to standard output.
 inline constexpr const char* kStdoutReport = "-";
 
-// A store of compile cache entries that a fleet of machines shares (--remote-cache URL): whole
-// files under their names. The CLI's is HTTP GET and PUT (apps/ctxgen/http_cache.cc).
-class RemoteCache {
- public:
-  virtual ~RemoteCache() = default;
-  virtual std::string where() const = 0;  // for messages: the URL
-  // Fetches `name` into the file `to`: false when the store has none. Throws Error(kIo) when it
-  // cannot be reached in time or answers an error.
-  virtual bool get(const std::string& name, const std::filesystem::path& to) = 0;
-  // Stores the file `from` as `name`; throws Error(kIo) as get() does.
-  virtual void put(const std::string& name, const std::filesystem::path& from) = 0;
-};
-
 struct CompileOptions {
   std::string backend = "ref";
   std::string target;  // --target-cpu: what the backend compiles for; empty: this machine
@@ -77,8 +65,9 @@ struct CompileOptions {
   std::filesystem::path cache_dir;
   // --remote-cache: entries the local cache lacks are fetched from it, new ones stored there.
   std::shared_ptr<RemoteCache> remote_cache;
-  // --cache-max-size: after the run, least recently used entries go until the rest fit; 0: no bound.
-  uint64_t cache_max_size = 0;
+  // --cache-max-size: after the run, the least recently used entries go until the rest fit (as
+  // `cache prune --max-size` prunes); none: no bound.
+  std::optional<uint64_t> cache_max_size;
   // compile --object: the run stops after compiling, its cache entries the result; no file is written.
   bool compile_only = false;
   // link: every partition comes from the cache (the objects' entries); one it lacks is an error,
@@ -129,31 +118,6 @@ struct StageTiming {
   std::filesystem::path model;  // the input model of a per-model stage; empty for the others
   double milliseconds = 0;
 };
-
-// What the compile cache did in a run.
-struct CacheStats {
-  bool used = false;
-  uint64_t hits = 0, misses = 0;     // partitions taken from the cache, compiled (and stored)
-  uint64_t damaged = 0;              // entries found damaged: removed, their partitions compiled anew
-  uint64_t bytes_read = 0, bytes_written = 0;  // of entries
-  uint64_t remote_hits = 0, remote_stores = 0;  // entries fetched from / stored to the remote cache
-  uint64_t remote_errors = 0;  // failed exchanges with it (the first ends its use in the run)
-  std::vector<std::string> keys;  // the entries this run took or stored
-};
-
-// A compile cache folder's contents (ctxgen cache stats): its entries, and the files of
-// remembered weight hashes.
-struct CacheUsage {
-  uint64_t entries = 0, entry_bytes = 0;
-  uint64_t hash_files = 0, hash_bytes = 0;
-};
-// Throws Error(kUsage) when `folder` is not a compile cache (it has no entries/ folder).
-CacheUsage cache_usage(const std::filesystem::path& folder);
-// Removes the least recently used entries (a run that takes one marks it used) until the entries
-// hold at most `max_bytes`; returns how many it removed.
-uint64_t prune_cache(const std::filesystem::path& folder, uint64_t max_bytes);
-// Removes every entry and remembered hash.
-void clear_cache(const std::filesystem::path& folder);
 
 struct RunSummary {
   std::string backend;

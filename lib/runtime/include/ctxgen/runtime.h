@@ -91,15 +91,36 @@ class Executable final : public GraphRunner {
 // oneDNN 2.6.3"). The `ref` backend's binaries carry it as their hardware architecture: weights
 // packed for one level are refused on another.
 std::string hardware_architecture();
-// Makes this process compile and run as on a CPU of `level` (oneDNN's names: avx2, avx512_core,
-// ...), before anything else asks about the CPU. Throws Error(kUsage) for an unknown level or one
-// above this CPU's.
-void target_cpu(const std::string& level);
-// The CPU levels target_cpu knows, lowest first (oneDNN's order; avx2_vnni comes between avx2 and
-// avx512_core though neither includes the other).
+// The CPU levels a compile can target (oneDNN's names), lowest first (oneDNN's order; avx2_vnni
+// comes between avx2 and avx512_core though neither includes the other).
 std::vector<std::string> cpu_levels();
-// The level this process compiles for (this CPU's, or target_cpu's): one of cpu_levels().
+// The level this process runs at (this CPU's, or lower under ONEDNN_MAX_CPU_ISA): one of cpu_levels().
 std::string cpu_level();
+
+// The CPU level one compile lays weights out for (--target-cpu), held by that compile alone: the
+// process's own level never changes, so compiles for several levels run one after another or at
+// once. oneDNN decides a layout by the level its process runs at, so another level's decisions
+// are asked of a helper process running at it (ctxgen-cpu-level, cpu_target.cc); what only
+// depends on the recorded layout (pack_conv_weight) needs no helper.
+class CpuTarget {
+ public:
+  // `level` empty: this process's level. Throws Error(kUsage) for an unknown level or one this
+  // CPU's does not include, Error(kInternal) when the helper cannot be found.
+  static std::shared_ptr<const CpuTarget> of(const std::string& level);
+  virtual ~CpuTarget() = default;
+  virtual std::string level() const = 0;
+  // hardware_architecture() and runs_qlinear_conv(), conv_weight_layout() and
+  // conv_runs_channels_last() below, as a process at this level answers them.
+  virtual std::string architecture() const = 0;
+  virtual bool exact_int8() const = 0;
+  virtual std::vector<int64_t> conv_weight_layout(const ref::Op& op, const std::vector<int64_t>& x, const std::vector<int64_t>& w,
+                                                  const std::vector<int64_t>& y, bool bias) const = 0;
+  virtual bool conv_runs_channels_last(const ref::Op& op, const std::vector<int64_t>& x, const std::vector<int64_t>& w,
+                                       const std::vector<int64_t>& y, bool bias) const = 0;
+};
+// The helper's whole life: sets this process to `level` and answers a CpuTarget's questions read
+// from the socket `fd` until it closes. Returns the exit status.
+int serve_cpu_level(const std::string& level, int fd);
 // Whether this CPU runs QLinearConv (kernels_qconv.cc): its int8 convolutions must sum exactly.
 bool runs_qlinear_conv();
 
