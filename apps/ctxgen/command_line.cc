@@ -29,6 +29,11 @@ CLI::Validator number(const std::string& what, bool (*ok)(double)) {
       what);
 }
 
+// A path written out: an empty one would mean "not given" to what reads the option, which
+// writes its outputs elsewhere than asked.
+const CLI::Validator kPath(
+    [](std::string& text) { return text.empty() ? std::string("must be a path, not an empty string") : std::string(); }, "PATH");
+
 }  // namespace
 
 namespace {
@@ -97,7 +102,7 @@ Parsed parse(int argc, const char* const* argv, bool with_verify, const std::str
   CompileOptions& given = line.given;
   auto add_compile_options = [&](CLI::App* cmd) {
     cmd->add_option("-e,--backend", given.backend, "Target backend (see --list-backends)")->capture_default_str();
-    cmd->add_option("--output-dir", given.output_dir, "Folder for all outputs (default: the first model's folder)");
+    cmd->add_option("--output-dir", given.output_dir, "Folder for all outputs (default: the first model's folder)")->check(kPath);
     cmd->add_option("--target-cpu", given.target,
                     "Compile for this CPU level (oneDNN's names: avx2, avx512_core, ...; default: this machine's)");
     cmd->add_option("--package", line.package,
@@ -147,10 +152,11 @@ Parsed parse(int argc, const char* const* argv, bool with_verify, const std::str
   };
   auto* compile = app.add_subcommand("compile", "Compile one model: <stem>_ctx.onnx + <stem>_<backend>.bin");
   compile->add_option("model", line.model_args, "The ONNX model")->required()->expected(1);
-  compile->add_option("-o,--output", given.output_file, "Path of the EPContext model (default <stem>_ctx.onnx)");
+  compile->add_option("-o,--output", given.output_file, "Path of the EPContext model (default <stem>_ctx.onnx)")->check(kPath);
   compile->add_flag("--embed", given.embed, "Put the context binary inside the model (embed_mode=1)");
   compile->add_option("--object", line.object,
-                      "Write an object for `ctxgen link` instead: the model, its weights' files and its compile results");
+                      "Write an object for `ctxgen link` instead: the model, its weights' files and its compile results")
+      ->check(kPath);
   compile->add_option("--manifest", line.manifest_path,
                       "With --object: the share manifest the model belongs to, which gives its shape options");
   add_compile_options(compile);
@@ -209,7 +215,7 @@ Parsed parse(int argc, const char* const* argv, bool with_verify, const std::str
 
   auto* link = app.add_subcommand("link", "Link objects (compile --object) into what share writes for their models");
   link->add_option("objects", line.link_objects, "Objects (.ctxo)")->required();
-  link->add_option("--output-dir", given.output_dir, "Folder for all outputs (default: the manifest's output_dir)");
+  link->add_option("--output-dir", given.output_dir, "Folder for all outputs (default: the manifest's output_dir)")->check(kPath);
   link->add_option("--node-name-prefix", given.node_name_prefix, "Prefix for EPContext node, partition and graph names");
   link->add_option("--external-initializers-file", given.external_initializers_file,
                    "Write the weights CPU nodes need to this file beside the outputs instead of embedding them");

@@ -248,14 +248,24 @@ ObjectFile read_object(const fs::path& path) {
       at += member.size;
       if (xxh3_128(member.data, member.size).hex() != m.at("xxh3_128").get<std::string>())
         throw refuse("member " + member.name + " does not hash to what its header records: the object is damaged");
+      // Names as compile --object writes them: a model's file name, a data file's path below the
+      // model's folder, an entry's key.
       const fs::path name(member.name);
-      bool plain = !name.empty() && !name.is_absolute();
+      bool plain = !name.empty() && !name.is_absolute() && name.lexically_normal() == name && member.name.back() != '/';
       for (const auto& part : name) plain = plain && part != ".." && part != ".";
-      if (!plain || (member.kind == "entry" && member.name.find_first_not_of("0123456789abcdef") != std::string::npos))
-        throw refuse("member name '" + member.name + "' is not a plain relative name");
+      if (member.kind == "model") plain = plain && name.filename() == name;
+      if (member.kind == "entry") plain = member.name.size() == 32 && member.name.find_first_not_of("0123456789abcdef") == std::string::npos;
+      if (!plain) throw refuse("member name '" + member.name + "' is not a name compile --object writes");
       o.members.push_back(member);
     }
     if (at != size) throw refuse("bytes after its last member");
+    // The model and its data files unpack side by side: no name may be a folder another needs.
+    std::set<fs::path> files;
+    for (const Member& m : o.members)
+      if ((m.kind == "model" || m.kind == "data") && !files.insert(m.name).second) throw refuse("two members named " + m.name);
+    for (const fs::path& file : files)
+      for (fs::path folder = file.parent_path(); !folder.empty(); folder = folder.parent_path())
+        if (files.count(folder)) throw refuse("member " + folder.string() + " is a file where member " + file.string() + " needs a folder");
   } catch (const nlohmann::json::exception& e) {
     throw refuse(std::string("its header is not an object's: ") + e.what());
   }
@@ -512,11 +522,15 @@ RunSummary link_objects(const std::vector<fs::path>& given, CompileOptions optio
   options.per_model.clear();
   std::set<fs::path> unpacked;
   for (size_t i = 0; i < read.size(); ++i) {
+    // Each object's model and data in a folder of their own, as the models were compiled, but for
+    // a weightless group's: share reads those from one folder.
+    const fs::path folder = options.weightless ? models : models / std::to_string(i);
     for (const Member& m : read[i].members) {
-      const fs::path path = m.kind == "entry" ? cache_entry_path(cache, m.name) : models / m.name;
+      const fs::path path = m.kind == "entry" ? cache_entry_path(cache, m.name) : folder / m.name;
       if ((m.kind == "model" || m.kind == "data") && !unpacked.insert(path).second)
         throw Error(ErrorCode::kUsage, objects[i].string() + " holds " + m.name + ", which another object holds too: the "
-                                       "models of one link need different file names");
+                                       "weightless models of one link are read from one folder, so they need different "
+                                       "file names");
       if (m.kind == "model") inputs.push_back(path);
       if ((m.kind == "data" || m.kind == "entry") && !fs::exists(path)) write_member(path, m);
     }

@@ -104,6 +104,37 @@ TEST_F(ObjectTest, ObjectsForACpuLevelLinkToWhatShareWritesForIt) {
   EXPECT_EQ(binaries, 1);
 }
 
+// Models in folders of their own whose external data files have one name (as exporters name
+// them): share takes them, and so does link, each object unpacked in a folder of its own.
+TEST_F(ObjectTest, ModelsWhoseDataFilesShareANameLink) {
+  const fs::path made_by = dir_.path() / "make.py";
+  std::ofstream(made_by) << "import onnx, sys\n"
+                            "m = onnx.load(sys.argv[1])\n"
+                            "onnx.save_model(m, sys.argv[2], save_as_external_data=True, location='weights.bin', size_threshold=0)\n";
+  std::vector<fs::path> models, made;
+  for (const fs::path& source : {mixed_group()[2], mixed_group()[0]}) {
+    const fs::path folder = dir_.path() / ("machine_" + source.stem().string());
+    fs::create_directories(folder);
+    models.push_back(folder / source.filename());
+    ASSERT_EQ(run_command(std::string(CTXGEN_PYTHON) + " " + quote(made_by) + " " + quote(source) + " " + quote(models.back())).exit_code, 0);
+    ASSERT_TRUE(fs::exists(folder / "weights.bin"));
+    made.push_back(dir_.path() / (source.stem().string() + ".ctxo"));
+    const auto r = ctxgen("compile " + quote(models.back()) + " " + dims_of(source) + " --object " + quote(made.back()));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  auto r = link(made, dir_.path() / "linked");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = ctxgen("share " + quote(models[0]) + "," + quote(models[1]) + " " + dims_of(models[0]) + " --fix-dim " +
+             models[1].stem().string() + ":seq=16 --output-dir " + quote(dir_.path() / "shared") + " -q");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_same_files(file_contents(dir_.path() / "shared"), file_contents(dir_.path() / "linked"));
+  // An empty path is not "no path": refused, nothing written beside the model.
+  r = ctxgen("compile " + quote(models[0]) + " --fix-dim batch=1 --object ''");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("must be a path, not an empty string"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(models[0].parent_path() / (models[0].stem().string() + "_ctx.onnx")));
+}
+
 // An object holds the model as compiling left it, not the source: link reads it and runs only
 // the write stage, with the source gone.
 TEST_F(ObjectTest, LinkStartsFromTheCompiledModelAndOnlyWrites) {
@@ -238,6 +269,23 @@ TEST_F(ObjectTest, LinkRefusesObjectsItCannotUseByName) {
   parts.header["job"]["cpu_nodes"].push_back({{"node", parts.header["job"]["partitions"][0]["nodes"][0]}, {"reason", "x"}});
   join(other, parts);
   refused(other, "twice", 7);
+  // Member names compile --object does not write, which would unpack outside their place or
+  // over one another: refused by name, never an error about link's own folders.
+  const auto renamed = [&](const char* kind, const std::string& name) {
+    parts = split(made[1]);
+    for (auto& m : parts.header["members"])
+      if (m["kind"] == kind) {
+        m["name"] = name;
+        break;
+      }
+    join(other, parts);
+  };
+  for (const auto& [kind, name] : std::vector<std::pair<const char*, std::string>>{
+           {"model", "sub/decoder_decode.onnx"}, {"model", "../decoder_decode.onnx"}, {"entry", "abc"},
+           {"entry", std::string(32, 'g')}, {"model", "a//b.onnx"}}) {
+    renamed(kind, name);
+    refused(other, "member name '" + name + "' is not a name compile --object writes", 7);
+  }
   std::ofstream(other, std::ios::trunc) << "{}";
   refused(other, "not a ctxgen object", 7);
   // Every object alike, but for another machine's CPU level than this one compiles for.
