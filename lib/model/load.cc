@@ -33,7 +33,9 @@ namespace fs = std::filesystem;
 namespace ctxgen {
 namespace {
 
+using model_detail::beyond_onnx;
 using model_detail::expected_bytes;
+using model_detail::known_to_onnx;
 
 Error invalid(const fs::path& path, const std::string& what) {
   return Error(ErrorCode::kInvalidModel, path.string() + ": " + what);
@@ -43,9 +45,10 @@ Error invalid(const fs::path& path, const std::string& what) {
 // instead of compiling into something ORT cannot open.
 constexpr int64_t kMaxIrVersion = 13;
 constexpr int64_t kMaxOpset = 26;
-// What the bundled onnx (Debian's 1.12) knows. Beyond it, ctxgen's own rules take over.
+// What the bundled onnx (Debian's 1.12) knows (and kOnnxOpset, internal.h). Beyond it, ctxgen's
+// own rules take over.
 constexpr int64_t kOnnxIrVersion = onnx::IR_VERSION;
-constexpr int64_t kOnnxOpset = 17;
+using model_detail::kOnnxOpset;
 // Domain onnx's checker and shape inference skip: nodes they would misread are moved there.
 constexpr const char* kUncheckedDomain = "ctxgen.unchecked";
 
@@ -135,9 +138,6 @@ void check_attributes(const fs::path& path, const onnx::GraphProto& graph, int64
   }
 }
 
-bool beyond_onnx(const onnx::ModelProto& model) {
-  return model.ir_version() > kOnnxIrVersion || default_opset(model) > kOnnxOpset;
-}
 
 // Default-domain ops whose semantics changed after opset 17 (axes as an input, new attributes):
 // onnx 1.12 would read them with its older schema.
@@ -153,14 +153,6 @@ bool changed_after_onnx(const std::string& op) {
   return kChanged.count(op) > 0;
 }
 
-// Does onnx 1.12 know this op as the model means it? Default-domain ops it lacks at opset 17 or
-// whose semantics changed after 17 (in a model beyond 17), and ops of domains it has no schema
-// for (com.microsoft ...), are unknown to it.
-bool known_to_onnx(const onnx::NodeProto& node, bool beyond) {
-  if (!is_onnx_domain(node.domain())) return onnx::OpSchemaRegistry::Schema(node.op_type(), 1 << 20, node.domain()) != nullptr;
-  if (beyond && changed_after_onnx(node.op_type())) return false;
-  return onnx::OpSchemaRegistry::Schema(node.op_type(), static_cast<int>(kOnnxOpset), "") != nullptr;
-}
 
 // Default-domain ops ONNX added after opset 17, which onnx 1.12 has no schema for, by the opset
 // that introduced them (onnx.ai's operator pages).
@@ -303,6 +295,20 @@ class OnnxView {
 };
 
 }  // namespace
+
+namespace model_detail {
+
+bool beyond_onnx(const onnx::ModelProto& model) {
+  return model.ir_version() > kOnnxIrVersion || default_opset(model) > kOnnxOpset;
+}
+
+bool known_to_onnx(const onnx::NodeProto& node, bool beyond) {
+  if (!is_onnx_domain(node.domain())) return onnx::OpSchemaRegistry::Schema(node.op_type(), 1 << 20, node.domain()) != nullptr;
+  if (beyond && changed_after_onnx(node.op_type())) return false;
+  return onnx::OpSchemaRegistry::Schema(node.op_type(), static_cast<int>(kOnnxOpset), "") != nullptr;
+}
+
+}  // namespace model_detail
 
 void check_model_file(const fs::path& path) {
   std::error_code ec;
@@ -926,6 +932,7 @@ Model load_model(ParsedModel embedded, const fs::path& path, const LoadOptions& 
   check_defined(path, proto.graph(), {}, "");
   // Shape inference still sees small constant tensors (Reshape shapes) with their data.
   infer_shapes(path, proto);
+  model_detail::check_input_types(path, proto);
   ExternalFiles external(path);
   collect_weights(model, *proto.mutable_graph(), "main", true, external, embedded);
   check(path, proto);

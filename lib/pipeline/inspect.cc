@@ -94,10 +94,16 @@ nlohmann::json inspect_package(const fs::path& path) {
           const std::string model_file = ort.is_object() ? ort.value("model_file", "") : "";
           const std::string where = manifest_path.string() + ": component '" + name + "', variant '" + variant_name + "': ";
           // Where it really is: a link in the package may lead out of it.
-          std::error_code ec;
-          const fs::path inside = fs::weakly_canonical(path / folder, ec).lexically_relative(fs::weakly_canonical(path, ec));
-          if (fs::path(folder).is_absolute() || inside.empty() || *inside.begin() == "..")
+          const auto outside = [&](const fs::path& p) {
+            std::error_code ec;
+            const fs::path inside = fs::weakly_canonical(path / p, ec).lexically_relative(fs::weakly_canonical(path, ec));
+            return p.is_absolute() || inside.empty() || *inside.begin() == "..";
+          };
+          if (outside(folder))
             throw Error(ErrorCode::kInvalidModel, where + "variant_directory '" + folder + "' is outside the package");
+          const fs::path file(model_file);
+          if (file.is_absolute() || std::find(file.begin(), file.end(), "..") != file.end() || outside(fs::path(folder) / file))
+            throw Error(ErrorCode::kInvalidModel, where + "model_file '" + model_file + "' is outside the package");
           if (!fs::is_regular_file(path / folder / model_file))
             throw Error(ErrorCode::kInvalidModel, where + "its model '" + (fs::path(folder) / model_file).string() + "' is missing");
           variants.push_back({{"name", variant_name},

@@ -49,6 +49,33 @@ TEST_F(BadInput, AMissingModelIsNamedBeforeOutputsThatExist) {
   EXPECT_EQ(read_file(out_ / "cnn_ctx.onnx"), "earlier");
 }
 
+// Quantized models whose types ONNX Runtime refuses when it loads them: refused here too (exit 3),
+// naming the node and input, instead of compiling them into a model ORT refuses in turn.
+TEST_F(BadInput, QuantizedTypesOnnxRuntimeRefuses) {
+  write_file(dir_ / "make.py", R"(import sys, numpy as np, onnx
+from onnx import helper as h, TensorProto as T, numpy_helper as nh
+def save(name, nodes, inits, x, y):
+    m = h.make_model(h.make_graph(nodes, name, [x], [y], inits), opset_imports=[h.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.save(m, sys.argv[1] + "/" + name + ".onnx")
+f = lambda name, dims: h.make_tensor_value_info(name, T.FLOAT, dims)
+s = nh.from_array(np.array(0.1, np.float32), "s")
+save("zp_int32", [h.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]), h.make_node("DequantizeLinear", ["q", "s", "z"], ["y"])],
+     [s, nh.from_array(np.array(3, np.int32), "z")], f("x", [1, 4]), f("y", [1, 4]))
+save("zp_uint16", [h.make_node("QuantizeLinear", ["x", "s", "z8"], ["q"]), h.make_node("DequantizeLinear", ["q", "s", "z16"], ["y"])],
+     [s, nh.from_array(np.array(3, np.int8), "z8"), nh.from_array(np.array(3, np.uint16), "z16")], f("x", [1, 4]), f("y", [1, 4]))
+u8 = lambda name, dims: h.make_tensor_value_info(name, T.UINT8, dims)
+save("float_bias", [h.make_node("QLinearConv", ["x", "s", "xz", "w", "s", "wz", "s", "xz", "b"], ["y"])],
+     [s, nh.from_array(np.array(128, np.uint8), "xz"), nh.from_array(np.ones((3, 2, 1, 1), np.int8), "w"),
+      nh.from_array(np.array(0, np.int8), "wz"), nh.from_array(np.ones(3, np.float32), "b")], u8("x", [1, 2, 4, 4]), u8("y", [1, 3, 4, 4]))
+)");
+  ASSERT_EQ(run_command(std::string(CTXGEN_PYTHON) + " " + quote(dir_ / "make.py") + " " + quote(dir_.path())).exit_code, 0);
+  fails(quote(dir_ / "zp_int32.onnx"), 3, "node #0 (QuantizeLinear): input 2 'z' (the zero point) is tensor(int32), which no QuantizeLinear takes");
+  fails(quote(dir_ / "zp_uint16.onnx"), 3,
+        "node #1 (DequantizeLinear): input 2 'z16' (the zero point) is tensor(uint16) where input 0 is tensor(int8)");
+  fails(quote(dir_ / "float_bias.onnx"), 3, "node #0 (QLinearConv): input 8 'b' is tensor(float), which QLinearConv (opset 10) does not take as T4");
+}
+
 TEST_F(BadInput, Directory) { fails(quote(dir_.path()), 3, "is a directory"); }
 
 TEST_F(BadInput, NotProtobuf) {

@@ -216,6 +216,18 @@ TEST(Package, ReplacesOnlyAPackageAndOnlyWithForce) {
   EXPECT_NE(r.output.find("variant_directory 'cnn/sse41' is outside the package"), std::string::npos) << r.output;
   fs::remove(dir / "pkg" / "cnn" / "sse41");
   fs::rename(dir / "elsewhere", dir / "pkg" / "cnn" / "sse41");
+  // A model_file that leads out of its variant's folder (absolute, or up and out) is outside too.
+  const std::string kept = read_file(dir / "pkg" / "manifest.json");
+  for (const std::string& file : {(dir / "pkg" / "cnn" / "sse41" / "cnn_ctx.onnx").string(), std::string("../../../pkg/cnn/sse41/cnn_ctx.onnx")}) {
+    nlohmann::json m = nlohmann::json::parse(kept);
+    for (auto& [name, component] : m["components"].items())
+      for (auto& [variant, v] : component["variants"].items()) v["executor_info"]["ort"]["model_file"] = file;
+    write_file(dir / "pkg" / "manifest.json", m.dump());
+    r = ctxgen("inspect " + quote(dir / "pkg"));
+    EXPECT_EQ(r.exit_code, exit_code(ErrorCode::kInvalidModel)) << r.output;
+    EXPECT_NE(r.output.find("model_file '" + file + "' is outside the package"), std::string::npos) << r.output;
+  }
+  write_file(dir / "pkg" / "manifest.json", kept);
   // No staging folder is left beside the packages.
   for (const auto& e : fs::directory_iterator(dir.path()))
     EXPECT_EQ(e.path().filename().string().find(".package.ctxgen-"), std::string::npos) << e.path();
