@@ -7,6 +7,8 @@ context_binary  the .bin files ctxgen compiles from those models
 ref_program     every program inside those .bin files (docs/context-binary-format.md §5)
 command_line    NUL-separated argument lists
 manifest        share manifests
+cache_entry     the compile cache entry of testdata/cnn.onnx (the model that target compiles)
+object_header   objects compile --object makes of the small test models
 """
 import argparse
 import os
@@ -134,6 +136,18 @@ def main():
                 write(os.path.join(args.out, "context_binary"), "%03d.bin" % i, data)
             for k, program in enumerate(programs_of(binary)):
                 write(os.path.join(args.out, "ref_program"), "%03d_%d.prog" % (i, k), program)
+        cache = os.path.join(scratch, "cache")
+        subprocess.run([args.ctxgen, "-q", "compile", os.path.join(args.source, "testdata", "cnn.onnx"), "--output-dir",
+                        os.path.join(scratch, "cached"), "--cache", cache], check=True)
+        for folder, _, files in os.walk(os.path.join(cache, "entries")):
+            for f in files:
+                write(os.path.join(args.out, "cache_entry"), f, open(os.path.join(folder, f), "rb").read())
+        for i, model in enumerate(models):
+            made = os.path.join(scratch, "object%d.ctxo" % i)
+            run = subprocess.run([args.ctxgen, "-q", "compile", model, "--allow-empty", "--object", made],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            if run.returncode == 0 and os.path.getsize(made) <= MAX_SEED_BYTES:
+                write(os.path.join(args.out, "object_header"), "%03d.ctxo" % i, open(made, "rb").read())
     for i, argv in enumerate(ARGUMENTS):
         write(os.path.join(args.out, "command_line"), "args%d" % i, "\0".join(argv).encode())
     for i, text in enumerate(MANIFESTS):

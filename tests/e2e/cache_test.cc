@@ -14,6 +14,7 @@
 #include "ctxgen/bytes.h"
 #include "ctxgen/ref_program.h"
 #include "e2e.h"
+#include "framed.h"
 
 namespace ctxgen::testing {
 namespace {
@@ -142,26 +143,9 @@ TEST(CompileCache, ADamagedEntryIsDroppedAndItsPartitionCompiledAnew) {
 
 // An entry's description and held bytes, and the entry made again from them with its hashes
 // recomputed: what someone who writes into a cache can make.
-struct Entry {
-  nlohmann::json description;
-  std::string held;
-};
-Entry open_entry(const fs::path& path) {
-  const std::string bytes = read_file(path);
-  uint64_t described = 0;
-  std::memcpy(&described, bytes.data() + 8, 8);
-  return {nlohmann::json::parse(bytes.substr(32, described)), bytes.substr(32 + described)};
-}
-void write_entry(const fs::path& path, const Entry& e) {
-  const std::string text = e.description.dump();
-  const Hash128 h = xxh3_128(reinterpret_cast<const uint8_t*>(text.data()), text.size());
-  const uint64_t size = text.size();
-  std::string bytes = "CTXGCC01";
-  bytes.append(reinterpret_cast<const char*>(&size), 8);
-  bytes.append(reinterpret_cast<const char*>(&h.low), 8);
-  bytes.append(reinterpret_cast<const char*>(&h.high), 8);
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes << text << e.held;
-}
+using Entry = Framed;
+Entry open_entry(const fs::path& path) { return read_framed(path, true); }
+void write_entry(const fs::path& path, const Entry& e) { write_framed(path, "CTXGCC01", e, true); }
 
 // Hashes say an entry is whole, not that it belongs where it lies: crafted entries with their
 // hashes made anew are damaged (warned, removed, compiled anew), the outputs an uncached run's.
@@ -172,27 +156,27 @@ TEST(CompileCache, ACraftedEntryWithItsHashesMadeAnewIsDamaged) {
   share(dir.path() / "models", dir.path() / "cold", "--cache " + quote(cache));
   using Craft = std::function<void(Entry&, const Entry& other)>;
   const std::vector<std::pair<std::string, Craft>> crafts = {
-      {"interned 2^62", [](Entry& e, const Entry&) { e.description["weights"][0]["interned"] = uint64_t{1} << 62; }},
-      {"interned -1", [](Entry& e, const Entry&) { e.description["weights"][0]["interned"] = -1; }},
+      {"interned 2^62", [](Entry& e, const Entry&) { e.header["weights"][0]["interned"] = uint64_t{1} << 62; }},
+      {"interned -1", [](Entry& e, const Entry&) { e.header["weights"][0]["interned"] = -1; }},
       {"another partition's entry", [](Entry& e, const Entry& other) { e = other; }},
-      {"an output renamed", [](Entry& e, const Entry&) { e.description["outputs"][0]["name"] = "renamed"; }},
-      {"output dims [1,17]", [](Entry& e, const Entry&) { e.description["outputs"][0]["dims"] = {1, 17}; }},
-      {"an output of int64", [](Entry& e, const Entry&) { e.description["outputs"][0]["elem_type"] = 7; }},
+      {"an output renamed", [](Entry& e, const Entry&) { e.header["outputs"][0]["name"] = "renamed"; }},
+      {"output dims [1,17]", [](Entry& e, const Entry&) { e.header["outputs"][0]["dims"] = {1, 17}; }},
+      {"an output of int64", [](Entry& e, const Entry&) { e.header["outputs"][0]["elem_type"] = 7; }},
       {"a program the validator rejects", [](Entry& e, const Entry&) {
-         const uint64_t size = e.description["program_size"];
-         ref::Program p = ref::deserialize(reinterpret_cast<const uint8_t*>(e.held.data()), size);
+         const uint64_t size = e.header["program_size"];
+         ref::Program p = ref::deserialize(reinterpret_cast<const uint8_t*>(e.rest.data()), size);
          for (ref::Value& v : p.values) v.dims.assign(v.dims.size(), int64_t{1} << 40);
          const std::vector<uint8_t> program = ref::serialize(p);
          ASSERT_EQ(program.size(), size);
-         e.held.replace(0, size, reinterpret_cast<const char*>(program.data()), size);
-         e.description["program_hash"] = xxh3_128(program.data(), program.size()).hex();
+         e.rest.replace(0, size, reinterpret_cast<const char*>(program.data()), size);
+         e.header["program_hash"] = xxh3_128(program.data(), program.size()).hex();
        }},
   };
   // Three at a time, on entries with weights; each round's warm run stores them again.
   for (size_t first = 0; first < crafts.size(); first += 3) {
     std::vector<fs::path> found;
     for (const fs::path& entry : entries(cache))
-      if (!open_entry(entry).description.at("weights").empty()) found.push_back(entry);
+      if (!open_entry(entry).header.at("weights").empty()) found.push_back(entry);
     ASSERT_GE(found.size(), 4u);
     size_t crafted = 0;
     std::string names;
@@ -242,7 +226,7 @@ TEST(CompileCache, WithAKeyOnlyEntriesSignedWithItAreUsed) {
   std::vector<fs::path> found = entries(cache);
   ASSERT_EQ(found.size(), partitions);
   Entry e = open_entry(found[0]);
-  e.description["note"] = "added by someone without the key";  // well-formed, all hashes right
+  e.header["note"] = "added by someone without the key";  // well-formed, all hashes right
   write_entry(found[0], e);
   run = with_key(other, "crafted");
   EXPECT_EQ(count(run, "damaged"), 1u) << run.output;

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "e2e.h"
+#include "framed.h"
 
 namespace ctxgen::testing {
 namespace {
@@ -22,23 +23,9 @@ std::string dims_of(const fs::path& model) {
 }
 
 // An object's header and the bytes after it.
-struct Parts {
-  nlohmann::json header;
-  std::string rest;
-};
-Parts split(const fs::path& object) {
-  const std::string bytes = read_file(object);
-  uint64_t size = 0;
-  std::memcpy(&size, bytes.data() + 8, 8);
-  return {nlohmann::json::parse(bytes.substr(16, size)), bytes.substr(16 + size)};
-}
-void join(const fs::path& object, const Parts& parts) {
-  const std::string text = parts.header.dump();
-  const uint64_t size = text.size();
-  std::string bytes = "CTXGOBJ1";
-  bytes.append(reinterpret_cast<const char*>(&size), 8);
-  std::ofstream(object, std::ios::binary | std::ios::trunc) << bytes << text << parts.rest;
-}
+using Parts = Framed;
+Parts split(const fs::path& object) { return read_framed(object, false); }
+void join(const fs::path& object, const Parts& parts) { write_framed(object, "CTXGOBJ1", parts, false); }
 
 class ObjectTest : public ::testing::Test {
  protected:
