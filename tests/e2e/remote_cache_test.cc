@@ -160,6 +160,27 @@ TEST(RemoteCache, ASecondMachineFillsFromTheServerAndAFailingServerCostsOnlyTime
   expect_same_files(plain.files, down.files);
 }
 
+// A developer machine reading what CI writes: --remote-cache-read-only (or its variable) fetches
+// and never stores.
+TEST(RemoteCache, AReadOnlyMachineFetchesAndNeverStores) {
+  TempDir dir;
+  Nginx server(dir.path() / "nginx");
+  const std::string remote = server.url("/ci/cache");
+  const Shared first = share(dir.path() / "first", "--cache " + quote(dir.path() / "a") + " --remote-cache " + remote +
+                                                        " --remote-cache-read-only");
+  EXPECT_EQ(n(first, "remote_stores"), 0u);
+  EXPECT_FALSE(fs::exists(server.root() / "ci" / "cache"));
+  const Shared ci = share(dir.path() / "ci", "--cache " + quote(dir.path() / "b") + " --remote-cache " + remote);
+  const uint64_t partitions = n(ci, "remote_stores");
+  EXPECT_GT(partitions, 5u);
+  setenv("CTXGEN_REMOTE_CACHE_READ_ONLY", "1", 1);
+  const Shared developer = share(dir.path() / "developer", "--cache " + quote(dir.path() / "c") + " --remote-cache " + remote);
+  unsetenv("CTXGEN_REMOTE_CACHE_READ_ONLY");
+  EXPECT_EQ(n(developer, "remote_hits"), partitions);
+  EXPECT_EQ(n(developer, "remote_stores"), 0u);
+  expect_same_files(first.files, developer.files);
+}
+
 // A server that takes the connection and never answers: the transfer gives up after 10 s under
 // 1 KiB/s, one warning, and the model compiles locally.
 TEST(RemoteCache, AServerThatNeverAnswersCostsBoundedTime) {
