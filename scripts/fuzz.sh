@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs one libFuzzer target for SECONDS, from its seed corpus, with ASan + UBSan.
-#   scripts/fuzz.sh TARGET SECONDS       TARGET: model_load, embedded_weights, context_binary, ref_program, command_line, manifest
+#   scripts/fuzz.sh TARGET SECONDS       TARGET: model_load, embedded_weights, context_binary, ref_program, command_line, manifest,
+#                                        cache_entry, object_header
 #   scripts/fuzz.sh --binary B --corpus C TARGET SECONDS   (ctest's smoke: a built target, its seeds)
 # Builds the sanitizer tree (scripts/sanitize.sh --build-only) unless --binary is given. Findings
 # (crash-*, timeout-*, oom-*) go to build-sanitize/fuzz/findings/TARGET; the grown corpus to
@@ -20,7 +21,7 @@ while [ $# -gt 2 ]; do
   esac
 done
 if [ $# -ne 2 ]; then
-  sed -n '2,9p' "$0" >&2
+  sed -n '2,10p' "$0" >&2
   exit 2
 fi
 target="$1" seconds="$2"
