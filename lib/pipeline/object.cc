@@ -217,10 +217,13 @@ struct Member {
 
 struct ObjectFile {
   std::filesystem::path path;
-  nlohmann::json header;
+  nlohmann::json header;  // its fields link reads whole are of their types (read_object)
+  LoadOptions load;       // the shape options it was compiled with
   std::vector<Member> members;
   std::shared_ptr<const MappedFile> mapping;
 };
+
+LoadOptions load_options(const nlohmann::json& load);
 
 ObjectFile read_object(const fs::path& path) {
   check_model_file(path);
@@ -259,6 +262,14 @@ ObjectFile read_object(const fs::path& path) {
       o.members.push_back(member);
     }
     if (at != size) throw refuse("bytes after its last member");
+    // What link compares and names before it reads the model: found, and of their types.
+    const auto& h = o.header;
+    const auto& id = h.at("identity");
+    if (!h.at("ctxgen_version").is_string() || !h.at("backend_name").is_string() || !h.at("target").is_string() ||
+        !h.at("weightless").is_boolean() || !id.is_object() || !id.at("backend").is_string() ||
+        !id.at("sdk_version").is_string() || !id.at("hardware_architecture").is_string())
+      throw refuse("its header is not an object's: a field of another type");
+    o.load = load_options(h.at("load"));
     // The model and its data files unpack side by side: no name may be a folder another needs.
     std::set<fs::path> files;
     for (const Member& m : o.members)
@@ -476,7 +487,7 @@ RunSummary link_objects(const std::vector<fs::path>& given, CompileOptions optio
           found = i;
         }
       if (found == read.size()) throw Error(ErrorCode::kUsage, "link: no object holds " + name + ", a model of the manifest");
-      const LoadOptions compiled = load_options(read[found].header.at("load"));
+      const LoadOptions& compiled = read[found].load;
       if (compiled.fix_dims != load.fix_dims || compiled.input_shapes != load.input_shapes || compiled.fix_values != load.fix_values)
         throw Error(ErrorCode::kUsage, "link: " + objects[found].string() + " was compiled with other shape options than the "
                                        "manifest gives " + name + ": compile it with --manifest");
@@ -534,7 +545,7 @@ RunSummary link_objects(const std::vector<fs::path>& given, CompileOptions optio
       if (m.kind == "model") inputs.push_back(path);
       if ((m.kind == "data" || m.kind == "entry") && !fs::exists(path)) write_member(path, m);
     }
-    options.per_model.push_back(load_options(read[i].header.at("load")));
+    options.per_model.push_back(read[i].load);
   }
   options.cache_dir = cache;
   options.cache_only = true;

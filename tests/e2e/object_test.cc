@@ -235,6 +235,16 @@ TEST_F(ObjectTest, LinkRefusesObjectsItCannotUseByName) {
   parts.header["job"].erase("value_types");
   join(other, parts);
   refused(other, "its header is not an object's", 7);
+  // Fields link compares before it reads the model, missing or of another type (found by fuzzing:
+  // a header without "identity" ended the process).
+  for (const auto& [field, value] : std::vector<std::pair<std::string, nlohmann::json>>{
+           {"identity", nullptr}, {"weightless", "no"}, {"target", 3}, {"load", nullptr}}) {
+    parts = split(made[1]);
+    if (value.is_null()) parts.header.erase(field);
+    else parts.header[field] = value;
+    join(other, parts);
+    refused(other, "its header is not an object's", 7);
+  }
   // A weight in a file the object does not hold (a path of the header's choosing), one whose bytes
   // are not what its dims need, a node placed twice, a size that is not a whole number.
   const auto first_weight = [&](const char* key, const auto& change) {
