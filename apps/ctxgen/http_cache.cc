@@ -117,10 +117,13 @@ bool looks_like_url(const std::string& text) {
 std::string without_credentials(const std::string& url) {
   const size_t scheme = url.find("://");
   if (scheme == std::string::npos) return url;
-  const size_t host = scheme + 3, end = url.find('/', host);
-  const size_t at = url.rfind('@', end == std::string::npos ? std::string::npos : end);
-  if (at == std::string::npos || at < host) return url;
-  return url.substr(0, host) + "***@" + url.substr(at + 1);
+  // A query or fragment may carry a token (a presigned URL's signature): shown as *** too.
+  const size_t query = url.find_first_of("?#", scheme);
+  std::string shown = query == std::string::npos ? url : url.substr(0, query + 1) + "***";
+  const size_t host = scheme + 3, end = shown.find_first_of("/?#", host);
+  const size_t at = shown.rfind('@', end == std::string::npos ? std::string::npos : end);
+  if (at != std::string::npos && at >= host) shown = shown.substr(0, host) + "***@" + shown.substr(at + 1);
+  return shown;
 }
 
 HttpCache::HttpCache(std::string url, const std::string& option, bool read_only) : url_(std::move(url)), read_only_(read_only) {
@@ -138,7 +141,6 @@ bool HttpCache::get(const std::string& name, const fs::path& to, const std::stri
   std::unique_ptr<std::FILE, FileCloser> file(std::fopen(to.c_str(), "wb"));
   if (!file) throw Error(ErrorCode::kIo, "cannot write " + to.string());
   auto t = transfer(url);
-  curl_easy_setopt(t->curl.get(), CURLOPT_MAXFILESIZE_LARGE, static_cast<curl_off_t>(max_bytes));
   Sink sink{t->curl.get(), file.get(), start, max_bytes};
   curl_easy_setopt(t->curl.get(), CURLOPT_WRITEFUNCTION, receive);
   curl_easy_setopt(t->curl.get(), CURLOPT_WRITEDATA, &sink);
@@ -159,6 +161,8 @@ void HttpCache::put(const std::string& name, const fs::path& from) {
   curl_easy_setopt(t->curl.get(), CURLOPT_UPLOAD, 1L);
   curl_easy_setopt(t->curl.get(), CURLOPT_READDATA, file.get());
   curl_easy_setopt(t->curl.get(), CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(size));
+  // What the server answers a PUT with is not ctxgen's output (standard output may be a report).
+  curl_easy_setopt(t->curl.get(), CURLOPT_WRITEFUNCTION, +[](char*, size_t, size_t size, void*) { return size; });
   // A server that has the entry already may answer 204 or 200; a new one, 201.
   const long status = perform(t->curl.get(), "PUT", where() + "/" + name);
   if (status != 200 && status != 201 && status != 204)

@@ -258,6 +258,9 @@ int main(int argc, char** argv) {
       case Command::kCache: {
         if (line.given.cache_dir.empty()) throw Error(ErrorCode::kUsage, "cache: give --cache DIR (or set CTXGEN_CACHE)");
         const fs::path& folder = line.given.cache_dir;
+        if (ctxgen::cli::looks_like_url(folder.string()))
+          throw Error(ErrorCode::kUsage, "cache " + line.cache_action + " --cache " + ctxgen::cli::without_credentials(folder.string()) +
+                                             ": manages a local cache folder, not a remote cache");
         if (line.cache_action == "prune") {
           if (line.cache_max_size.empty()) throw Error(ErrorCode::kUsage, "cache prune: give --max-size SIZE");
           const uint64_t removed = ctxgen::prune_cache(folder, ctxgen::cli::parse_size(line.cache_max_size, "--max-size"));

@@ -61,7 +61,9 @@ class TypeCheck {
     if (node.op_type() == "QuantizeLinear" && type_of(2) && !quantizes_to(type_of(2)))
       refuse(who + ": input 2 '" + node.input(2) + "' (the zero point) is " + type_text(type_of(2)) +
              ", which no QuantizeLinear takes (a zero point is an 8-, 16- or 4-bit integer or a float8)");
-    if (!known_to_onnx(node, beyond_)) return;
+    // Beyond opset 17 an op may take types onnx 1.12's schema of it does not list (bfloat16,
+    // strings for Equal, ...): only the rules above, which hold at every opset, apply there.
+    if (beyond_ || !known_to_onnx(node, beyond_)) return;
     const onnx::OpSchema* schema = onnx::OpSchemaRegistry::Schema(node.op_type(), static_cast<int>(opset_), "");
     if (schema == nullptr || schema->inputs().empty()) return;
     std::map<std::string, std::pair<onnx::DataType, int>> bound;  // type parameter -> the first input's type

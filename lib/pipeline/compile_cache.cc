@@ -846,14 +846,16 @@ void open_cache_folder(const fs::path& folder) {
   if (!fs::is_directory(folder, ec)) refuse("not a folder");
   if (!is_marked(folder)) {
     // A folder ctxgen may call its own: an empty one, or a cache of an earlier ctxgen (nothing but
-    // its entries/ and hashes/ folders).
+    // its entries/ and hashes/ folders); or one another run is marking at this moment (its mark,
+    // or the temporary that becomes it).
     bool ours = true;
     for (const auto& e : fs::directory_iterator(folder, ec)) {
       const std::string name = e.path().filename().string();
-      ours = ours && (name == "entries" || name == "hashes") && real_directory(e.path());
+      ours = ours && (((name == "entries" || name == "hashes") && real_directory(e.path())) || name == kMarkName ||
+                      name.rfind(".tmp-", 0) == 0);
     }
     if (ec) refuse("cannot read the folder (" + ec.message() + ")");
-    if (!ours)
+    if (!ours && !is_marked(folder))
       refuse("holds files that are not a ctxgen compile cache's (it has no " + std::string(kMarkName) +
              " of ctxgen's): give a new or empty folder, which ctxgen marks as its cache");
     if (!publish(folder / kMarkName, {kMark})) refuse("cannot write its mark " + std::string(kMarkName));

@@ -538,10 +538,20 @@ RunSummary link_objects(const std::vector<fs::path>& given, CompileOptions optio
     const fs::path folder = options.weightless ? models : models / std::to_string(i);
     for (const Member& m : read[i].members) {
       const fs::path path = m.kind == "entry" ? cache_entry_path(cache, m.name) : folder / m.name;
-      if ((m.kind == "model" || m.kind == "data") && !unpacked.insert(path).second)
-        throw Error(ErrorCode::kUsage, objects[i].string() + " holds " + m.name + ", which another object holds too: the "
-                                       "weightless models of one link are read from one folder, so they need different "
-                                       "file names");
+      // Another object's file where this one needs a folder, or the reverse (one folder: weightless).
+      const auto clashes = [&] {
+        for (fs::path up = path.parent_path(); up != folder && up.has_relative_path(); up = up.parent_path())
+          if (unpacked.count(up)) return true;
+        for (const fs::path& other : unpacked) {
+          const fs::path from_here = other.lexically_relative(path);
+          if (from_here.empty() || *from_here.begin() != "..") return true;
+        }
+        return false;
+      };
+      if ((m.kind == "model" || m.kind == "data") && (clashes() || !unpacked.insert(path).second))
+        throw Error(ErrorCode::kUsage, objects[i].string() + " holds " + m.name + ", which another object holds too (or a "
+                                       "file or folder of that name): the weightless models of one link are read from "
+                                       "one folder, so they need different file names");
       if (m.kind == "model") inputs.push_back(path);
       if ((m.kind == "data" || m.kind == "entry") && !fs::exists(path)) write_member(path, m);
     }

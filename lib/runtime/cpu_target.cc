@@ -6,11 +6,12 @@
 //             values 0, 1, 2 are x, w, y (and 3 the bias, when the op reads one);
 //   answer:   u8 status (0, or the ErrorCode), u64 size, the payload: int64 layout, u8 boolean,
 //             or the error's message.
-// The helper first answers an empty request of its own: its architecture, then u8 exact int8.
+// The helper first answers an empty request of its own: its version, its architecture, u8 exact int8.
 
 #include <dlfcn.h>
 #include <spawn.h>
 #include <sys/prctl.h>
+#include <sys/time.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -109,7 +110,7 @@ std::vector<uint8_t> question(const ref::Op& op, const std::vector<int64_t>& x, 
 
 // Where the helper lies: named by CTXGEN_CPU_LEVEL_HELPER, or in libexec/ctxgen beside the folder
 // of the program or library holding this code (bin/ and lib/ of a build or an installation), or
-// where this build or its installation puts it.
+// where this build's installation, then this build, puts it. Its greeting names its version.
 fs::path helper_path() {
   if (const char* named = std::getenv(kHelperVariable); named != nullptr && *named != '\0') return named;
   std::vector<fs::path> candidates;
@@ -123,14 +124,14 @@ fs::path helper_path() {
   if (::dladdr(reinterpret_cast<const void*>(&helper_path), &info) != 0 && info.dli_fname != nullptr && *info.dli_fname != '\0')
     beside(info.dli_fname);
   beside("/proc/self/exe");
-  candidates.push_back(fs::path(CTXGEN_HELPER_BUILD_DIR) / kHelperName);
   candidates.push_back(fs::path(CTXGEN_HELPER_INSTALL_DIR) / kHelperName);
+  candidates.push_back(fs::path(CTXGEN_HELPER_BUILD_DIR) / kHelperName);
   std::string looked;
   for (const fs::path& c : candidates) {
     if (::access(c.c_str(), X_OK) == 0) return c;
     looked += (looked.empty() ? "" : ", ") + c.string();
   }
-  throw Error(ErrorCode::kInternal, std::string("cannot find ") + kHelperName + ", which compiles for a CPU level other than this process's (looked in " +
+  throw CpuTargetFailure(ErrorCode::kInternal, std::string("cannot find ") + kHelperName + ", which compiles for a CPU level other than this process's (looked in " +
                                         looked + "; " + kHelperVariable + " names it)");
 }
 
@@ -143,16 +144,29 @@ std::vector<char*> helper_environment() {
   return env;
 }
 
+// The error a helper reports, by its code: one of ctxgen's, else a broken helper's.
+ErrorCode code_of(uint8_t tag) {
+  return tag >= static_cast<uint8_t>(ErrorCode::kInternal) && tag <= static_cast<uint8_t>(ErrorCode::kRuntime)
+             ? static_cast<ErrorCode>(tag)
+             : ErrorCode::kInternal;
+}
+
 class HelperTarget final : public CpuTarget {
  public:
   explicit HelperTarget(const std::string& level) : level_(level) {
     const fs::path helper = helper_path();
     int fds[2];
     if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0)
-      throw Error(ErrorCode::kInternal, "cannot start " + helper.string() + ": " + std::strerror(errno));
+      throw CpuTargetFailure(ErrorCode::kInternal, "cannot start " + helper.string() + ": " + std::strerror(errno));
+    // A helper that stops answering is given up, not waited for.
+    const timeval limit{kAnswerSeconds, 0};
+    ::setsockopt(fds[0], SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+    ::setsockopt(fds[0], SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_adddup2(&actions, fds[1], 0);
+    // Nothing else of the process it serves (an ONNX Runtime session's files, say) reaches it.
+    posix_spawn_file_actions_addclosefrom_np(&actions, 3);
     std::string program = helper.string(), argument = level;
     char* argv[] = {program.data(), argument.data(), nullptr};
     std::vector<char*> env = helper_environment();
@@ -161,20 +175,16 @@ class HelperTarget final : public CpuTarget {
     ::close(fds[1]);
     fd_ = fds[0];
     if (spawned != 0) {
-      ::close(fd_);
       pid_ = -1;
-      throw Error(ErrorCode::kInternal, "cannot start " + helper.string() + ": " + std::strerror(spawned));
-    }
-    std::vector<uint8_t> hello;
-    const uint8_t tag = ask(0, {}, hello);
-    if (tag != 0) {
-      const std::string message(hello.begin(), hello.end());
       stop();
-      throw Error(static_cast<ErrorCode>(tag), message);
+      throw CpuTargetFailure(ErrorCode::kInternal, "cannot start " + helper.string() + ": " + std::strerror(spawned));
     }
-    if (hello.empty()) fail("an empty greeting");
-    exact_int8_ = hello.back() != 0;
-    architecture_.assign(hello.begin(), hello.end() - 1);
+    try {
+      greet(helper);
+    } catch (...) {
+      stop();
+      throw;
+    }
   }
   ~HelperTarget() override { stop(); }
 
@@ -197,30 +207,51 @@ class HelperTarget final : public CpuTarget {
   }
 
  private:
+  // The greeting: the helper's ctxgen version, a newline, its architecture, then whether its
+  // int8 convolutions are exact; or the error that kept it from taking the level.
+  void greet(const fs::path& helper) {
+    std::vector<uint8_t> hello;
+    const uint8_t tag = ask(0, {}, hello);
+    if (tag != 0) throw Error(code_of(tag), std::string(hello.begin(), hello.end()));
+    const std::string text(hello.begin(), hello.end());
+    const size_t line = text.find('\n');
+    if (line == std::string::npos || text.size() < line + 2) fail("a greeting that is not one");
+    if (text.compare(0, line, CTXGEN_VERSION) != 0)
+      throw CpuTargetFailure(ErrorCode::kInternal, helper.string() + " is the helper of ctxgen " + text.substr(0, line) +
+                                                       ", not of this ctxgen " + CTXGEN_VERSION);
+    architecture_ = text.substr(line + 1, text.size() - line - 2);
+    exact_int8_ = text.back() != 0;
+  }
   [[noreturn]] void fail(const std::string& what) const {
-    throw Error(ErrorCode::kInternal, std::string(kHelperName) + " " + level_ + " sent " + what);
+    throw CpuTargetFailure(ErrorCode::kInternal, std::string(kHelperName) + " " + level_ + " sent " + what);
   }
   uint8_t ask(uint8_t kind, const std::vector<uint8_t>& request, std::vector<uint8_t>& answer) const {
     std::lock_guard<std::mutex> lock(mutex_);
     uint8_t tag = 0;
     if ((kind != 0 && !send_frame(fd_, kind, request.data(), request.size())) || !receive_frame(fd_, tag, answer))
-      throw Error(ErrorCode::kInternal, std::string(kHelperName) + " " + level_ + " ended without answering");
+      throw CpuTargetFailure(ErrorCode::kInternal, std::string(kHelperName) + " " + level_ + " ended, or did not answer within " +
+                                                       std::to_string(kAnswerSeconds) + " s");
     return tag;
   }
   std::vector<uint8_t> answered(uint8_t kind, const std::vector<uint8_t>& request) const {
     std::vector<uint8_t> answer;
     const uint8_t tag = ask(kind, request, answer);
-    if (tag != 0) throw Error(static_cast<ErrorCode>(tag), std::string(answer.begin(), answer.end()));
+    if (tag != 0) throw Error(code_of(tag), std::string(answer.begin(), answer.end()));
     return answer;
   }
+  // Its questions over (or it failed), the helper is ended, whatever it is doing, and reaped.
   void stop() {
-    if (fd_ >= 0) ::close(fd_);  // the helper reads the end of its requests and exits
+    if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
-    if (pid_ > 0)
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
       while (::waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
       }
+    }
     pid_ = -1;
   }
+
+  static constexpr long kAnswerSeconds = 120;
 
   std::string level_, architecture_;
   bool exact_int8_ = false;
@@ -253,7 +284,7 @@ int serve_cpu_level(const std::string& level, int fd) {
     error(e);
     return 0;
   }
-  std::string hello = onednn::architecture();
+  std::string hello = std::string(CTXGEN_VERSION) + "\n" + onednn::architecture();
   hello.push_back(onednn::exact_int8_convolution() ? 1 : 0);
   if (!answer(0, hello.data(), hello.size())) return 0;
   uint8_t kind = 0;

@@ -323,7 +323,8 @@ TEST(RemoteCache, CacheUrlsFollowOneRuleAndNeverShowCredentials) {
   unsetenv("CTXGEN_REMOTE_CACHE");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output.find("s3cret"), std::string::npos) << r.output;
-  for (const std::string url : {"http://127.0.0.1:1/cache?model=a", "http://127.0.0.1:1/cache#a", "http://u:s3cret@127.0.0.1:1/c?x=1"}) {
+  for (const std::string url : {"http://127.0.0.1:1/cache?model=a", "http://127.0.0.1:1/cache#a", "http://u:s3cret@127.0.0.1:1/c?x=1",
+                                 "http://127.0.0.1:1/c?X-Amz-Signature=s3cret"}) {
     for (const std::string& options : {"--cache " + quote(url), "--cache c --remote-cache " + quote(url)}) {
       r = compile(options);
       EXPECT_EQ(r.exit_code, 2) << r.output;
@@ -331,6 +332,11 @@ TEST(RemoteCache, CacheUrlsFollowOneRuleAndNeverShowCredentials) {
       EXPECT_EQ(r.output.find("s3cret"), std::string::npos) << r.output;
     }
   }
+  // The cache command manages a local folder: a URL is refused, shown without its credentials.
+  r = run_command("CTXGEN_CACHE=" + down + " " + std::string(CTXGEN_BINARY) + " cache stats");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("manages a local cache folder, not a remote cache"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("s3cret"), std::string::npos) << r.output;
   fs::remove_all(dir.path() / "out");
   r = compile("--cache file:///etc/");
   EXPECT_EQ(r.exit_code, 2) << r.output;

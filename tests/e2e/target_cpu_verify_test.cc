@@ -95,6 +95,30 @@ TEST(TargetCpu, AnUnknownLevelIsAUsageError) {
   EXPECT_FALSE(fs::exists(dir / "out"));
 }
 
+// Another level's layouts come from the helper: one that is missing, ends at once, or is of another
+// ctxgen fails the compile (exit 1), naming it, instead of a binary whose convolutions kept their
+// plain weights as if oneDNN could not run them at that level.
+TEST(TargetCpu, AHelperThatCannotAnswerFailsTheCompile) {
+  TempDir dir;
+  const fs::path cnn = copy_model("cnn.onnx", dir.path());
+  write_file(dir / "old_helper.py", "import os, struct\n"
+                                    "text = b'0.0.1\\nx86_64 avx2, oneDNN 2.6.3\\x00'\n"
+                                    "os.write(0, b'\\x00' + struct.pack('<Q', len(text)) + text)\n"
+                                    "os.read(0, 1)\n");
+  write_file(dir / "old_helper", "#!/bin/sh\nexec " + std::string(CTXGEN_PYTHON) + " " + (dir / "old_helper.py").string() + "\n");
+  fs::permissions(dir / "old_helper", fs::perms::owner_all);
+  for (const auto& [helper, said] : std::vector<std::pair<std::string, std::string>>{
+           {(dir / "missing").string(), "cannot start " + (dir / "missing").string()},
+           {"/bin/true", "ctxgen-cpu-level avx2 ended, or did not answer within 120 s"},
+           {(dir / "old_helper").string(), "is the helper of ctxgen 0.0.1, not of this ctxgen"}}) {
+    const auto r = run_command("CTXGEN_CPU_LEVEL_HELPER=" + quote(helper) + " " + std::string(CTXGEN_BINARY) + " compile " +
+                               quote(cnn) + " --target-cpu avx2 --output-dir " + quote(dir / "out"));
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find(said), std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(dir / "out" / "cnn_ref.bin"));
+  }
+}
+
 // This machine's level includes sse41 (every x86-64 CPU oneDNN runs on does); ONEDNN_MAX_CPU_ISA
 // makes it a CPU of that level alone, which includes no higher one.
 TEST(TargetCpu, ALowerLevelRunsAndAHigherOneIsRefusedNamingBoth) {

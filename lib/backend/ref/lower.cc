@@ -1164,6 +1164,8 @@ void pack_conv(Draft& d, ref::Op& op, std::vector<ref::Op>& ops) {
     // Recorded so that the runtime makes its primitive for this layout without asking again.
     set_attr(packed, ints_attr("weight_layout", d.cpu->conv_weight_layout(packed, x, wd, y, bias)));
     size = runtime::packed_conv_weight_bytes(packed);
+  } catch (const runtime::CpuTargetFailure&) {
+    throw;
   } catch (const Error& e) {
     log().debug("ref: {} '{}' keeps its plain weight ({})", op.type, d.names[static_cast<size_t>(op.outputs[0])], e.what());
     return;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ctxgen/backend_runtime.h"
+#include "ctxgen/error.h"
 #include "ctxgen/format.h"
 #include "ctxgen/ref_program.h"
 
@@ -102,6 +103,13 @@ std::string cpu_level();
 // once. oneDNN decides a layout by the level its process runs at, so another level's decisions
 // are asked of a helper process running at it (ctxgen-cpu-level, cpu_target.cc); what only
 // depends on the recorded layout (pack_conv_weight) needs no helper.
+// What a CpuTarget throws when it cannot answer at all (its helper is missing, of another
+// version, died, or stopped answering): the compile fails with it, instead of taking it for a
+// convolution oneDNN cannot run at that level.
+struct CpuTargetFailure : Error {
+  using Error::Error;
+};
+
 class CpuTarget {
  public:
   // `level` empty: this process's level. Throws Error(kUsage) for an unknown level or one this
