@@ -12,7 +12,7 @@ packages=(g++ cmake ninja-build pkg-config
           libonnx-dev libprotobuf-dev protobuf-compiler libcli11-dev libspdlog-dev libxxhash-dev
           nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
           libdnnl-dev  # oneDNN: the ref runtime's GEMMs
-          nettle-dev  # SHA-256 for model packages' shared assets
+          nettle-dev  # SHA-256 for model packages' shared assets, HMAC-SHA256 for signed cache entries
           libonnx-testdata python3-onnx python3-numpy python3-jsonschema
           graphviz  # inspect --svg
           libcurl4-openssl-dev  # the remote compile cache's HTTP client (--remote-cache)
