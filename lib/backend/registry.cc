@@ -15,7 +15,7 @@ std::optional<std::vector<uint8_t>> Backend::renumber_weights(const std::vector<
   return std::nullopt;
 }
 
-void Backend::check_program(const std::vector<uint8_t>&, size_t) const {}
+std::optional<std::vector<uint64_t>> Backend::weight_reads(const std::vector<uint8_t>&, size_t) const { return std::nullopt; }
 
 void BackendRegistry::add(std::unique_ptr<Backend> backend) {
   if (!backend) throw Error(ErrorCode::kInternal, "backend registry: null backend");

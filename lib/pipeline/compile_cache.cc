@@ -89,9 +89,6 @@ struct Damaged {
   std::string why;
 };
 
-// Defined with cache_usage below, as the other rules of what a cache folder is.
-void open_cache_folder(const fs::path& folder);
-
 // Signing (docs/ci.md, "Who can change what a cache makes"): with a key in CTXGEN_CACHE_KEY,
 // every entry ends with kSignatureMagic and the HMAC-SHA256 of all bytes before it under the key,
 // and remembered hashes end with its first 16 bytes instead of their XXH3-128; what is not so
@@ -125,17 +122,15 @@ bool same_bytes(const uint8_t* a, const uint8_t* b, size_t size) {
   return differ == 0;
 }
 
-// The bytes of the file at `path` when it is a regular file (not a link, a FIFO or a device) of a
-// size `fits` accepts and at most kMaxMemo; else nothing. Opened without waiting or following.
+// The bytes of the file at `path` when it is a regular file (not a link, a FIFO or a device) of at
+// most `max_bytes`; else nothing. Opened without waiting or following.
 constexpr uint64_t kMaxMemo = uint64_t{1} << 28;
-template <class Fits>
-std::string read_memo(const fs::path& path, const Fits& fits) {
+std::string read_memo(const fs::path& path, uint64_t max_bytes) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return {};
   std::string bytes;
   struct stat st {};
-  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) <= kMaxMemo &&
-      fits(static_cast<uint64_t>(st.st_size))) {
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) <= max_bytes) {
     bytes.resize(static_cast<size_t>(st.st_size));
     size_t done = 0;
     while (done < bytes.size()) {
@@ -281,9 +276,7 @@ struct CompileCache::Impl {
   void load_hashes(KnownFile& file) const {
     // magic, the identity's length and text, records of (offset, size, low, high), a hash of all before it.
     const size_t record = 4 * sizeof(uint64_t);
-    const std::string bytes = read_memo(hashes_path(file.identity), [&](uint64_t size) {
-      return size >= 32 + file.identity.size() && (size - 32 - file.identity.size()) % record == 0;
-    });
+    const std::string bytes = read_memo(hashes_path(file.identity), kMaxMemo);
     if (bytes.size() < sizeof kHashesMagic + sizeof(uint64_t) + 16 || std::memcmp(bytes.data(), kHashesMagic, 8) != 0) return;
     const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
     uint64_t identity_size = 0;
@@ -544,11 +537,13 @@ std::optional<CompiledGraph> CompileCache::Impl::replay(const fs::path& path, co
     if (program_size > e.held_size) throw Damaged{"its program reaches past its end"};
     check_hash(e.held, program_size, parse_hash(d.at("program_hash")), "its program");
     const std::vector<uint8_t> program(e.held, e.held + program_size);
+    std::optional<std::vector<uint64_t>> reads;
     try {
-      backend.check_program(program, d.at("weights").size());
+      reads = backend.weight_reads(program, d.at("weights").size());
     } catch (const Error& rejected) {
       throw Damaged{std::string("its program is not one the backend runs: ") + rejected.what()};
     }
+    if (!reads) throw Error(ErrorCode::kInternal, "--cache: backend '" + backend.name() + "' cannot renumber a cached program");
     // Every weight made ready (and what can be checked now, checked) before the store takes any:
     // an entry found damaged halfway must leave the store as it was.
     std::function<Blob(const BlobRecipe&)> blob_of = [&](const BlobRecipe& r) -> Blob {
@@ -572,17 +567,10 @@ std::optional<CompiledGraph> CompileCache::Impl::replay(const fs::path& path, co
     std::vector<std::pair<Blob, uint64_t>> weights;
     for (const auto& w : d.at("weights")) weights.emplace_back(blob_of(recipe_from(w.at("blob"), e.held_size)), w.at("interned"));
     // The cold run interned each weight once for each of the program's values that reads it.
-    std::vector<uint64_t> reads(weights.size());
-    if (!backend.renumber_weights(program, [&](uint32_t local) {
-          if (local >= reads.size()) throw Damaged{"its program reads weight " + std::to_string(local) + " of " + std::to_string(reads.size())};
-          ++reads[local];
-          return local;
-        }))
-      throw Error(ErrorCode::kInternal, "--cache: backend '" + backend.name() + "' cannot renumber a cached program");
     for (size_t i = 0; i < weights.size(); ++i)
-      if (weights[i].second != reads[i])
+      if (weights[i].second != (*reads)[i])
         throw Damaged{"weight " + std::to_string(i) + " is recorded as interned " + std::to_string(weights[i].second) +
-                      " times, where its program reads it " + std::to_string(reads[i]) + " times"};
+                      " times, where its program reads it " + std::to_string((*reads)[i]) + " times"};
     std::vector<uint32_t> ids;
     for (const auto& [blob, interned] : weights) {
       uint32_t id = 0;
@@ -696,14 +684,6 @@ bool CompileCache::Impl::store_entry(const fs::path& path, const Hash128& key, c
   return true;
 }
 
-CompileCache::CompileCache(const fs::path& folder, const Backend& backend, bool weightless, std::shared_ptr<RemoteCache> remote)
-    : impl_(std::make_unique<Impl>(folder, backend, weightless, std::move(remote))) {
-  open_cache_folder(folder);
-  impl_->stats.used = true;
-}
-
-CompileCache::~CompileCache() = default;
-
 Hash128 CompileCache::hash(const uint8_t* data, size_t size) { return impl_->hash(data, size); }
 
 void CompileCache::add_files(const Model& model) {
@@ -767,7 +747,7 @@ constexpr const char* kMark =
     "# This folder is a ctxgen compile cache: ctxgen made it and prunes and clears only what it wrote here.\n";
 
 bool is_marked(const fs::path& folder) {
-  return read_memo(folder / kMarkName, [](uint64_t size) { return size == std::strlen(kMark); }) == kMark;
+  return read_memo(folder / kMarkName, std::strlen(kMark)) == kMark;
 }
 
 bool real_directory(const fs::path& path) {
@@ -866,6 +846,14 @@ void open_cache_folder(const fs::path& folder) {
 }
 
 }  // namespace
+
+CompileCache::CompileCache(const fs::path& folder, const Backend& backend, bool weightless, std::shared_ptr<RemoteCache> remote)
+    : impl_(std::make_unique<Impl>(folder, backend, weightless, std::move(remote))) {
+  open_cache_folder(folder);
+  impl_->stats.used = true;
+}
+
+CompileCache::~CompileCache() = default;
 
 CacheUsage cache_usage(const fs::path& folder) {
   CacheUsage usage;

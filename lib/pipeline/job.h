@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "ctxgen/pipeline.h"
@@ -22,12 +23,16 @@ struct Job {
 
 // What a run starts from. Empty `prepared`: each input model is loaded, specialised and
 // partitioned. Otherwise `prepared(job, m)` gives model m as partitioned (link), and the run goes
-// on from compiling. With options.compile_only, `compiled` gets the jobs once compiled, and nothing
-// is written.
+// on from compiling. With options.compile_only, `compiled` gets the jobs once compiled (and the
+// identity of the binaries they are compiled for), and nothing is written.
 struct JobHooks {
   std::function<void(Job& job, size_t m)> prepared;
-  std::function<void(std::vector<Job>& jobs, const CacheStats& cache)> compiled;
+  std::function<void(std::vector<Job>& jobs, const CacheStats& cache, const BinaryIdentity& identity)> compiled;
 };
+
+// The backend options.backend names, set up with the options' settings (target, weightless).
+// Throws Error(kUsage) naming the backends there are when none has that name.
+std::unique_ptr<Backend> configured_backend(const BackendRegistry& backends, const CompileOptions& options);
 
 void run_stages(const std::vector<std::filesystem::path>& inputs, const CompileOptions& options,
                 const BackendRegistry& backends, const JobHooks& hooks, RunSummary& summary, bool& outputs_checked);

@@ -43,12 +43,6 @@ std::string identity_text(const nlohmann::json& id) {
   return id.value("backend", "?") + " (SDK " + id.value("sdk_version", "?") + ", " + id.value("hardware_architecture", "?") + ")";
 }
 
-std::unique_ptr<Backend> backend_for(const BackendRegistry& backends, const CompileOptions& options) {
-  const Backend* backend = backends.find(options.backend);
-  if (backend == nullptr) throw Error(ErrorCode::kUsage, "unknown backend '" + options.backend + "'");
-  return backend->with({options.target, options.weightless});
-}
-
 // The weights a graph and its subgraphs still read: the main graph's initializers in use, and
 // every subgraph's.
 void weights_read(const onnx::GraphProto& graph, const std::unordered_set<std::string>* used, std::set<int64_t>& read) {
@@ -163,7 +157,9 @@ RunSummary compile_object(const fs::path& model, const CompileOptions& options, 
   std::vector<Written> members;
   nlohmann::json job_description;
   JobHooks hooks;
-  hooks.compiled = [&](std::vector<Job>& jobs, const CacheStats& cache) {
+  BinaryIdentity identity;
+  hooks.compiled = [&](std::vector<Job>& jobs, const CacheStats& cache, const BinaryIdentity& compiled_for) {
+    identity = compiled_for;
     const Job& job = jobs.front();
     HeldBytes held;
     std::set<fs::path> data_files;
@@ -181,7 +177,6 @@ RunSummary compile_object(const fs::path& model, const CompileOptions& options, 
     run_stages({model}, compile, backends, hooks, s, checked);
   });
 
-  const std::unique_ptr<Backend> backend = backend_for(backends, options);
   const LoadOptions load = options.per_model.empty() ? LoadOptions{} : options.per_model.front();
   nlohmann::json list = nlohmann::json::array();
   for (Written& m : members) {
@@ -191,7 +186,7 @@ RunSummary compile_object(const fs::path& model, const CompileOptions& options, 
   }
   const nlohmann::json header = {
       {"format", kObjectFormat}, {"ctxgen_version", CTXGEN_VERSION}, {"backend_name", options.backend},
-      {"identity", identity_json(backend->identity())}, {"target", options.target}, {"weightless", options.weightless},
+      {"identity", identity_json(identity)}, {"target", options.target}, {"weightless", options.weightless},
       {"load", {{"fix_dims", load.fix_dims}, {"input_shapes", load.input_shapes}, {"fix_values", load.fix_values}}},
       {"job", job_description}, {"members", list}};
   const std::string text = header.dump();
@@ -519,7 +514,7 @@ RunSummary link_objects(const std::vector<fs::path>& given, CompileOptions optio
   options.backend = first.at("backend_name");
   options.target = first.at("target");
   options.weightless = first.at("weightless");
-  const nlohmann::json identity = identity_json(backend_for(backends, options)->identity());
+  const nlohmann::json identity = identity_json(configured_backend(backends, options)->identity());
   if (identity != first.at("identity"))
     throw Error(ErrorCode::kInvalidBinary, objects[0].string() + " was compiled for " + identity_text(first.at("identity")) +
                                                "; this ctxgen compiles for " + identity_text(identity) +

@@ -202,12 +202,6 @@ void check_options(const std::vector<fs::path>& inputs, const CompileOptions& op
   }
 }
 
-const Backend& find_backend(const BackendRegistry& backends, const std::string& name) {
-  if (const Backend* backend = backends.find(name)) return *backend;
-  std::string known;
-  for (const auto* b : backends.list()) known += (known.empty() ? "" : ", ") + b->name();
-  throw Error(ErrorCode::kUsage, "unknown backend '" + name + "' (available: " + known + ")");
-}
 
 // An output that is a file a loaded model reads (its external data) would be replaced under it; the
 // check is by file identity, so no spelling of the path slips through.
@@ -509,6 +503,16 @@ std::optional<Phase> parse_phase(const std::string& name) {
   return std::nullopt;
 }
 
+std::unique_ptr<Backend> configured_backend(const BackendRegistry& backends, const CompileOptions& options) {
+  const Backend* backend = backends.find(options.backend);
+  if (backend == nullptr) {
+    std::string known;
+    for (const auto* b : backends.list()) known += (known.empty() ? "" : ", ") + b->name();
+    throw Error(ErrorCode::kUsage, "unknown backend '" + options.backend + "' (available: " + known + ")");
+  }
+  return backend->with({options.target, options.weightless});
+}
+
 // `outputs_checked` becomes true once every planned output, the report among them, passed the
 // checks (nothing overwritten without --force, no input replaced, folders made and locked).
 void run_stages(const std::vector<fs::path>& inputs, const CompileOptions& options, const BackendRegistry& backends,
@@ -517,7 +521,7 @@ void run_stages(const std::vector<fs::path>& inputs, const CompileOptions& optio
   if (!hooks.prepared)
     for (const auto& in : inputs) check_model_file(in);
   check_options(inputs, options);
-  const std::unique_ptr<Backend> configured = find_backend(backends, options.backend).with({options.target, options.weightless});
+  const std::unique_ptr<Backend> configured = configured_backend(backends, options);
   const Backend& backend = *configured;
   summary.backend = backend.name();
   Plan plan = plan_outputs(inputs, options, backend);
@@ -601,7 +605,7 @@ void run_stages(const std::vector<fs::path>& inputs, const CompileOptions& optio
       summary.cache = cache->stats();
       cache->save();
     }
-    if (hooks.compiled) hooks.compiled(jobs, summary.cache);
+    if (hooks.compiled) hooks.compiled(jobs, summary.cache, backend.identity());
     return;
   }
 

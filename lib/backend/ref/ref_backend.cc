@@ -65,8 +65,13 @@ class RefBackend final : public Backend {
     return ref::serialize(p);
   }
 
-  void check_program(const std::vector<uint8_t>& program, size_t weight_count) const override {
-    runtime::validate(ref::deserialize(program.data(), program.size()), weight_count);
+  std::optional<std::vector<uint64_t>> weight_reads(const std::vector<uint8_t>& program, size_t weight_count) const override {
+    const ref::Program p = ref::deserialize(program.data(), program.size());
+    runtime::validate(p, weight_count);  // bounds each weight's index
+    std::vector<uint64_t> reads(weight_count);
+    for (const ref::Value& v : p.values)
+      if (v.kind == ref::ValueKind::kWeight) ++reads[v.index];
+    return reads;
   }
 
  private:

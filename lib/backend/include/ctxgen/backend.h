@@ -54,10 +54,11 @@ class Backend {
   // nullopt from a backend that cannot: its partitions are never cached.
   virtual std::optional<std::vector<uint8_t>> renumber_weights(const std::vector<uint8_t>& program,
                                                                const std::function<uint32_t(uint32_t)>& id_of) const;
-  // Throws Error (kInvalidBinary) unless `program`, numbered by its own weights 0 to
-  // weight_count - 1 as the compile cache keeps it, is one the backend's runtime accepts: the cache
-  // checks an entry with it before using it. The base accepts any.
-  virtual void check_program(const std::vector<uint8_t>& program, size_t weight_count) const;
+  // How often `program` (numbered by its own weights 0 to weight_count - 1, as the compile cache
+  // keeps it) reads each weight: the cache checks an entry with it before using it. Throws Error
+  // unless the program is one the backend's runtime accepts. nullopt from a backend that cannot
+  // tell, as from one that cannot renumber.
+  virtual std::optional<std::vector<uint64_t>> weight_reads(const std::vector<uint8_t>& program, size_t weight_count) const;
 
  protected:
   // Throws what with() throws for a backend with one target that always holds the weights.
